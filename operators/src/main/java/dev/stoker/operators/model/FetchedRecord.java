@@ -1,0 +1,16 @@
+package dev.stoker.operators.model;
+
+/** A record together with the encoded bytes of each of its images (same order as {@link SftRecord#images}). */
+public class FetchedRecord {
+    public SftRecord record;
+
+    /** Encoded image files (JPEG, PNG, ...), one per {@link SftRecord#images} entry. */
+    public byte[][] imageBytes;
+
+    public FetchedRecord() {}
+
+    public FetchedRecord(SftRecord record, byte[][] imageBytes) {
+        this.record = record;
+        this.imageBytes = imageBytes;
+    }
+}

@@ -1,0 +1,24 @@
+package dev.stoker.operators.model;
+
+/**
+ * An image referenced by a record: its path relative to the dataset root and optional per-image
+ * pixel bounds (messages-style {@code min_pixels}/{@code max_pixels}, as qwen-vl-utils accepts).
+ */
+public class ImageRef {
+    /** Path relative to the dataset root, as written in the record. */
+    public String path;
+
+    /** Per-image {@code min_pixels} override, or 0 for the configured default. */
+    public long minPixels;
+
+    /** Per-image {@code max_pixels} override, or 0 for the configured default. */
+    public long maxPixels;
+
+    public ImageRef() {}
+
+    public ImageRef(String path, long minPixels, long maxPixels) {
+        this.path = path;
+        this.minPixels = minPixels;
+        this.maxPixels = maxPixels;
+    }
+}

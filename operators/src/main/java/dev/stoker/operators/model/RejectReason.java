@@ -1,0 +1,34 @@
+package dev.stoker.operators.model;
+
+/**
+ * Why a record was rejected: a stable, machine-readable code (used as a metric name suffix and in
+ * the dead-letter output) plus the stage it belongs to.
+ */
+public enum RejectReason {
+    LINE_TOO_LONG(Stage.PARSE),
+    INVALID_UTF8(Stage.PARSE),
+    MALFORMED_JSON(Stage.PARSE),
+    INVALID_RECORD(Stage.PARSE),
+    PLACEHOLDER_MISMATCH(Stage.PARSE),
+    UNSAFE_PATH(Stage.PARSE),
+    IMAGE_NOT_FOUND(Stage.FETCH),
+    FETCH_FAILED(Stage.FETCH),
+    FETCH_TIMEOUT(Stage.FETCH),
+    IMAGE_TOO_LARGE(Stage.FETCH),
+    UNSUPPORTED_IMAGE(Stage.DECODE),
+    CORRUPT_IMAGE(Stage.DECODE),
+    IMAGE_TOO_MANY_PIXELS(Stage.DECODE),
+    IMAGE_TOO_SMALL(Stage.PREPROCESS),
+    EXTREME_ASPECT_RATIO(Stage.PREPROCESS),
+    TOKENIZATION_FAILED(Stage.TOKENIZE);
+
+    private final Stage stage;
+
+    RejectReason(Stage stage) {
+        this.stage = stage;
+    }
+
+    public Stage stage() {
+        return stage;
+    }
+}
