@@ -1,0 +1,101 @@
+package dev.stoker.connectors.fetch;
+
+import dev.stoker.operators.model.DeadLetter;
+import dev.stoker.operators.model.FetchedRecord;
+import dev.stoker.operators.model.RejectReason;
+import dev.stoker.operators.model.RejectedRecordException;
+import dev.stoker.operators.model.SftRecord;
+import java.time.Duration;
+import java.util.Collections;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import org.apache.flink.api.common.functions.OpenContext;
+import org.apache.flink.metrics.Counter;
+import org.apache.flink.streaming.api.functions.async.ResultFuture;
+import org.apache.flink.streaming.api.functions.async.RichAsyncFunction;
+import org.apache.flink.types.Either;
+import org.apache.flink.util.concurrent.ExecutorThreadFactory;
+
+/**
+ * Async I/O operator that fetches all images of a record from the {@link ImageStore}.
+ *
+ * <p>Use with {@code AsyncDataStream.unorderedWait(..., timeout, capacity)}: at most {@code
+ * capacity} records are in flight per subtask, served by a pool of {@code threads} I/O threads. A
+ * record whose images cannot be read becomes a {@link DeadLetter} ({@code Either.Left}) naming the
+ * image; a record that exceeds the async timeout becomes a {@link RejectReason#FETCH_TIMEOUT} dead
+ * letter instead of failing the job.
+ */
+public final class ImageFetchFunction
+        extends RichAsyncFunction<SftRecord, Either<DeadLetter, FetchedRecord>> {
+    private static final long serialVersionUID = 1L;
+
+    private final ImageStore store;
+    private final int threads;
+    private final Duration timeout;
+    private transient ExecutorService executor;
+    private transient volatile boolean closed;
+    private transient Counter bytesFetched;
+    private transient Counter imagesFetched;
+
+    public ImageFetchFunction(ImageStore store, int threads, Duration timeout) {
+        this.store = store;
+        this.threads = threads;
+        this.timeout = timeout;
+    }
+
+    @Override
+    public void open(OpenContext openContext) {
+        executor = Executors.newFixedThreadPool(threads, new ExecutorThreadFactory("stoker-image-fetch"));
+        bytesFetched = getRuntimeContext().getMetricGroup().counter("imageBytesFetched");
+        imagesFetched = getRuntimeContext().getMetricGroup().counter("imagesFetched");
+    }
+
+    @Override
+    public void asyncInvoke(SftRecord record, ResultFuture<Either<DeadLetter, FetchedRecord>> result) {
+        CompletableFuture.supplyAsync(() -> fetchAll(record), executor)
+                .whenComplete(
+                        (value, error) -> {
+                            if (closed) {
+                                return; // in-flight elements are in the operator's checkpoint
+                            }
+                            if (error != null) {
+                                result.completeExceptionally(error);
+                            } else {
+                                result.complete(Collections.singleton(value));
+                            }
+                        });
+    }
+
+    private Either<DeadLetter, FetchedRecord> fetchAll(SftRecord record) {
+        byte[][] bytes = new byte[record.images.length][];
+        for (int i = 0; i < bytes.length; i++) {
+            String path = record.images[i].path;
+            try {
+                bytes[i] = store.read(path);
+            } catch (RejectedRecordException e) {
+                String msg = "image " + (i + 1) + " of " + bytes.length + ": " + e.getMessage();
+                return Either.Left(new DeadLetter(record.ref, e.reason(), msg));
+            }
+            bytesFetched.inc(bytes[i].length);
+            imagesFetched.inc();
+        }
+        return Either.Right(new FetchedRecord(record, bytes));
+    }
+
+    @Override
+    public void timeout(SftRecord record, ResultFuture<Either<DeadLetter, FetchedRecord>> result) {
+        String msg = "fetching " + record.images.length + " image(s) took longer than " + timeout;
+        result.complete(
+                Collections.singleton(
+                        Either.Left(new DeadLetter(record.ref, RejectReason.FETCH_TIMEOUT, msg))));
+    }
+
+    @Override
+    public void close() {
+        closed = true;
+        if (executor != null) {
+            executor.shutdownNow();
+        }
+    }
+}

@@ -1,0 +1,87 @@
+package dev.stoker.connectors.fetch;
+
+import dev.stoker.operators.model.RejectReason;
+import dev.stoker.operators.model.RejectedRecordException;
+import java.io.FileNotFoundException;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.Serializable;
+import java.net.URI;
+import org.apache.flink.core.fs.FileStatus;
+import org.apache.flink.core.fs.FileSystem;
+import org.apache.flink.core.fs.Path;
+
+/**
+ * Reads image objects by path relative to the dataset root through Flink's {@link FileSystem}
+ * (local files now; any Flink filesystem scheme works the same way).
+ *
+ * <p>Paths are resolved against the root and normalised; a path that would leave the root is
+ * rejected ({@link RejectReason#UNSAFE_PATH}) even if the parser let it through. Objects larger
+ * than {@code maxObjectBytes} are rejected from their listed size before any byte is read.
+ */
+public final class ImageStore implements Serializable {
+    private static final long serialVersionUID = 1L;
+
+    private final String root;
+    private final long maxObjectBytes;
+
+    /**
+     * @param root dataset root URI (directory of the JSONL files)
+     * @param maxObjectBytes largest accepted image object, in bytes
+     */
+    public ImageStore(String root, long maxObjectBytes) {
+        this.root = root.endsWith("/") ? root : root + "/";
+        this.maxObjectBytes = maxObjectBytes;
+    }
+
+    /**
+     * Reads the whole object at {@code relativePath}.
+     *
+     * @throws RejectedRecordException IMAGE_NOT_FOUND, IMAGE_TOO_LARGE, UNSAFE_PATH or FETCH_FAILED
+     */
+    public byte[] read(String relativePath) throws RejectedRecordException {
+        Path path = resolve(relativePath);
+        try {
+            FileSystem fs = path.getFileSystem();
+            FileStatus status = fs.getFileStatus(path);
+            if (status.isDir()) {
+                throw new RejectedRecordException(
+                        RejectReason.IMAGE_NOT_FOUND, "'" + relativePath + "' is a directory");
+            }
+            long len = status.getLen();
+            if (len > maxObjectBytes) {
+                throw new RejectedRecordException(
+                        RejectReason.IMAGE_TOO_LARGE,
+                        "'" + relativePath + "' is " + len + " bytes, above the limit of " + maxObjectBytes);
+            }
+            try (InputStream in = fs.open(path)) {
+                return in.readNBytes((int) len);
+            }
+        } catch (FileNotFoundException e) {
+            throw new RejectedRecordException(
+                    RejectReason.IMAGE_NOT_FOUND, "'" + relativePath + "' not found under " + root);
+        } catch (IOException e) {
+            throw new RejectedRecordException(
+                    RejectReason.FETCH_FAILED, "reading '" + relativePath + "' failed: " + e, e);
+        }
+    }
+
+    private Path resolve(String relativePath) throws RejectedRecordException {
+        URI rootUri = URI.create(root);
+        URI resolved;
+        try {
+            resolved = rootUri.resolve(new URI(null, null, relativePath, null)).normalize();
+        } catch (java.net.URISyntaxException | IllegalArgumentException e) {
+            throw new RejectedRecordException(
+                    RejectReason.UNSAFE_PATH, "image path '" + relativePath + "' is not a valid relative path");
+        }
+        if (resolved.isOpaque()
+                || resolved.getPath() == null
+                || !resolved.getPath().startsWith(rootUri.normalize().getPath())
+                || !java.util.Objects.equals(resolved.getScheme(), rootUri.getScheme())) {
+            throw new RejectedRecordException(
+                    RejectReason.UNSAFE_PATH, "image path '" + relativePath + "' leaves the dataset root");
+        }
+        return new Path(resolved);
+    }
+}

@@ -1,0 +1,71 @@
+package dev.stoker.connectors.shm;
+
+import java.util.List;
+import java.util.Map;
+import org.apache.arrow.vector.types.FloatingPointPrecision;
+import org.apache.arrow.vector.types.pojo.ArrowType;
+import org.apache.arrow.vector.types.pojo.Field;
+import org.apache.arrow.vector.types.pojo.FieldType;
+import org.apache.arrow.vector.types.pojo.Schema;
+
+/**
+ * The Arrow schema of one batch file, as defined in {@code schema/batch-schema.json}.
+ *
+ * <p>Columns: {@code sample_index} int64, {@code source} utf8, {@code input_ids}, {@code labels}
+ * and {@code attention_mask} fixed_size_list&lt;int64&gt;[L], {@code pixel_values}
+ * list&lt;fixed_size_list&lt;float32&gt;[D]&gt;, {@code image_grid_thw}
+ * list&lt;fixed_size_list&lt;int64&gt;[3]&gt;. L (padded sequence length) varies per batch.
+ */
+public final class BatchSchema {
+    public static final int FORMAT_VERSION = 1;
+    public static final String SAMPLE_INDEX = "sample_index";
+    public static final String SOURCE = "source";
+    public static final String INPUT_IDS = "input_ids";
+    public static final String LABELS = "labels";
+    public static final String ATTENTION_MASK = "attention_mask";
+    public static final String PIXEL_VALUES = "pixel_values";
+    public static final String IMAGE_GRID_THW = "image_grid_thw";
+
+    /** Label value of positions that are not trained. */
+    public static final long IGNORE_INDEX = -100;
+
+    private static final ArrowType INT64 = new ArrowType.Int(64, true);
+    private static final ArrowType FLOAT32 = new ArrowType.FloatingPoint(FloatingPointPrecision.SINGLE);
+
+    private BatchSchema() {}
+
+    /**
+     * The schema of a batch with padded sequence length {@code seqLen} and patch width {@code
+     * patchDim}, with the batch's metadata attached.
+     */
+    public static Schema forBatch(int seqLen, int patchDim, Map<String, String> metadata) {
+        return new Schema(
+                List.of(
+                        scalar(SAMPLE_INDEX, INT64),
+                        scalar(SOURCE, ArrowType.Utf8.INSTANCE),
+                        fixedList(INPUT_IDS, seqLen, INT64),
+                        fixedList(LABELS, seqLen, INT64),
+                        fixedList(ATTENTION_MASK, seqLen, INT64),
+                        listOfFixed(PIXEL_VALUES, patchDim, FLOAT32),
+                        listOfFixed(IMAGE_GRID_THW, 3, INT64)),
+                metadata);
+    }
+
+    private static Field scalar(String name, ArrowType type) {
+        return new Field(name, FieldType.notNullable(type), null);
+    }
+
+    private static Field fixedList(String name, int size, ArrowType item) {
+        return new Field(
+                name,
+                FieldType.notNullable(new ArrowType.FixedSizeList(size)),
+                List.of(scalar("item", item)));
+    }
+
+    private static Field listOfFixed(String name, int size, ArrowType item) {
+        return new Field(
+                name,
+                FieldType.notNullable(ArrowType.List.INSTANCE),
+                List.of(fixedList("item", size, item)));
+    }
+}

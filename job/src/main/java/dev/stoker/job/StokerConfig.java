@@ -1,0 +1,83 @@
+package dev.stoker.job;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Set;
+import java.util.stream.Collectors;
+import org.apache.flink.configuration.ConfigOption;
+import org.apache.flink.configuration.Configuration;
+import org.apache.flink.configuration.IllegalConfigurationException;
+import org.apache.flink.util.ParameterTool;
+
+/** Reads the job configuration from program arguments and checks it. */
+final class StokerConfig {
+    private static final List<ConfigOption<?>> OPTIONS = declaredOptions();
+
+    private StokerConfig() {}
+
+    /** {@code --key value} arguments (parsed by Flink's {@link ParameterTool}) as a Configuration. */
+    static Configuration fromArgs(String[] args) {
+        return Configuration.fromMap(ParameterTool.fromArgs(args).toMap());
+    }
+
+    /**
+     * @throws IllegalConfigurationException naming the option, for a missing required option, an
+     *     unknown {@code stoker.*} key (typos) or a value out of range
+     */
+    static void validate(Configuration conf) {
+        Set<String> known = OPTIONS.stream().map(ConfigOption::key).collect(Collectors.toSet());
+        List<String> unknown =
+                conf.keySet().stream().filter(k -> k.startsWith("stoker.") && !known.contains(k)).sorted().toList();
+        if (!unknown.isEmpty()) {
+            throw new IllegalConfigurationException("Unknown Stoker option(s): " + unknown + "; known: " + known);
+        }
+        require(conf, StokerOptions.DATASET_PATH);
+        require(conf, StokerOptions.TOKENIZER_PATH);
+        positive(conf, StokerOptions.DP_WORLD_SIZE);
+        positive(conf, StokerOptions.MICRO_BATCH_SIZE);
+        positive(conf, StokerOptions.FETCH_CAPACITY);
+        positive(conf, StokerOptions.FETCH_THREADS);
+        if (!conf.get(StokerOptions.JOB_NAME).matches("[A-Za-z0-9._-]+")) {
+            throw new IllegalConfigurationException(
+                    StokerOptions.JOB_NAME.key() + " must match [A-Za-z0-9._-]+ (it names a directory): "
+                            + conf.get(StokerOptions.JOB_NAME));
+        }
+    }
+
+    /** {@code <output-root>/<job-name>}. */
+    static String jobDir(Configuration conf) {
+        return conf.get(StokerOptions.OUTPUT_ROOT) + "/" + conf.get(StokerOptions.JOB_NAME);
+    }
+
+    /** The configured dead-letter directory, or {@code <job-dir>/dead-letters}. */
+    static String deadLetterDir(Configuration conf) {
+        return conf.getOptional(StokerOptions.DEAD_LETTER_PATH).orElse(jobDir(conf) + "/dead-letters");
+    }
+
+    private static void require(Configuration conf, ConfigOption<String> option) {
+        if (!conf.contains(option)) {
+            throw new IllegalConfigurationException(
+                    "Missing required option --" + option.key());
+        }
+    }
+
+    private static void positive(Configuration conf, ConfigOption<Integer> option) {
+        if (conf.get(option) < 1) {
+            throw new IllegalConfigurationException(option.key() + " must be >= 1, got " + conf.get(option));
+        }
+    }
+
+    private static List<ConfigOption<?>> declaredOptions() {
+        List<ConfigOption<?>> options = new ArrayList<>();
+        for (java.lang.reflect.Field f : StokerOptions.class.getFields()) {
+            if (ConfigOption.class.isAssignableFrom(f.getType())) {
+                try {
+                    options.add((ConfigOption<?>) f.get(null));
+                } catch (IllegalAccessException e) {
+                    throw new IllegalStateException(e);
+                }
+            }
+        }
+        return options;
+    }
+}

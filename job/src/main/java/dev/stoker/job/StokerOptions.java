@@ -1,0 +1,119 @@
+package dev.stoker.job;
+
+import java.time.Duration;
+import org.apache.flink.configuration.ConfigOption;
+import org.apache.flink.configuration.ConfigOptions;
+import org.apache.flink.configuration.MemorySize;
+
+/**
+ * All of Stoker's job options. Set them like any Flink option: in {@code config.yaml}, with {@code
+ * -D key=value}, or as {@code --key value} program arguments. They appear in the web UI's job
+ * configuration.
+ */
+public final class StokerOptions {
+    private StokerOptions() {}
+
+    public static final ConfigOption<String> DATASET_PATH =
+            ConfigOptions.key("stoker.dataset.path")
+                    .stringType()
+                    .noDefaultValue()
+                    .withDescription(
+                            "Dataset root (any Flink filesystem URI or local path). JSONL files are found"
+                                    + " under it; image paths in records resolve relative to it.");
+
+    public static final ConfigOption<String> DATASET_GLOB =
+            ConfigOptions.key("stoker.dataset.glob")
+                    .stringType()
+                    .defaultValue("*.jsonl")
+                    .withDescription("File-name glob of the JSONL files under the dataset root (searched recursively).");
+
+    public static final ConfigOption<String> TOKENIZER_PATH =
+            ConfigOptions.key("stoker.tokenizer.path")
+                    .stringType()
+                    .noDefaultValue()
+                    .withDescription(
+                            "Directory holding the model's Hugging Face tokenizer.json (read on every"
+                                    + " TaskManager; never fetched from a hub).");
+
+    public static final ConfigOption<String> JOB_NAME =
+            ConfigOptions.key("stoker.job-name")
+                    .stringType()
+                    .defaultValue("stoker")
+                    .withDescription("Name of the job; also the name of its batch directory under the output root.");
+
+    public static final ConfigOption<String> OUTPUT_ROOT =
+            ConfigOptions.key("stoker.output.root")
+                    .stringType()
+                    .defaultValue("/dev/shm/stoker")
+                    .withDescription(
+                            "Node-local directory the sink writes batches under, as <root>/<job-name>/rank-<r>/.");
+
+    public static final ConfigOption<String> DEAD_LETTER_PATH =
+            ConfigOptions.key("stoker.dead-letter.path")
+                    .stringType()
+                    .noDefaultValue()
+                    .withDescription(
+                            "Directory for the dead-letter JSONL output. Default: <output-root>/<job-name>/dead-letters.");
+
+    public static final ConfigOption<Integer> DP_WORLD_SIZE =
+            ConfigOptions.key("stoker.dp-world-size")
+                    .intType()
+                    .defaultValue(1)
+                    .withDescription("Number of data-parallel (DP) ranks of the trainer.");
+
+    public static final ConfigOption<Integer> MICRO_BATCH_SIZE =
+            ConfigOptions.key("stoker.micro-batch-size")
+                    .intType()
+                    .defaultValue(4)
+                    .withDescription("Samples per rank per step; the global batch is dp-world-size x micro-batch-size.");
+
+    public static final ConfigOption<Integer> FETCH_CAPACITY =
+            ConfigOptions.key("stoker.fetch.capacity")
+                    .intType()
+                    .defaultValue(32)
+                    .withDescription("Maximum records with image fetches in flight per fetch subtask (async capacity).");
+
+    public static final ConfigOption<Integer> FETCH_THREADS =
+            ConfigOptions.key("stoker.fetch.threads")
+                    .intType()
+                    .defaultValue(8)
+                    .withDescription("I/O threads per fetch subtask reading image objects.");
+
+    public static final ConfigOption<Duration> FETCH_TIMEOUT =
+            ConfigOptions.key("stoker.fetch.timeout")
+                    .durationType()
+                    .defaultValue(Duration.ofSeconds(60))
+                    .withDescription("Time after which a record's image fetch is abandoned and dead-lettered.");
+
+    public static final ConfigOption<MemorySize> MAX_OBJECT_SIZE =
+            ConfigOptions.key("stoker.fetch.max-object-size")
+                    .memoryType()
+                    .defaultValue(MemorySize.ofMebiBytes(64))
+                    .withDescription("Largest image object accepted; larger ones are dead-lettered before reading.");
+
+    public static final ConfigOption<MemorySize> MAX_LINE_LENGTH =
+            ConfigOptions.key("stoker.source.max-line-length")
+                    .memoryType()
+                    .defaultValue(MemorySize.ofMebiBytes(8))
+                    .withDescription("Longest JSONL line accepted; longer records are dead-lettered (LINE_TOO_LONG).");
+
+    public static final ConfigOption<Long> MIN_PIXELS =
+            ConfigOptions.key("stoker.image.min-pixels")
+                    .longType()
+                    .defaultValue(3136L)
+                    .withDescription("smart_resize min_pixels: images are scaled up to at least this many pixels.");
+
+    public static final ConfigOption<Long> MAX_PIXELS =
+            ConfigOptions.key("stoker.image.max-pixels")
+                    .longType()
+                    .defaultValue(12845056L)
+                    .withDescription("smart_resize max_pixels: images are scaled down to at most this many pixels.");
+
+    public static final ConfigOption<Long> MAX_SOURCE_PIXELS =
+            ConfigOptions.key("stoker.image.max-source-pixels")
+                    .longType()
+                    .defaultValue(178956970L)
+                    .withDescription(
+                            "Largest decoded image (width x height, read from the header before decoding);"
+                                    + " larger ones are dead-lettered as decompression bombs.");
+}

@@ -1,0 +1,54 @@
+package dev.stoker.operators.batch;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+import java.util.HashSet;
+import java.util.Set;
+import org.junit.jupiter.api.Test;
+
+class BatchPlanTest {
+
+    @Test
+    void mapsIndicesRankMajorWithinAStep() {
+        BatchPlan plan = new BatchPlan(10, 2, 3); // 6 samples per step
+        assertThat(plan.numSteps()).isEqualTo(2);
+        // step 0: rank 0 slots 0..2 = indices 0..2, rank 1 = 3..5; step 1: rank 0 = 6..8, rank 1 = 9..11
+        assertThat(plan.stepOf(5)).isZero();
+        assertThat(plan.rankOf(5)).isEqualTo(1);
+        assertThat(plan.stepOf(6)).isEqualTo(1);
+        assertThat(plan.rankOf(8)).isZero();
+        assertThat(plan.rankOf(9)).isEqualTo(1);
+        assertThat(plan.firstIndex(1, 1)).isEqualTo(9);
+        assertThat(plan.numPaddingSlots()).isEqualTo(2); // indices 10 and 11
+    }
+
+    @Test
+    void everySlotOfEveryBatchIsCoveredExactlyOnce() {
+        BatchPlan plan = new BatchPlan(23, 3, 4);
+        Set<Long> seen = new HashSet<>();
+        for (long step = 0; step < plan.numSteps(); step++) {
+            for (int rank = 0; rank < plan.worldSize(); rank++) {
+                for (int slot = 0; slot < plan.microBatchSize(); slot++) {
+                    long i = plan.firstIndex(step, rank) + slot;
+                    assertThat(plan.stepOf(i)).isEqualTo(step);
+                    assertThat(plan.rankOf(i)).isEqualTo(rank);
+                    assertThat(seen.add(i)).isTrue();
+                }
+            }
+        }
+        assertThat(seen).hasSize((int) (plan.numRecords() + plan.numPaddingSlots()));
+    }
+
+    @Test
+    void exactMultipleHasNoPadding() {
+        assertThat(new BatchPlan(12, 2, 3).numPaddingSlots()).isZero();
+        assertThat(new BatchPlan(0, 2, 3).numSteps()).isZero();
+    }
+
+    @Test
+    void rejectsNonPositiveSizes() {
+        assertThatThrownBy(() -> new BatchPlan(10, 0, 3)).isInstanceOf(IllegalArgumentException.class);
+        assertThatThrownBy(() -> new BatchPlan(10, 2, 0)).isInstanceOf(IllegalArgumentException.class);
+    }
+}
