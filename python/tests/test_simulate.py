@@ -40,3 +40,40 @@ def test_simulate_fails_when_a_rank_is_incomplete(shm_root, capsys):
 def test_flink_status_is_best_effort():
     msg = flink_job_status("http://127.0.0.1:9", timeout_s=0.5)
     assert msg.startswith("flink: unavailable at http://127.0.0.1:9")
+
+
+def test_flink_status_reads_overview_and_first_vertex_metrics():
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            if self.path == "/jobs/overview":
+                body = {"jobs": [{"jid": "old", "name": "other", "state": "FINISHED"},
+                                 {"jid": "abc123", "name": "test-job", "state": "RUNNING"}]}
+            elif self.path == "/jobs/abc123":
+                body = {"jid": "abc123", "name": "test-job", "state": "RUNNING",
+                        "vertices": [{"name": "Source", "metrics": {"write-records": 42}},
+                                     {"name": "Sink", "metrics": {"write-records": 0}}]}
+            else:
+                self.send_response(404)
+                self.end_headers()
+                return
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    srv = HTTPServer(("127.0.0.1", 0), Handler)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        msg = flink_job_status(f"http://127.0.0.1:{srv.server_port}", "test-job")
+    finally:
+        srv.shutdown()
+    assert msg == "flink: test-job RUNNING records_read=42"
