@@ -1,0 +1,136 @@
+"""Helpers that write batches exactly as the protocol and batch-schema.json describe."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc
+import pytest
+
+from stoker.schema import arrow_schema
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SCHEMA_JSON = REPO_ROOT / "schema" / "batch-schema.json"
+PATCH_DIM = 1176
+PAD = 151643
+
+
+def make_samples(step: int, rank: int, n: int, *, patch_dim: int = PATCH_DIM, seed: int = 0):
+    """n deterministic samples: dicts with ids, grids and patches."""
+    rng = np.random.default_rng(seed * 1_000_003 + step * 1009 + rank)
+    out = []
+    for slot in range(n):
+        length = int(rng.integers(3, 12))
+        n_img = int(rng.integers(0, 3))
+        grids = [[1, int(rng.integers(1, 4)) * 2, int(rng.integers(1, 4)) * 2] for _ in range(n_img)]
+        p = sum(t * h * w for t, h, w in grids)
+        out.append({
+            "index": step * 1000 + rank * 100 + slot,
+            "source": f"s3://bucket/sft/a.jsonl:{slot + 1}",
+            "ids": rng.integers(0, 150000, size=length).tolist(),
+            "grids": grids,
+            "patches": rng.standard_normal((p, patch_dim), dtype=np.float32),
+        })
+    return out
+
+
+def build_record_batch(samples, *, patch_dim: int = PATCH_DIM) -> pa.RecordBatch:
+    L = max((len(s["ids"]) for s in samples), default=0)
+    B = len(samples)
+    ids = np.full((B, L), PAD, dtype=np.int64)
+    labels = np.full((B, L), -100, dtype=np.int64)
+    mask = np.zeros((B, L), dtype=np.int64)
+    for i, s in enumerate(samples):
+        n = len(s["ids"])
+        ids[i, :n] = s["ids"]
+        labels[i, n // 2:n] = s["ids"][n // 2:]
+        mask[i, :n] = 1
+    schema = arrow_schema(L, patch_dim)
+    if B == 0:  # a step whose samples were all dead-lettered: L = 0
+        return pa.RecordBatch.from_pylist([], schema=schema)
+
+    def fsl(mat, width, typ):
+        return pa.FixedSizeListArray.from_arrays(pa.array(mat.reshape(-1), typ), width)
+
+    def list_of_fsl(rows, width, typ, np_dtype):
+        counts = [len(r) for r in rows]
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+        flat = np.concatenate([np.asarray(r, dtype=np_dtype).reshape(-1, width) for r in rows]) \
+            if rows and sum(counts) else np.zeros((0, width), np_dtype)
+        return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), fsl(flat, width, typ))
+
+    cols = [
+        pa.array([s["index"] for s in samples], pa.int64()),
+        pa.array([s["source"] for s in samples], pa.string()),
+        fsl(ids, L, pa.int64()),
+        fsl(labels, L, pa.int64()),
+        fsl(mask, L, pa.int64()),
+        list_of_fsl([s["patches"] for s in samples], patch_dim, pa.float32(), np.float32),
+        list_of_fsl([s["grids"] for s in samples], 3, pa.int64(), np.int64),
+    ]
+    # from_arrays infers nullable child fields; cast to the exact schema (no-op on the data).
+    cols = [c.cast(f.type) for c, f in zip(cols, schema)]
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+def write_batch(root: Path, step: int, rank: int, rb: pa.RecordBatch, *, slots: int = 4,
+                metadata: dict[str, str] | None = None) -> Path:
+    """Publish per the protocol: write .step-*.arrow.tmp, then atomic rename."""
+    rank_dir = root / f"rank-{rank}"
+    rank_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    meta = {"stoker.format_version": "1", "stoker.step": str(step), "stoker.rank": str(rank),
+            "stoker.slots": str(slots), "stoker.pad_token_id": str(PAD)}
+    if metadata is not None:
+        meta.update(metadata)
+    schema = rb.schema.with_metadata(meta)
+    name = f"step-{step:010d}.arrow"
+    tmp = rank_dir / f".{name}.tmp"
+    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema) as w:
+        w.write_batch(pa.RecordBatch.from_arrays(rb.columns, schema=schema))
+    os.chmod(tmp, 0o600)
+    final = rank_dir / name
+    os.rename(tmp, final)
+    return final
+
+
+def write_manifest(root: Path, *, world_size: int, num_steps: int, micro_batch_size: int = 4,
+                   patch_dim: int = PATCH_DIM, job_name: str = "test-job") -> None:
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = root / ".manifest.json.tmp"
+    tmp.write_text(json.dumps({
+        "format_version": 1, "job_name": job_name, "world_size": world_size,
+        "micro_batch_size": micro_batch_size, "num_records": world_size * num_steps * micro_batch_size,
+        "num_steps": num_steps, "patch_dim": patch_dim}))
+    os.rename(tmp, root / "manifest.json")
+
+
+def make_job(root: Path, *, world_size: int, num_steps: int, micro_batch_size: int = 4,
+             patch_dim: int = PATCH_DIM) -> dict[tuple[int, int], list]:
+    """A complete job directory; returns the samples per (step, rank)."""
+    write_manifest(root, world_size=world_size, num_steps=num_steps,
+                   micro_batch_size=micro_batch_size, patch_dim=patch_dim)
+    written = {}
+    for step in range(num_steps):
+        for rank in range(world_size):
+            samples = make_samples(step, rank, micro_batch_size, patch_dim=patch_dim)
+            write_batch(root, step, rank, build_record_batch(samples, patch_dim=patch_dim),
+                        slots=micro_batch_size)
+            written[(step, rank)] = samples
+    return written
+
+
+@pytest.fixture
+def shm_root():
+    """A fresh job directory under /dev/shm (falls back to the temp dir), removed afterwards."""
+    base = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    d = Path(tempfile.mkdtemp(prefix="stoker-test-", dir=base))
+    try:
+        yield d / "job"
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
