@@ -49,6 +49,9 @@ public final class SampleTokenizer {
                 throw failed("image " + i + " (" + record.images[i].path + "): " + e.getMessage(), e);
             }
             int rows = image.numPatches();
+            if (image.pixelValues == null) {
+                throw failed("image " + i + " (" + record.images[i].path + ") has no pixel values", null);
+            }
             if (image.pixelValues.length % rows != 0
                     || (patchDim >= 0 && image.pixelValues.length / rows != patchDim)) {
                 throw failed("image " + i + " (" + record.images[i].path + ") has " + image.pixelValues.length
