@@ -1,0 +1,58 @@
+package dev.stoker.operators.parse;
+
+import dev.stoker.operators.model.RejectReason;
+import dev.stoker.operators.model.RejectedRecordException;
+import java.util.regex.Pattern;
+
+/**
+ * Checks that an image path from a record is a plain relative path that stays under the dataset
+ * root, so that no record can make the job read outside it.
+ */
+final class ImagePaths {
+    /** An RFC 3986 scheme followed by a colon: {@code http:}, {@code s3:}, {@code file:}, {@code data:}, {@code C:}. */
+    private static final Pattern SCHEME = Pattern.compile("^[A-Za-z][A-Za-z0-9+.-]*:");
+
+    private ImagePaths() {}
+
+    /**
+     * Validates {@code path}; {@code where} names its place in the record for the message.
+     *
+     * @throws RejectedRecordException {@link RejectReason#INVALID_RECORD} for an empty path,
+     *     {@link RejectReason#UNSAFE_PATH} for an absolute path, a URL scheme, a backslash, a
+     *     control character or {@code ..} segments that leave the dataset root
+     */
+    static String requireSafe(String path, String where) throws RejectedRecordException {
+        if (path.isBlank()) {
+            throw new RejectedRecordException(RejectReason.INVALID_RECORD, where + ": empty image path");
+        }
+        if (path.indexOf('\\') >= 0) {
+            throw unsafe(path, where, "contains a backslash");
+        }
+        if (path.chars().anyMatch(Character::isISOControl)) {
+            throw unsafe(path, where, "contains a control character");
+        }
+        if (SCHEME.matcher(path).find()) {
+            throw unsafe(path, where, "has a URL scheme or drive prefix; only paths relative to the dataset root are allowed");
+        }
+        if (path.startsWith("/")) {
+            throw unsafe(path, where, "is absolute; only paths relative to the dataset root are allowed");
+        }
+        int depth = 0;
+        for (String segment : path.split("/", -1)) {
+            if (segment.equals("..")) {
+                depth--;
+                if (depth < 0) {
+                    throw unsafe(path, where, "escapes the dataset root with '..'");
+                }
+            } else if (!segment.isEmpty() && !segment.equals(".")) {
+                depth++;
+            }
+        }
+        return path;
+    }
+
+    private static RejectedRecordException unsafe(String path, String where, String why) {
+        return new RejectedRecordException(RejectReason.UNSAFE_PATH,
+                where + ": image path '" + path + "' " + why);
+    }
+}

@@ -1,0 +1,106 @@
+package dev.stoker.operators.parse;
+
+import com.fasterxml.jackson.core.JsonFactory;
+import com.fasterxml.jackson.core.JsonLocation;
+import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.core.StreamReadConstraints;
+import com.fasterxml.jackson.core.StreamReadFeature;
+import com.fasterxml.jackson.databind.DeserializationFeature;
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import dev.stoker.operators.model.JsonlLine;
+import dev.stoker.operators.model.RecordRef;
+import dev.stoker.operators.model.RejectReason;
+import dev.stoker.operators.model.RejectedRecordException;
+import dev.stoker.operators.model.SftRecord;
+import java.io.Serializable;
+
+/**
+ * Turns one JSONL line into a validated {@link SftRecord}; pure and thread-safe.
+ *
+ * <p>Steps: reject a line the source cut ({@link RejectReason#LINE_TOO_LONG}); decode strict UTF-8
+ * ({@link RejectReason#INVALID_UTF8} with the byte offset; a leading BOM is stripped); parse JSON
+ * with Jackson ({@link RejectReason#MALFORMED_JSON} with Jackson's message and column: syntax errors,
+ * unescaped control characters, duplicate keys, trailing content); reject lone surrogate escapes such
+ * as {@code \ud800} ({@link RejectReason#INVALID_RECORD}, "invalid Unicode scalar"); read the LLaVA,
+ * messages or LLaMA-Factory/ShareGPT layout ({@link RecordFormats}); check placeholders against
+ * images ({@link RejectReason#PLACEHOLDER_MISMATCH}), image paths ({@link RejectReason#UNSAFE_PATH})
+ * and conversation structure ({@link ConversationRules}).
+ *
+ * <p>Jackson's default maximum string length (20,000,000 chars) is lifted: the only record size limit
+ * is the source's configured maximum line length, reported as {@code LINE_TOO_LONG}.
+ *
+ * <p>Every rejection is a {@link RecordParseException} carrying the line's {@link RecordRef} (with the
+ * record id when it could be read).
+ */
+public class SftRecordParser implements Serializable {
+    private static final long serialVersionUID = 1L;
+
+    private static final ObjectMapper MAPPER = new ObjectMapper(JsonFactory.builder()
+            .streamReadConstraints(StreamReadConstraints.builder().maxStringLength(Integer.MAX_VALUE).build())
+            .enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION)
+            .build())
+            .enable(DeserializationFeature.FAIL_ON_TRAILING_TOKENS);
+
+    /**
+     * Parses and validates one line.
+     *
+     * @throws RecordParseException (a {@link RejectedRecordException}) naming the reason, the field
+     *     and the turn concerned
+     */
+    public SftRecord parse(JsonlLine line) throws RejectedRecordException {
+        RecordRef ref = line.ref;
+        try {
+            if (line.isTruncated()) {
+                throw new RejectedRecordException(RejectReason.LINE_TOO_LONG, "line of " + line.originalLength
+                        + " bytes is longer than the maximum line length of " + line.bytes.length + " bytes");
+            }
+            JsonNode root = readJson(StrictUtf8.decode(line.bytes));
+            ref = withId(ref, root);
+            UnicodeScalars.check(root);
+            ConversationBuilder builder;
+            if (root.has("conversations") && root.has("messages")) {
+                throw RecordFormats.invalid("record has both 'conversations' and 'messages'");
+            } else if (root.has("messages")) {
+                builder = RecordFormats.readMessages(root);
+            } else {
+                builder = RecordFormats.readLlava(root);
+            }
+            SftRecord record = builder.build(ref);
+            ConversationRules.check(record);
+            builder.checkPlaceholders();
+            return record;
+        } catch (RecordParseException e) {
+            throw e;
+        } catch (RejectedRecordException e) {
+            throw new RecordParseException(ref, e);
+        }
+    }
+
+    private static JsonNode readJson(String text) throws RejectedRecordException {
+        JsonNode root;
+        try {
+            root = MAPPER.readTree(text);
+        } catch (JsonProcessingException e) {
+            JsonLocation at = e.getLocation();
+            String column = at == null ? "" : " at column " + at.getColumnNr();
+            throw new RejectedRecordException(RejectReason.MALFORMED_JSON,
+                    "malformed JSON" + column + ": " + e.getOriginalMessage(), e);
+        }
+        if (root == null || !root.isObject()) {
+            throw RecordFormats.invalid("record is not a JSON object");
+        }
+        return root;
+    }
+
+    private static RecordRef withId(RecordRef ref, JsonNode root) throws RejectedRecordException {
+        JsonNode id = root.get("id");
+        if (id == null || id.isNull()) {
+            return ref;
+        }
+        if (!id.isTextual() && !id.isNumber()) {
+            throw RecordFormats.invalid("'id' must be a string or a number");
+        }
+        return ref.withRecordId(id.asText());
+    }
+}

@@ -1,0 +1,94 @@
+package dev.stoker.operators.tokenize;
+
+import dev.stoker.operators.model.ChatMessage;
+import dev.stoker.operators.model.ContentPart;
+import dev.stoker.operators.model.SftRecord;
+import java.io.Serializable;
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * Renders an {@link SftRecord} as the Hugging Face Qwen2-VL {@code chat_template} does (the same
+ * template ships with Qwen2.5-VL):
+ *
+ * <pre>
+ * [if the first message is not system] &lt;|im_start|&gt;system\nYou are a helpful assistant.&lt;|im_end|&gt;\n
+ * for each message: &lt;|im_start|&gt;{role}\n{content}&lt;|im_end|&gt;\n
+ * </pre>
+ *
+ * where content concatenates the message's parts without separators and each image part becomes
+ * {@code <|vision_start|>} + N x {@code <|image_pad|>} + {@code <|vision_end|>} in place, N being
+ * {@code grid_t*grid_h*grid_w / merge_size^2} of that image (Qwen2VLProcessor's expansion). No
+ * generation prompt is added.
+ *
+ * <p>Label masking follows the official Qwen2.5-VL fine-tuning code (QwenLM/Qwen2.5-VL,
+ * {@code qwen-vl-finetune/qwenvl/data/data_qwen.py}, {@code preprocess_qwen_2_visual}): each turn is
+ * tokenized on its own; system and user turns are entirely -100; in an assistant turn the first
+ * {@value #ASSISTANT_HEADER_TOKENS} tokens ({@code <|im_start|>}, {@code assistant}, {@code \n}) are
+ * -100 and the rest (content, {@code <|im_end|>}, {@code \n}) are labels. Turns start with the special
+ * token {@code <|im_start|>}, so tokenizing per turn gives the same ids as tokenizing the whole text.
+ *
+ * <p>Text is passed to the tokenizer as is. Like the Hugging Face tokenizer, it recognises
+ * special-token strings inside dataset text (for example a literal {@code <|im_end|>} becomes id
+ * 151645), which keeps ids identical to the HF processor; the vision tokens are the exception that
+ * cannot occur, because the parser rejects text containing them.
+ */
+public final class QwenChatTemplate implements Serializable {
+    private static final long serialVersionUID = 1L;
+
+    public static final String DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant.";
+    /** Tokens of an assistant turn's header ({@code <|im_start|>assistant\n}) that are not trained. */
+    public static final int ASSISTANT_HEADER_TOKENS = 3;
+
+    /**
+     * Renders the record.
+     *
+     * @param imagePads number of {@code <|image_pad|>} tokens per image, indexed like
+     *     {@link SftRecord#images}
+     * @throws IllegalArgumentException when an image part refers to an image without a pad count
+     */
+    public List<TemplateTurn> render(SftRecord record, int[] imagePads) {
+        List<TemplateTurn> turns = new ArrayList<>();
+        if (record.messages.length == 0 || !ChatMessage.SYSTEM.equals(record.messages[0].role)) {
+            turns.add(new TemplateTurn(ChatMessage.SYSTEM, List.of(TemplateTurn.Segment.text(
+                    "<|im_start|>system\n" + DEFAULT_SYSTEM_PROMPT + "<|im_end|>\n")), false));
+        }
+        for (ChatMessage message : record.messages) {
+            turns.add(renderTurn(message, imagePads));
+        }
+        return turns;
+    }
+
+    /** Number of {@code <|image_pad|>} tokens for an image grid: {@code t*h*w / mergeSize^2}. */
+    public static int imagePadCount(int gridT, int gridH, int gridW, int mergeSize) {
+        long patches = (long) gridT * gridH * gridW;
+        long mergeArea = (long) mergeSize * mergeSize;
+        if (patches <= 0 || patches % mergeArea != 0) {
+            throw new IllegalArgumentException("image grid (" + gridT + ", " + gridH + ", " + gridW
+                    + ") is not a positive multiple of merge_size^2 = " + mergeArea);
+        }
+        return Math.toIntExact(patches / mergeArea);
+    }
+
+    private static TemplateTurn renderTurn(ChatMessage message, int[] imagePads) {
+        List<TemplateTurn.Segment> segments = new ArrayList<>();
+        StringBuilder text = new StringBuilder("<|im_start|>").append(message.role).append('\n');
+        for (ContentPart part : message.content) {
+            if (part.isImage()) {
+                if (part.imageIndex < 0 || part.imageIndex >= imagePads.length) {
+                    throw new IllegalArgumentException("image part refers to image " + part.imageIndex
+                            + " but " + imagePads.length + " images are available");
+                }
+                if (text.length() > 0) {
+                    segments.add(TemplateTurn.Segment.text(text.toString()));
+                }
+                segments.add(TemplateTurn.Segment.image(imagePads[part.imageIndex]));
+                text.setLength(0);
+            } else {
+                text.append(part.text);
+            }
+        }
+        segments.add(TemplateTurn.Segment.text(text.append("<|im_end|>\n").toString()));
+        return new TemplateTurn(message.role, segments, ChatMessage.ASSISTANT.equals(message.role));
+    }
+}

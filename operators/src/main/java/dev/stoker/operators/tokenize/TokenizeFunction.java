@@ -1,0 +1,62 @@
+package dev.stoker.operators.tokenize;
+
+import dev.stoker.operators.model.DeadLetter;
+import dev.stoker.operators.model.DeadLetters;
+import dev.stoker.operators.model.PreprocessedRecord;
+import dev.stoker.operators.model.RejectedRecordException;
+import dev.stoker.operators.model.TokenizedSample;
+import java.nio.file.Path;
+import org.apache.flink.api.common.functions.OpenContext;
+import org.apache.flink.streaming.api.functions.ProcessFunction;
+import org.apache.flink.util.Collector;
+
+/**
+ * Flink operator that renders the Qwen2-VL chat template, tokenizes it with label masking and
+ * attaches the images' {@code pixel_values} and {@code image_grid_thw} (see {@link SampleTokenizer}).
+ * The tokenizer is loaded in {@link #open(OpenContext)} from a directory holding
+ * {@code tokenizer.json} and closed in {@link #close()}. Records that cannot be tokenized go to the
+ * {@link DeadLetters#TAG} side output with {@code TOKENIZATION_FAILED}.
+ */
+public class TokenizeFunction extends ProcessFunction<PreprocessedRecord, TokenizedSample> {
+    private static final long serialVersionUID = 1L;
+
+    private final String tokenizerDir;
+    private final int mergeSize;
+    private transient ChatTokenizer tokenizer;
+    private transient SampleTokenizer samples;
+
+    /**
+     * @param tokenizerDir directory containing {@code tokenizer.json}, readable on every TaskManager
+     * @param mergeSize the vision merge size (2 for Qwen2-VL, Qwen2.5-VL and Qwen3-VL)
+     */
+    public TokenizeFunction(String tokenizerDir, int mergeSize) {
+        if (mergeSize < 1) {
+            throw new IllegalArgumentException("mergeSize must be positive, got " + mergeSize);
+        }
+        this.tokenizerDir = tokenizerDir;
+        this.mergeSize = mergeSize;
+    }
+
+    @Override
+    public void open(OpenContext openContext) throws Exception {
+        tokenizer = ChatTokenizer.open(Path.of(tokenizerDir));
+        samples = new SampleTokenizer(tokenizer, new QwenChatTemplate(), mergeSize);
+    }
+
+    @Override
+    public void processElement(PreprocessedRecord record, Context ctx, Collector<TokenizedSample> out) {
+        try {
+            out.collect(samples.tokenize(record));
+        } catch (RejectedRecordException e) {
+            ctx.output(DeadLetters.TAG, DeadLetter.of(record.record.ref, e));
+        }
+    }
+
+    @Override
+    public void close() throws Exception {
+        if (tokenizer != null) {
+            tokenizer.close();
+            tokenizer = null;
+        }
+    }
+}
