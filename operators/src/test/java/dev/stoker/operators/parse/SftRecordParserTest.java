@@ -28,7 +28,7 @@ class SftRecordParserTest {
     @ParameterizedTest
     @CsvSource({"llava-style, 38", "qwen-messages, 19", "llamafactory-sharegpt, 6"})
     void everyLineOfTheSampleDatasetsParses(String dataset, int records) throws Exception {
-        List<JsonlLine> lines = JsonlLines.read(SharedData.dataDir().resolve(dataset).resolve("train.jsonl"));
+        List<JsonlLine> lines = JsonlLines.read(SharedData.root().resolve(dataset).resolve("train.jsonl"));
         assertThat(lines).hasSize(records);
         for (JsonlLine line : lines) {
             SftRecord record = parser.parse(line);
@@ -208,7 +208,7 @@ class SftRecordParserTest {
     @Test
     void longLinesWithinTheLimitParseAndLongerOnesAreRejected() throws Exception {
         int limit = 8 << 20;
-        List<JsonlLine> lines = JsonlLines.read(SharedData.dataDir().resolve("bad-inputs/long-lines/train.jsonl"));
+        List<JsonlLine> lines = JsonlLines.read(SharedData.root().resolve("bad-inputs/long-lines/train.jsonl"));
         assertThat(lines).hasSize(4);
         SftRecord long1 = parser.parse(lines.get(1));
         assertThat(long1.ref.recordId).isEqualTo("long-1-5.2M-chars");
@@ -256,7 +256,7 @@ class SftRecordParserTest {
 
     private Map<Long, Outcome> outcomesByLine(Path relative) throws Exception {
         Map<Long, Outcome> byLine = new HashMap<>();
-        for (JsonlLine line : JsonlLines.read(SharedData.dataDir().resolve(relative))) {
+        for (JsonlLine line : JsonlLines.read(SharedData.root().resolve(relative))) {
             try {
                 byLine.put(line.ref.line, new Outcome(parser.parse(line).ref.recordId, null, null));
             } catch (RecordParseException e) {
@@ -276,7 +276,7 @@ class SftRecordParserTest {
     }
 
     private SftRecord record(Path relative, String id) throws Exception {
-        for (JsonlLine line : JsonlLines.read(SharedData.dataDir().resolve(relative))) {
+        for (JsonlLine line : JsonlLines.read(SharedData.root().resolve(relative))) {
             String text = new String(line.bytes, StandardCharsets.UTF_8);
             if (text.contains("\"id\": \"" + id + "\"")) {
                 return parser.parse(line);

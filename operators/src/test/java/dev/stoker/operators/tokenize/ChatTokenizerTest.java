@@ -31,7 +31,7 @@ class ChatTokenizerTest {
     }
 
     static Path tokenizerDir() {
-        return SharedData.dataDir().resolve("tokenizers").resolve("qwen3");
+        return SharedData.root().resolve("tokenizers").resolve("qwen3");
     }
 
     @Test

@@ -34,7 +34,7 @@ class ParseAndTokenizeTest {
     @Test
     void shareGptRecordWithTheSameImageInTwoTurns() throws Exception {
         List<String> lines = Files.readAllLines(
-                SharedData.dataDir().resolve("llamafactory-sharegpt/train.jsonl"), StandardCharsets.UTF_8);
+                SharedData.root().resolve("llamafactory-sharegpt/train.jsonl"), StandardCharsets.UTF_8);
         byte[] bytes = lines.get(0).getBytes(StandardCharsets.UTF_8);
         SftRecord record = new SftRecordParser().parse(new JsonlLine(new RecordRef("lf", 1, 0, null), bytes, bytes.length));
         PreprocessedImage[] images = {QwenChatTemplateTest.image(1, 2, 4, 1176), QwenChatTemplateTest.image(1, 2, 4, 1176)};

@@ -1,0 +1,201 @@
+package dev.stoker.operators.image;
+
+import dev.stoker.operators.model.RejectReason;
+import dev.stoker.operators.model.RejectedRecordException;
+import java.awt.image.BufferedImage;
+import java.io.ByteArrayInputStream;
+import java.io.IOException;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Locale;
+import javax.imageio.IIOImage;
+import javax.imageio.ImageIO;
+import javax.imageio.ImageReader;
+import javax.imageio.metadata.IIOMetadata;
+import javax.imageio.stream.ImageInputStream;
+import javax.imageio.stream.MemoryCacheImageInputStream;
+import org.w3c.dom.NamedNodeMap;
+import org.w3c.dom.Node;
+
+/**
+ * Decodes encoded image bytes into an 8-bit {@link RgbImage}, as Pillow's {@code Image.open} +
+ * {@code ImageOps.exif_transpose} + Hugging Face {@code convert_to_rgb} would.
+ *
+ * <ul>
+ *   <li>Formats, recognised by magic bytes: JPEG (incl. CMYK/YCCK via TwelveMonkeys), PNG (1-16 bit,
+ *       grey, palette, alpha, APNG's default image), GIF, WebP (lossy, lossless, alpha, animated) and
+ *       BMP, all through ImageIO readers with the disk cache off.
+ *   <li>Size guard: the header dimensions (and a GIF's logical screen) are read first; if {@code
+ *       width * height > maxSourcePixels} the image is rejected before any pixel buffer exists.
+ *   <li>Animations: the first frame only; a GIF frame is placed on its logical screen.
+ *   <li>Colour: see {@link RgbConverter}; alpha is composited over white.
+ *   <li>EXIF orientation 1-8 (JPEG APP1, PNG eXIf, WebP EXIF) is applied.
+ * </ul>
+ *
+ * <p>Errors: {@link RejectReason#UNSUPPORTED_IMAGE} for unknown bytes, {@link
+ * RejectReason#IMAGE_TOO_MANY_PIXELS} for bombs, {@link RejectReason#CORRUPT_IMAGE} for empty,
+ * truncated or damaged files (including JPEGs whose entropy-coded data ends early, which ImageIO
+ * only reports as a warning). Every decoder failure, checked or runtime, becomes a {@link
+ * RejectedRecordException}. Instances hold no state and are thread-safe.
+ */
+public final class ImageDecoder {
+    private static final String GIF_IMAGE_FORMAT = "javax_imageio_gif_image_1.0";
+
+    public ImageDecoder() {
+        ImageIO.setUseCache(false);
+    }
+
+    /**
+     * Decodes {@code encoded}.
+     *
+     * @param encoded the file's bytes
+     * @param maxSourcePixels largest accepted {@code width * height} of the stored image, in pixels
+     * @return the oriented RGB image
+     * @throws RejectedRecordException with reason UNSUPPORTED_IMAGE, IMAGE_TOO_MANY_PIXELS or
+     *     CORRUPT_IMAGE and a message naming the format and dimensions where known
+     */
+    public RgbImage decode(byte[] encoded, long maxSourcePixels) throws RejectedRecordException {
+        if (encoded == null || encoded.length == 0) {
+            throw new RejectedRecordException(RejectReason.CORRUPT_IMAGE, "empty image file (0 bytes)");
+        }
+        ImageFormat format = ImageFormat.sniff(encoded);
+        if (format == null) {
+            throw new RejectedRecordException(
+                    RejectReason.UNSUPPORTED_IMAGE, "not a supported image (" + describeStart(encoded) + ")");
+        }
+        if (format == ImageFormat.PNG) {
+            String defect = PngIntegrity.firstDefect(encoded);
+            if (defect != null) {
+                throw new RejectedRecordException(RejectReason.CORRUPT_IMAGE, "corrupt PNG: " + defect);
+            }
+        }
+        ImageReader reader = readerFor(format);
+        String size = "";
+        try (ImageInputStream in = new MemoryCacheImageInputStream(new ByteArrayInputStream(encoded))) {
+            reader.setInput(in, true, format != ImageFormat.GIF);
+            int canvasW = 0;
+            int canvasH = 0;
+            if (format == ImageFormat.GIF && encoded.length >= 10) {
+                canvasW = Math.max(1, (encoded[6] & 0xFF) | (encoded[7] & 0xFF) << 8);
+                canvasH = Math.max(1, (encoded[8] & 0xFF) | (encoded[9] & 0xFF) << 8);
+                checkPixels(format, canvasW, canvasH, maxSourcePixels);
+            }
+            int w = reader.getWidth(0);
+            int h = reader.getHeight(0);
+            size = " " + w + "x" + h;
+            checkPixels(format, w, h, maxSourcePixels);
+            if (format != ImageFormat.GIF) {
+                canvasW = w;
+                canvasH = h;
+            }
+            List<String> warnings = new ArrayList<>();
+            reader.addIIOReadWarningListener((source, warning) -> warnings.add(warning));
+            IIOImage frame = reader.readAll(0, null);
+            checkWarnings(format, size, warnings);
+            BufferedImage img = (BufferedImage) frame.getRenderedImage();
+            RgbImage rgb = toCanvas(img, frame.getMetadata(), format, canvasW, canvasH);
+            return ExifOrientation.apply(rgb, ExifOrientation.read(encoded, format));
+        } catch (IOException | RuntimeException e) {
+            throw new RejectedRecordException(
+                    RejectReason.CORRUPT_IMAGE, "corrupt " + format + size + ": " + e, e);
+        } finally {
+            reader.dispose();
+        }
+    }
+
+    private static void checkPixels(ImageFormat format, int w, int h, long maxSourcePixels)
+            throws RejectedRecordException {
+        if ((long) w * h > maxSourcePixels) {
+            throw new RejectedRecordException(
+                    RejectReason.IMAGE_TOO_MANY_PIXELS,
+                    "image too large: " + format + " " + w + "x" + h + " = " + (long) w * h
+                            + " pixels > limit " + maxSourcePixels);
+        }
+    }
+
+    private static ImageReader readerFor(ImageFormat format) throws RejectedRecordException {
+        Iterator<ImageReader> readers = ImageIO.getImageReadersByFormatName(format.imageIoName);
+        if (!readers.hasNext()) {
+            throw new RejectedRecordException(
+                    RejectReason.UNSUPPORTED_IMAGE, "no ImageIO reader installed for " + format);
+        }
+        return readers.next();
+    }
+
+    /**
+     * libjpeg reports a cut or damaged entropy-coded segment only as a warning ("Corrupt JPEG data:
+     * premature end of data segment") and fills the rest with grey; such a partial image must not be
+     * emitted. Other warnings are tolerated, as Pillow tolerates them: a file that only lacks its
+     * final EOI marker decodes completely, and ICC or extraneous-byte warnings are harmless.
+     */
+    private static void checkWarnings(ImageFormat format, String size, List<String> warnings)
+            throws RejectedRecordException {
+        for (String warning : warnings) {
+            if (warning.toLowerCase(Locale.ROOT).contains("premature end of data segment")) {
+                throw new RejectedRecordException(
+                        RejectReason.CORRUPT_IMAGE, "truncated " + format + size + ": " + warning);
+            }
+        }
+    }
+
+    private static RgbImage toCanvas(
+            BufferedImage img, IIOMetadata meta, ImageFormat format, int canvasW, int canvasH) {
+        int dx = 0;
+        int dy = 0;
+        int cw = img.getWidth();
+        int ch = img.getHeight();
+        if (format == ImageFormat.GIF && meta != null) {
+            Node descriptor = child(meta.getAsTree(GIF_IMAGE_FORMAT), "ImageDescriptor");
+            if (descriptor != null) {
+                NamedNodeMap attrs = descriptor.getAttributes();
+                dx = Integer.parseInt(attrs.getNamedItem("imageLeftPosition").getNodeValue());
+                dy = Integer.parseInt(attrs.getNamedItem("imageTopPosition").getNodeValue());
+                cw = canvasW;
+                ch = canvasH;
+            }
+        }
+        if (dx == 0 && dy == 0 && cw == img.getWidth() && ch == img.getHeight()) {
+            byte[] out = new byte[cw * ch * 3];
+            RgbConverter.convert(img, out, cw, 0, 0);
+            return new RgbImage(cw, ch, out);
+        }
+        byte[] out = new byte[cw * ch * 3];
+        Arrays.fill(out, (byte) 0xFF);
+        int fw = Math.min(img.getWidth(), cw - dx);
+        int fh = Math.min(img.getHeight(), ch - dy);
+        if (fw > 0 && fh > 0) {
+            RgbConverter.convert(img.getSubimage(0, 0, fw, fh), out, cw, dx, dy);
+        }
+        return new RgbImage(cw, ch, out);
+    }
+
+    private static Node child(Node parent, String name) {
+        for (Node n = parent.getFirstChild(); n != null; n = n.getNextSibling()) {
+            if (name.equals(n.getNodeName())) {
+                return n;
+            }
+        }
+        return null;
+    }
+
+    private static String describeStart(byte[] d) {
+        int n = Math.min(d.length, 24);
+        StringBuilder text = new StringBuilder();
+        boolean printable = true;
+        for (int i = 0; i < n; i++) {
+            int c = d[i] & 0xFF;
+            printable &= c >= 0x20 && c < 0x7F || c == '\n' || c == '\r' || c == '\t';
+            text.append(c >= 0x20 && c < 0x7F ? (char) c : ' ');
+        }
+        if (printable) {
+            return d.length + " bytes of text starting '" + text.toString().trim() + "'";
+        }
+        StringBuilder hex = new StringBuilder();
+        for (int i = 0; i < Math.min(n, 8); i++) {
+            hex.append(String.format("%02x", d[i] & 0xFF));
+        }
+        return d.length + " bytes starting 0x" + hex;
+    }
+}

@@ -1,0 +1,127 @@
+package dev.stoker.operators.image;
+
+import java.awt.color.ColorSpace;
+import java.awt.image.BufferedImage;
+import java.awt.image.ColorModel;
+import java.awt.image.DataBuffer;
+import java.awt.image.IndexColorModel;
+import java.awt.image.Raster;
+
+/**
+ * Converts a decoded {@link BufferedImage} to 8-bit RGB the way Hugging Face's {@code
+ * convert_to_rgb} does with Pillow: colour samples are taken as stored (no ICC or gamma conversion,
+ * as Pillow's {@code convert} ignores profiles), grey becomes three equal channels, sub-byte depths
+ * are scaled to the full range (1-bit to 0/255, 2-bit to multiples of 85, 4-bit to multiples of
+ * 17), 16-bit samples keep their high byte (Pillow's {@code RGB;16B} unpacking), palettes are
+ * looked up, and alpha is composited over opaque white with Pillow's fixed-point {@code
+ * ImagingAlphaComposite} arithmetic. Other colour spaces (e.g. CMYK a reader did not convert) go
+ * through the colour model's sRGB conversion.
+ */
+final class RgbConverter {
+    private static final int ALPHA_BITS = 7;
+
+    private RgbConverter() {}
+
+    /** Writes {@code img} into {@code out} at ({@code dx}, {@code dy}) of a canvas {@code canvasW} wide. */
+    static void convert(BufferedImage img, byte[] out, int canvasW, int dx, int dy) {
+        ColorModel cm = img.getColorModel();
+        if (cm.isAlphaPremultiplied()) {
+            img.coerceData(false);
+        }
+        Raster raster = img.getRaster();
+        int w = img.getWidth();
+        int h = img.getHeight();
+        int type = cm.getColorSpace().getType();
+        int colours = cm.getNumColorComponents();
+        int transfer = raster.getTransferType();
+        boolean integral = transfer != DataBuffer.TYPE_FLOAT && transfer != DataBuffer.TYPE_DOUBLE;
+        int[] rgba = new int[w * 4];
+        if (cm instanceof IndexColorModel) {
+            IndexColorModel icm = (IndexColorModel) cm;
+            int[] idx = new int[w];
+            for (int y = 0; y < h; y++) {
+                raster.getSamples(0, y, w, 1, 0, idx);
+                for (int x = 0; x < w; x++) {
+                    int i = idx[x];
+                    rgba[x * 4] = icm.getRed(i);
+                    rgba[x * 4 + 1] = icm.getGreen(i);
+                    rgba[x * 4 + 2] = icm.getBlue(i);
+                    rgba[x * 4 + 3] = icm.getAlpha(i);
+                }
+                writeRow(rgba, w, out, ((dy + y) * canvasW + dx) * 3);
+            }
+        } else if (integral && ((type == ColorSpace.TYPE_GRAY && colours == 1)
+                || (type == ColorSpace.TYPE_RGB && colours == 3))) {
+            int bands = raster.getNumBands();
+            int[] max = new int[bands];
+            for (int b = 0; b < bands; b++) {
+                max[b] = (1 << cm.getComponentSize(b)) - 1;
+            }
+            boolean alpha = cm.hasAlpha();
+            int[] px = new int[w * bands];
+            for (int y = 0; y < h; y++) {
+                raster.getPixels(0, y, w, 1, px);
+                for (int x = 0; x < w; x++) {
+                    int p = x * bands;
+                    for (int c = 0; c < 3; c++) {
+                        int b = colours == 1 ? 0 : c;
+                        rgba[x * 4 + c] = to8(px[p + b], max[b]);
+                    }
+                    rgba[x * 4 + 3] = alpha ? to8(px[p + colours], max[colours]) : 255;
+                }
+                writeRow(rgba, w, out, ((dy + y) * canvasW + dx) * 3);
+            }
+        } else {
+            int[] argb = new int[w];
+            for (int y = 0; y < h; y++) {
+                img.getRGB(0, y, w, 1, argb, 0, w);
+                for (int x = 0; x < w; x++) {
+                    int v = argb[x];
+                    rgba[x * 4] = v >> 16 & 0xFF;
+                    rgba[x * 4 + 1] = v >> 8 & 0xFF;
+                    rgba[x * 4 + 2] = v & 0xFF;
+                    rgba[x * 4 + 3] = v >>> 24;
+                }
+                writeRow(rgba, w, out, ((dy + y) * canvasW + dx) * 3);
+            }
+        }
+    }
+
+    private static int to8(int v, int max) {
+        if (max == 255) {
+            return v;
+        }
+        if (max == 65535) {
+            return v >> 8;
+        }
+        return (v * 255 + max / 2) / max;
+    }
+
+    private static void writeRow(int[] rgba, int w, byte[] out, int o) {
+        for (int x = 0; x < w; x++, o += 3) {
+            int a = rgba[x * 4 + 3];
+            if (a == 255) {
+                out[o] = (byte) rgba[x * 4];
+                out[o + 1] = (byte) rgba[x * 4 + 1];
+                out[o + 2] = (byte) rgba[x * 4 + 2];
+            } else {
+                out[o] = (byte) overWhite(rgba[x * 4], a);
+                out[o + 1] = (byte) overWhite(rgba[x * 4 + 1], a);
+                out[o + 2] = (byte) overWhite(rgba[x * 4 + 2], a);
+            }
+        }
+    }
+
+    /**
+     * One channel of Pillow's {@code ImagingAlphaComposite} (src over an opaque white dst):
+     * {@code coef1 = a*255*255*2^7 / (a*255 + 255*(255-a))}, result {@code SHIFTFORDIV255(src*coef1
+     * + 255*coef2 + (0x80 << 7)) >> 7}.
+     */
+    static int overWhite(int src, int a) {
+        int outa255 = a * 255 + 255 * (255 - a);
+        int coef1 = a * 255 * 255 * (1 << ALPHA_BITS) / outa255;
+        int coef2 = 255 * (1 << ALPHA_BITS) - coef1;
+        int tmp = src * coef1 + 255 * coef2 + (0x80 << ALPHA_BITS);
+        return (((tmp >> 8) + tmp) >> 8) >> ALPHA_BITS;
+    }
+}

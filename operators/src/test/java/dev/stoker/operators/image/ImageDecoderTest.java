@@ -1,0 +1,220 @@
+package dev.stoker.operators.image;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import dev.stoker.operators.SharedData;
+import dev.stoker.operators.model.RejectReason;
+import dev.stoker.operators.model.RejectedRecordException;
+import java.nio.file.Files;
+import java.util.Set;
+import java.util.TreeSet;
+import org.assertj.core.api.AbstractThrowableAssert;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+
+class ImageDecoderTest {
+    private static final long LIMIT = QwenVisionConfig.DEFAULT_MAX_SOURCE_PIXELS;
+
+    private final ImageDecoder decoder = new ImageDecoder();
+
+    private RgbImage decode(String relative) throws RejectedRecordException {
+        return decoder.decode(SharedData.bytes(relative), LIMIT);
+    }
+
+    @Test
+    void everyDatasetImageDecodesToItsOrientedReferenceSize() throws Exception {
+        ObjectMapper mapper = new ObjectMapper();
+        int decoded = 0;
+        for (String line : Files.readAllLines(SharedData.path("smart_resize_reference.jsonl"))) {
+            JsonNode row = mapper.readTree(line);
+            String file = row.get("dataset").asText() + "/" + row.get("path").asText();
+            RgbImage img = decode(file);
+            assertThat(img.width()).as(file + " width").isEqualTo(row.get("width_after_exif").asInt());
+            assertThat(img.height()).as(file + " height").isEqualTo(row.get("height_after_exif").asInt());
+            decoded++;
+        }
+        assertThat(decoded).isEqualTo(51);
+    }
+
+    @ParameterizedTest
+    @ValueSource(strings = {"orient_1.jpg", "orient_2.jpg", "orient_3.jpg", "orient_4.jpg", "orient_5.jpg",
+        "orient_6.jpg", "orient_7.jpg", "orient_8.jpg", "orient_6_in_png_exif.png"})
+    void exifOrientationIsApplied(String name) throws Exception {
+        RgbImage img = decode("bad-inputs/exif-orientation/images/" + name);
+        assertThat(img.width()).isEqualTo(60);
+        assertThat(img.height()).isEqualTo(40);
+        assertColour(img, 5, 5, 255, 0, 0, 40);
+        assertColour(img, 54, 5, 0, 255, 0, 40);
+        assertColour(img, 5, 34, 0, 0, 255, 40);
+        assertColour(img, 54, 34, 255, 255, 255, 40);
+    }
+
+    @ParameterizedTest
+    @ValueSource(strings = {"rgba_hidden_green.png", "rgba_black_transparent.png", "rgba_hidden_green.webp"})
+    void transparentPixelsBecomeWhiteAndOpaqueCentreStaysRed(String name) throws Exception {
+        RgbImage img = decode("bad-inputs/alpha-compositing/images/" + name);
+        assertColour(img, 0, 0, 255, 255, 255, 0);
+        assertColour(img, img.width() - 1, img.height() - 1, 255, 255, 255, 0);
+        assertColour(img, img.width() / 2, img.height() / 2, 255, 0, 0, 0);
+        for (int y = 0; y < img.height(); y++) {
+            for (int x = 0; x < img.width(); x++) {
+                boolean white = img.get(x, y, 0) == 255 && img.get(x, y, 1) == 255 && img.get(x, y, 2) == 255;
+                boolean red = img.get(x, y, 0) == 255 && img.get(x, y, 1) == 0 && img.get(x, y, 2) == 0;
+                assertThat(white || red).as("%s pixel %d,%d is white or red", name, x, y).isTrue();
+            }
+        }
+    }
+
+    @ParameterizedTest
+    @ValueSource(strings = {"la_transparent_border.png", "palette_trns.png", "gif_transparent_index.gif"})
+    void otherTransparencyKindsCompositeOnWhite(String name) throws Exception {
+        RgbImage img = decode("bad-inputs/alpha-compositing/images/" + name);
+        assertColour(img, 0, 0, 255, 255, 255, 0);
+        if (name.startsWith("la_")) {
+            assertColour(img, img.width() / 2, img.height() / 2, 0, 0, 0, 0);
+        }
+    }
+
+    @Test
+    void halfAlphaBlueBlendsWithWhite() throws Exception {
+        RgbImage img = decode("bad-inputs/alpha-compositing/images/rgba_half_alpha_blue.png");
+        for (int y = 0; y < img.height(); y++) {
+            for (int x = 0; x < img.width(); x++) {
+                assertColour(img, x, y, 127, 127, 255, 1);
+            }
+        }
+    }
+
+    @Test
+    void grayscaleBecomesThreeEqualChannelsAtFullRange() throws Exception {
+        String dir = "bad-inputs/grayscale-variants/images/";
+        assertThat(grayLevels(decode(dir + "gray1bit_checker.png"))).containsExactly(0, 255);
+        assertThat(grayLevels(decode(dir + "gray2bit_levels.png"))).containsExactly(0, 85, 170, 255);
+        Set<Integer> four = grayLevels(decode(dir + "gray4bit_levels.png"));
+        assertThat(four).hasSize(16).allMatch(v -> v % 17 == 0);
+        assertThat(grayLevels(decode(dir + "gray8.png")).size()).isGreaterThan(16);
+        assertThat(grayLevels(decode(dir + "gray_1component.jpg")).size()).isGreaterThan(16);
+    }
+
+    @Test
+    void cmykJpegsAreNotInverted() throws Exception {
+        String dir = "bad-inputs/cmyk-jpeg/images/";
+        assertThat(meanAbsDiff(decode(dir + "cmyk_adobe.jpg"), decode(dir + "reference_rgb.png"))).isLessThanOrEqualTo(12);
+        assertThat(meanAbsDiff(decode(dir + "pil_sample_cmyk.jpg"), decode(dir + "pil_sample_rgb_reference.jpg")))
+                .isLessThanOrEqualTo(12);
+    }
+
+    @ParameterizedTest
+    @ValueSource(strings = {"png_20000x20000_1bit.png:20000x20000", "gif_65535x65535_header.gif:65535x65535",
+        "jpeg_sof_60000x60000.jpg:60000x60000"})
+    void decompressionBombsAreRejectedFromTheHeader(String spec) {
+        String[] parts = spec.split(":");
+        long start = System.nanoTime();
+        assertRejected("bad-inputs/decompression-bomb/images/" + parts[0], RejectReason.IMAGE_TOO_MANY_PIXELS)
+                .hasMessageContaining("image too large")
+                .hasMessageContaining(parts[1])
+                .hasMessageContaining("limit 178956970");
+        assertThat((System.nanoTime() - start) / 1_000_000).as("ms to reject").isLessThan(2000);
+    }
+
+    @Test
+    void smallControlImageNextToTheBombsDecodes() throws Exception {
+        RgbImage img = decode("bad-inputs/decompression-bomb/images/ok_small.png");
+        assertThat(img.width() * img.height()).isPositive();
+    }
+
+    @Test
+    void jpegMissingOnlyItsEndMarkerDecodesToTheSamePixels() throws Exception {
+        RgbImage ok = decode("bad-inputs/truncated-files/images/ok.jpg");
+        RgbImage missingEoi = decode("bad-inputs/truncated-files/images/missing_eoi.jpg");
+        assertThat(missingEoi.width()).isEqualTo(ok.width());
+        assertThat(missingEoi.height()).isEqualTo(ok.height());
+        assertThat(missingEoi.pixels()).isEqualTo(ok.pixels());
+    }
+
+    @Test
+    void truncatedAndDamagedFilesAreRejectedWithTheCause() {
+        String dir = "bad-inputs/truncated-files/images/";
+        assertRejected(dir + "truncated_60pct.jpg", RejectReason.CORRUPT_IMAGE).hasMessageContaining("truncated JPEG");
+        assertRejected(dir + "truncated_progressive_50pct.jpg", RejectReason.CORRUPT_IMAGE)
+                .hasMessageContaining("truncated JPEG");
+        assertRejected(dir + "truncated_in_idat.png", RejectReason.CORRUPT_IMAGE).hasMessageContaining("truncated");
+        assertRejected(dir + "idat_crc_mismatch.png", RejectReason.CORRUPT_IMAGE).hasMessageContaining("CRC mismatch");
+        assertRejected(dir + "empty.jpg", RejectReason.CORRUPT_IMAGE).hasMessageContaining("empty");
+        assertRejected(dir + "s3_error_body.jpg", RejectReason.UNSUPPORTED_IMAGE).hasMessageContaining("text");
+    }
+
+    @Test
+    void garbageAfterAValidSignatureIsCorruptNotAnException() {
+        byte[] bytes = {(byte) 0xFF, (byte) 0xD8, (byte) 0xFF, 0, 1, 2, 3, 4, 5};
+        assertThatThrownBy(() -> decoder.decode(bytes, LIMIT))
+                .isInstanceOf(RejectedRecordException.class)
+                .extracting(e -> ((RejectedRecordException) e).reason())
+                .isEqualTo(RejectReason.CORRUPT_IMAGE);
+    }
+
+    @ParameterizedTest
+    @ValueSource(strings = {"three_frames_subrect.gif", "three_frames_full.webp"})
+    void animationsGiveTheirFirstFrameOnTheCanvas(String name) throws Exception {
+        RgbImage img = decode("bad-inputs/animated-images/images/" + name);
+        assertThat(img.width()).isEqualTo(40);
+        assertThat(img.height()).isEqualTo(30);
+        for (int y = 0; y < 30; y++) {
+            for (int x = 0; x < 40; x++) {
+                assertColour(img, x, y, 255, 0, 0, 8);
+            }
+        }
+    }
+
+    @ParameterizedTest
+    @ValueSource(strings = {"apng_real.png", "gif_real_42frames.gif"})
+    void realAnimationsUseTheLogicalCanvas(String name) throws Exception {
+        RgbImage img = decode("bad-inputs/animated-images/images/" + name);
+        assertThat(img.width()).isEqualTo(245);
+        assertThat(img.height()).isEqualTo(245);
+    }
+
+    private AbstractThrowableAssert<?, ? extends Throwable> assertRejected(String relative, RejectReason reason) {
+        byte[] bytes = SharedData.bytes(relative);
+        AbstractThrowableAssert<?, ? extends Throwable> a =
+                assertThatThrownBy(() -> decoder.decode(bytes, LIMIT)).isInstanceOf(RejectedRecordException.class);
+        a.extracting(e -> ((RejectedRecordException) e).reason()).isEqualTo(reason);
+        return a;
+    }
+
+    private static void assertColour(RgbImage img, int x, int y, int r, int g, int b, int tolerance) {
+        int[] actual = {img.get(x, y, 0), img.get(x, y, 1), img.get(x, y, 2)};
+        int[] expected = {r, g, b};
+        for (int c = 0; c < 3; c++) {
+            assertThat(Math.abs(actual[c] - expected[c]))
+                    .as("pixel %d,%d channel %d: %d vs %d", x, y, c, actual[c], expected[c])
+                    .isLessThanOrEqualTo(tolerance);
+        }
+    }
+
+    private static Set<Integer> grayLevels(RgbImage img) {
+        Set<Integer> levels = new TreeSet<>();
+        for (int y = 0; y < img.height(); y++) {
+            for (int x = 0; x < img.width(); x++) {
+                assertThat(img.get(x, y, 1)).isEqualTo(img.get(x, y, 0));
+                assertThat(img.get(x, y, 2)).isEqualTo(img.get(x, y, 0));
+                levels.add(img.get(x, y, 0));
+            }
+        }
+        return levels;
+    }
+
+    private static double meanAbsDiff(RgbImage a, RgbImage b) {
+        assertThat(a.width()).isEqualTo(b.width());
+        assertThat(a.height()).isEqualTo(b.height());
+        long sum = 0;
+        for (int i = 0; i < a.pixels().length; i++) {
+            sum += Math.abs((a.pixels()[i] & 0xFF) - (b.pixels()[i] & 0xFF));
+        }
+        return (double) sum / a.pixels().length;
+    }
+}
