@@ -3,8 +3,11 @@ package dev.stoker.operators.image;
 import java.awt.color.ColorSpace;
 import java.awt.image.BufferedImage;
 import java.awt.image.ColorModel;
+import java.awt.image.ComponentColorModel;
 import java.awt.image.DataBuffer;
+import java.awt.image.DataBufferByte;
 import java.awt.image.IndexColorModel;
+import java.awt.image.PixelInterleavedSampleModel;
 import java.awt.image.Raster;
 
 /**
@@ -35,6 +38,9 @@ final class RgbConverter {
         int colours = cm.getNumColorComponents();
         int transfer = raster.getTransferType();
         boolean integral = transfer != DataBuffer.TYPE_FLOAT && transfer != DataBuffer.TYPE_DOUBLE;
+        if (copyOpaqueBytes(img, out, canvasW, dx, dy)) {
+            return;
+        }
         int[] rgba = new int[w * 4];
         if (cm instanceof IndexColorModel) {
             IndexColorModel icm = (IndexColorModel) cm;
@@ -85,6 +91,42 @@ final class RgbConverter {
                 writeRow(rgba, w, out, ((dy + y) * canvasW + dx) * 3);
             }
         }
+    }
+
+    /**
+     * Fast path for the common decoder outputs (8-bit interleaved RGB/BGR or grey without alpha,
+     * e.g. {@code TYPE_3BYTE_BGR}, {@code TYPE_BYTE_GRAY}): copies straight from the data buffer.
+     */
+    private static boolean copyOpaqueBytes(BufferedImage img, byte[] out, int canvasW, int dx, int dy) {
+        ColorModel cm = img.getColorModel();
+        Raster raster = img.getRaster();
+        int type = cm.getColorSpace().getType();
+        int colours = cm.getNumColorComponents();
+        if (!(cm instanceof ComponentColorModel) || cm.hasAlpha() || cm.getPixelSize() != 8 * colours
+                || !(raster.getSampleModel() instanceof PixelInterleavedSampleModel)
+                || !(raster.getDataBuffer() instanceof DataBufferByte)
+                || raster.getSampleModelTranslateX() != 0 || raster.getSampleModelTranslateY() != 0
+                || !(type == ColorSpace.TYPE_RGB && colours == 3 || type == ColorSpace.TYPE_GRAY && colours == 1)) {
+            return false;
+        }
+        PixelInterleavedSampleModel sm = (PixelInterleavedSampleModel) raster.getSampleModel();
+        byte[] data = ((DataBufferByte) raster.getDataBuffer()).getData();
+        int[] offsets = sm.getBandOffsets();
+        int r = offsets[0] + raster.getDataBuffer().getOffset();
+        int g = offsets[colours == 1 ? 0 : 1] + raster.getDataBuffer().getOffset();
+        int b = offsets[colours == 1 ? 0 : 2] + raster.getDataBuffer().getOffset();
+        int stride = sm.getPixelStride();
+        int scan = sm.getScanlineStride();
+        for (int y = 0; y < img.getHeight(); y++) {
+            int p = y * scan;
+            int o = ((dy + y) * canvasW + dx) * 3;
+            for (int x = 0; x < img.getWidth(); x++, p += stride, o += 3) {
+                out[o] = data[p + r];
+                out[o + 1] = data[p + g];
+                out[o + 2] = data[p + b];
+            }
+        }
+        return true;
     }
 
     private static int to8(int v, int max) {
