@@ -42,7 +42,7 @@ def _job_command(dataset: Path, out_root: Path) -> list[str]:
             "--stoker.output.root", str(out_root), "--stoker.job-name", "e2e",
             "--stoker.dp-world-size", str(WORLD_SIZE), "--stoker.micro-batch-size", str(MICRO_BATCH),
             "--stoker.image.max-pixels", "1003520", "--rest.port", "0",
-            "--execution.checkpointing.interval", "1s"]
+            "--execution.checkpointing.interval", "1s", "--restart-strategy.type", "none"]
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ import dev.stoker.connectors.source.DatasetListing;
 import dev.stoker.operators.batch.BatchPlan;
 import dev.stoker.operators.tokenize.ChatTokenizer;
 import java.nio.file.Path;
+import org.apache.flink.configuration.CheckpointingOptions;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.PipelineOptions;
 import org.apache.flink.streaming.api.environment.LocalStreamEnvironment;
@@ -37,6 +38,11 @@ public final class StokerJob {
     static StreamExecutionEnvironment environment(Configuration conf) {
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment(conf);
         if (env instanceof LocalStreamEnvironment) {
+            if (!conf.contains(CheckpointingOptions.CHECKPOINTS_DIRECTORY)) {
+                // Pending batches exceed the JobManager's 5 MB in-memory checkpoint limit.
+                Path dir = Path.of(System.getProperty("java.io.tmpdir"), "stoker-checkpoints", conf.get(StokerOptions.JOB_NAME));
+                conf.set(CheckpointingOptions.CHECKPOINTS_DIRECTORY, dir.toUri().toString());
+            }
             env = StreamExecutionEnvironment.createLocalEnvironmentWithWebUI(conf);
         }
         if (env.getCheckpointInterval() <= 0) {

@@ -20,7 +20,9 @@ import org.apache.arrow.memory.RootAllocator;
 import org.apache.arrow.vector.BigIntVector;
 import org.apache.arrow.vector.VectorSchemaRoot;
 import org.apache.arrow.vector.ipc.ArrowFileReader;
+import org.apache.flink.configuration.CheckpointingOptions;
 import org.apache.flink.configuration.Configuration;
+import org.apache.flink.configuration.RestartStrategyOptions;
 import org.apache.flink.runtime.testutils.MiniClusterResourceConfiguration;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.test.junit5.MiniClusterExtension;
@@ -74,6 +76,8 @@ class StokerJobITCase {
         conf.set(StokerOptions.DP_WORLD_SIZE, WORLD_SIZE);
         conf.set(StokerOptions.MICRO_BATCH_SIZE, MICRO_BATCH_SIZE);
         conf.set(StokerOptions.MAX_PIXELS, 1003520L); // the common 1280-token fine-tuning setting
+        conf.set(CheckpointingOptions.CHECKPOINTS_DIRECTORY, outputRoot.resolve("checkpoints").toUri().toString());
+        conf.set(RestartStrategyOptions.RESTART_STRATEGY, "none"); // any failure fails the test
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment();
         env.setParallelism(2);
         env.enableCheckpointing(500);
