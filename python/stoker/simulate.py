@@ -17,8 +17,10 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -89,8 +91,9 @@ def flink_job_status(rest: str, job_name: str | None = None, timeout_s: float = 
     """One-line job status from the Flink REST API (best effort; never raises).
 
     Uses ``GET /jobs/overview`` to find the job (by name if given, else the first running
-    one), then ``GET /jobs/<jid>``; the first vertex's ``metrics.write-records`` is the number
-    of records read by the source.
+    one), then ``GET /jobs/<jid>``. Records read is the sum over subtasks of the JSONL source
+    operator's ``numRecordsOut`` (``GET /jobs/<jid>/vertices/<vid>/subtasks/metrics``), falling
+    back to the first vertex's ``write-records``.
     """
     rest = rest.rstrip("/")
     try:
@@ -103,9 +106,32 @@ def flink_job_status(rest: str, job_name: str | None = None, timeout_s: float = 
         detail = _get_json(f"{rest}/jobs/{job['jid']}", timeout_s)
         vertices = detail.get("vertices") or []
         records = vertices[0].get("metrics", {}).get("write-records") if vertices else None
+        if vertices:
+            records = _source_records_read(rest, job["jid"], vertices[0]["id"], timeout_s) or records
         return f"flink: {detail.get('name', job.get('name'))} {detail.get('state', job.get('state'))} records_read={records}"
     except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, AttributeError, TypeError) as e:
         return f"flink: unavailable at {rest} ({type(e).__name__}: {e})"
+
+
+def _source_records_read(rest: str, jid: str, vid: str, timeout_s: float) -> int | None:
+    base = f"{rest}/jobs/{jid}/vertices/{vid}/subtasks/metrics"
+    names = [m["id"] for m in _get_json(base, timeout_s)]
+    wanted = [n for n in names if "jsonl-source" in n and n.endswith(".numRecordsOut")]
+    if not wanted:
+        return None
+    values = _get_json(f"{base}?get={urllib.parse.quote(wanted[0])}&agg=sum", timeout_s)
+    return int(float(values[0]["sum"])) if values else None
+
+
+def _batches_written(root: str, rank: int, consumed: int) -> int:
+    """Batches the sink has published for ``rank``: consumed ones plus files waiting (step >= consumed)."""
+    waiting = 0
+    for path in Path(root, f"rank-{rank}").glob("step-*.arrow"):
+        try:
+            waiting += int(path.name[5:15]) >= consumed
+        except ValueError:
+            continue
+    return consumed + waiting
 
 
 def _parse_ranks(text: str) -> list[int]:
@@ -176,7 +202,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             res = results[r]
             with res.lock:
                 total += res.samples
-                parts.append(f"r{r}={res.steps}/{manifest.num_steps} wait={res.wait_time_ratio:.0%}")
+                written = _batches_written(args.root, r, res.steps)
+                parts.append(f"r{r}={res.steps}/{manifest.num_steps} (written {written}) "
+                             f"wait={res.wait_time_ratio:.0%}")
         line = f"[{el:6.1f}s] " + " ".join(parts) + f" samples/s={total / el:.1f}"
         if args.flink_rest:
             line += " | " + flink_job_status(args.flink_rest, manifest.job_name)

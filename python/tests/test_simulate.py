@@ -42,7 +42,7 @@ def test_flink_status_is_best_effort():
     assert msg.startswith("flink: unavailable at http://127.0.0.1:9")
 
 
-def test_flink_status_reads_overview_and_first_vertex_metrics():
+def test_flink_status_reads_records_read_from_the_source_operator_metric():
     import json
     import threading
     from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -54,8 +54,12 @@ def test_flink_status_reads_overview_and_first_vertex_metrics():
                                  {"jid": "abc123", "name": "test-job", "state": "RUNNING"}]}
             elif self.path == "/jobs/abc123":
                 body = {"jid": "abc123", "name": "test-job", "state": "RUNNING",
-                        "vertices": [{"name": "Source", "metrics": {"write-records": 42}},
-                                     {"name": "Sink", "metrics": {"write-records": 0}}]}
+                        "vertices": [{"id": "v1", "name": "Source", "metrics": {"write-records": 7}},
+                                     {"id": "v2", "name": "Sink", "metrics": {"write-records": 0}}]}
+            elif self.path == "/jobs/abc123/vertices/v1/subtasks/metrics":
+                body = [{"id": "Source__jsonl-source.numRecordsIn"}, {"id": "Source__jsonl-source.numRecordsOut"}]
+            elif self.path == "/jobs/abc123/vertices/v1/subtasks/metrics?get=Source__jsonl-source.numRecordsOut&agg=sum":
+                body = [{"id": "Source__jsonl-source.numRecordsOut", "sum": 42.0}]
             else:
                 self.send_response(404)
                 self.end_headers()

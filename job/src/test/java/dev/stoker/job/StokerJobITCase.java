@@ -28,6 +28,7 @@ import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.test.junit5.MiniClusterExtension;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
@@ -64,10 +65,7 @@ class StokerJobITCase {
         }
     }
 
-    @ParameterizedTest
-    @ValueSource(strings = {"llava-style", "qwen-messages", "llamafactory-sharegpt"})
-    void everyRecordIsBatchedOrDeadLettered(String dataset) throws Exception {
-        Path root = SharedData.dataDir().resolve(dataset);
+    private Path runJob(Path root) throws Exception {
         Configuration conf = new Configuration();
         conf.set(StokerOptions.DATASET_PATH, root.toString());
         conf.set(StokerOptions.TOKENIZER_PATH, SharedData.dataDir().resolve("tokenizers/qwen3").toString());
@@ -82,12 +80,19 @@ class StokerJobITCase {
         env.setParallelism(2);
         env.enableCheckpointing(500);
         StokerJob.build(env, conf);
-        env.execute("stoker-itcase-" + dataset);
+        env.execute("stoker-itcase-" + root.getFileName());
+        return outputRoot.resolve("itcase");
+    }
+
+    @ParameterizedTest
+    @ValueSource(strings = {"llava-style", "qwen-messages", "llamafactory-sharegpt"})
+    void everyRecordIsBatchedOrDeadLettered(String dataset) throws Exception {
+        Path root = SharedData.dataDir().resolve(dataset);
+        Path jobDir = runJob(root);
 
         Map<Long, String> recordImages = readRecords(root.resolve("train.jsonl"));
         long numRecords = recordImages.size();
         long numSteps = (numRecords + WORLD_SIZE * MICRO_BATCH_SIZE - 1) / (WORLD_SIZE * MICRO_BATCH_SIZE);
-        Path jobDir = outputRoot.resolve("itcase");
 
         List<Long> batched = new ArrayList<>();
         for (int rank = 0; rank < WORLD_SIZE; rank++) {
@@ -123,6 +128,47 @@ class StokerJobITCase {
         JsonNode manifest = JSON.readTree(jobDir.resolve("manifest.json").toFile());
         assertThat(manifest.get("num_records").asLong()).isEqualTo(numRecords);
         assertThat(manifest.get("num_steps").asLong()).isEqualTo(numSteps);
+    }
+
+    /** The bad-encoding case of ../shared/data/bad-inputs, through the real source and parser. */
+    @Test
+    void badEncodingLinesAreDeadLetteredWithLineAndReasonAndTheRestIsBatched() throws Exception {
+        Path jobDir = runJob(SharedData.dataDir().resolve("bad-inputs/bad-encoding-jsonl"));
+
+        List<String> batchedSources = new ArrayList<>();
+        try (Stream<Path> files = Files.walk(jobDir)) {
+            for (Path f : files.filter(p -> p.toString().endsWith(".arrow")).toList()) {
+                batchedSources.addAll(sources(f));
+            }
+        }
+        assertThat(batchedSources).extracting(s -> s.substring(s.lastIndexOf(':') + 1))
+                .containsExactlyInAnyOrder("1", "5", "10", "11");
+        Map<Long, String> reasonByLine = new HashMap<>();
+        for (JsonNode dl : readDeadLetters(jobDir.resolve("dead-letters"))) {
+            reasonByLine.put(dl.get("line").asLong(), dl.get("reason").asText());
+        }
+        assertThat(reasonByLine)
+                .containsExactlyInAnyOrderEntriesOf(
+                        Map.of(
+                                2L, "INVALID_UTF8",
+                                3L, "INVALID_UTF8",
+                                6L, "INVALID_RECORD",
+                                8L, "MALFORMED_JSON",
+                                9L, "MALFORMED_JSON"));
+    }
+
+    private static List<String> sources(Path file) throws IOException {
+        List<String> out = new ArrayList<>();
+        try (RootAllocator allocator = new RootAllocator();
+                ArrowFileReader reader = new ArrowFileReader(FileChannel.open(file), allocator)) {
+            while (reader.loadNextBatch()) {
+                VectorSchemaRoot root = reader.getVectorSchemaRoot();
+                for (int r = 0; r < root.getRowCount(); r++) {
+                    out.add(root.getVector("source").getObject(r).toString());
+                }
+            }
+        }
+        return out;
     }
 
     private static boolean isPlainPhotoRecord(String dataset, String images) {
