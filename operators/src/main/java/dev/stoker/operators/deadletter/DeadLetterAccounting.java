@@ -15,7 +15,7 @@ import org.slf4j.LoggerFactory;
 /**
  * Counts and logs each dead letter and turns it into the empty slot it leaves in the batch plan.
  *
- * <p>Metrics: {@code deadLetters} (all) and {@code deadLetters.<REASON>} counters per reason, so
+ * <p>Metrics: {@code deadLetters} (all) and {@code deadLettersByReason.<REASON>} counters, so
  * the accounting {@code samples emitted + dead letters = records read} can be checked in the web
  * UI.
  */
@@ -31,7 +31,7 @@ public final class DeadLetterAccounting extends RichMapFunction<DeadLetter, Slot
         MetricGroup group = getRuntimeContext().getMetricGroup();
         total = group.counter("deadLetters");
         perReason = new EnumMap<>(RejectReason.class);
-        MetricGroup reasons = group.addGroup("deadLetters");
+        MetricGroup reasons = group.addGroup("deadLettersByReason");
         for (RejectReason r : RejectReason.values()) {
             perReason.put(r, reasons.counter(r.name()));
         }
