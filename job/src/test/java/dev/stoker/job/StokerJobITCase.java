@@ -20,6 +20,7 @@ import org.apache.arrow.memory.RootAllocator;
 import org.apache.arrow.vector.BigIntVector;
 import org.apache.arrow.vector.VectorSchemaRoot;
 import org.apache.arrow.vector.ipc.ArrowFileReader;
+import dev.stoker.operators.batch.BatchPlan;
 import org.apache.flink.configuration.CheckpointingOptions;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.RestartStrategyOptions;
@@ -79,8 +80,9 @@ class StokerJobITCase {
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment();
         env.setParallelism(2);
         env.enableCheckpointing(500);
-        StokerJob.build(env, conf);
-        env.execute("stoker-itcase-" + root.getFileName());
+        BatchPlan plan = StokerJob.build(env, conf);
+        String counts = AccountingCheck.verify(env.execute("stoker-itcase-" + root.getFileName()), plan);
+        assertThat(counts).contains("read=" + plan.numRecords());
         return outputRoot.resolve("itcase");
     }
 
