@@ -64,8 +64,8 @@ class BadInputsITCase {
     void truncatedFiles() throws Exception {
         Outcome o = run("truncated-files");
         o.assertBatched("trunc-0", "trunc-3");
-        o.assertDead("trunc-1", RejectReason.CORRUPT_IMAGE, "images/truncated_60pct.jpg", "truncated JPEG");
-        o.assertDead("trunc-2", RejectReason.CORRUPT_IMAGE, "images/truncated_progressive_50pct.jpg", "JPEG");
+        o.assertDead("trunc-1", RejectReason.CORRUPT_IMAGE, "images/truncated_60pct.jpg", "truncated JPEG 320x214");
+        o.assertDead("trunc-2", RejectReason.CORRUPT_IMAGE, "images/truncated_progressive_50pct.jpg", "truncated JPEG 320x214");
         o.assertDead("trunc-4", RejectReason.CORRUPT_IMAGE, "images/truncated_in_idat.png", "truncated in chunk IDAT");
         o.assertDead("trunc-5", RejectReason.CORRUPT_IMAGE, "images/idat_crc_mismatch.png", "CRC mismatch in chunk IDAT");
         o.assertDead("trunc-6", RejectReason.CORRUPT_IMAGE, "images/empty.jpg", "empty image file (0 bytes)");
