@@ -15,12 +15,19 @@ import java.util.concurrent.TimeoutException;
  * hang) fails the fuzz test, which Jazzer reports as a finding with the input that caused it.
  */
 public final class FuzzContract {
-    /** One reused worker thread, so an input that hangs is detected instead of hanging the run. */
-    private static final ExecutorService WORKER = Executors.newSingleThreadExecutor(r -> {
-        Thread t = new Thread(r, "fuzz-target");
-        t.setDaemon(true);
-        return t;
-    });
+    /**
+     * One reused worker thread, so an input that hangs is detected instead of hanging the run; replaced
+     * after a hang so that the next inputs do not queue behind it.
+     */
+    private static ExecutorService worker = newWorker();
+
+    private static ExecutorService newWorker() {
+        return Executors.newSingleThreadExecutor(r -> {
+            Thread t = new Thread(r, "fuzz-target");
+            t.setDaemon(true);
+            return t;
+        });
+    }
 
     private FuzzContract() {}
 
@@ -31,8 +38,8 @@ public final class FuzzContract {
      * @throws AssertionError when it threw anything else or did not finish within {@code limit}
      */
     @SafeVarargs
-    public static <T> T call(Duration limit, Callable<T> target, Class<? extends Throwable>... allowed) {
-        Future<T> future = WORKER.submit(target);
+    public static synchronized <T> T call(Duration limit, Callable<T> target, Class<? extends Throwable>... allowed) {
+        Future<T> future = worker.submit(target);
         try {
             return future.get(limit.toMillis(), TimeUnit.MILLISECONDS);
         } catch (ExecutionException e) {
@@ -45,6 +52,8 @@ public final class FuzzContract {
             throw new AssertionError("unexpected " + cause.getClass().getName() + ": " + cause.getMessage(), cause);
         } catch (TimeoutException e) {
             future.cancel(true);
+            worker.shutdownNow();
+            worker = newWorker();
             throw new AssertionError("no result after " + limit + " (hang)");
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
