@@ -97,7 +97,7 @@ public final class ImageDecoder {
             checkWarnings(format, size, warnings);
             BufferedImage img = (BufferedImage) frame.getRenderedImage();
             RgbImage rgb = toCanvas(img, frame.getMetadata(), format, canvasW, canvasH);
-            return ExifOrientation.apply(rgb, ExifOrientation.read(encoded, format));
+            return ExifOrientation.apply(rgb, ExifOrientation.read(encoded));
         } catch (IOException | RuntimeException e) {
             throw new RejectedRecordException(
                     RejectReason.CORRUPT_IMAGE, "corrupt " + format + size + ": " + e, e);

@@ -16,7 +16,7 @@ final class PngIntegrity {
         int i = 8;
         CRC32 crc = new CRC32();
         while (i + 8 <= d.length) {
-            long len = ExifOrientation.u32be(d, i);
+            long len = u32be(d, i);
             String type = new String(d, i + 4, 4, StandardCharsets.ISO_8859_1);
             if (len > d.length - i - 12L) {
                 return "truncated in chunk " + type + " at byte " + i + " (chunk needs " + (len + 12)
@@ -24,7 +24,7 @@ final class PngIntegrity {
             }
             crc.reset();
             crc.update(d, i + 4, (int) len + 4);
-            if (crc.getValue() != ExifOrientation.u32be(d, i + 8 + (int) len)) {
+            if (crc.getValue() != u32be(d, i + 8 + (int) len)) {
                 return "CRC mismatch in chunk " + type + " at byte " + i;
             }
             if (type.equals("IEND")) {
@@ -33,5 +33,9 @@ final class PngIntegrity {
             i += 12 + (int) len;
         }
         return "truncated: no IEND chunk (" + d.length + " bytes)";
+    }
+
+    private static long u32be(byte[] d, int i) {
+        return ((d[i] & 0xFFL) << 24) | ((d[i + 1] & 0xFFL) << 16) | ((d[i + 2] & 0xFFL) << 8) | (d[i + 3] & 0xFFL);
     }
 }
