@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.ipc
 
@@ -350,7 +351,7 @@ def _data_buffer(arr: pa.Array, path: Path, col: str) -> pa.Buffer | None:
     return arr.buffers()[1]
 
 
-def _view(buf: pa.Buffer | None, dtype: np.dtype, start: int, count: int,
+def _view(buf: pa.Buffer | None, dtype: npt.DTypeLike, start: int, count: int,
           path: Path, col: str) -> np.ndarray:
     """``count`` elements of ``dtype`` starting at element ``start`` of ``buf``, without a copy."""
     dtype = np.dtype(dtype)

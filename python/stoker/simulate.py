@@ -138,7 +138,8 @@ def _parse_ranks(text: str) -> list[int]:
     try:
         ranks = sorted({int(x) for x in text.split(",") if x.strip()})
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--ranks wants comma-separated integers, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"--ranks wants comma-separated integers, got {text!r}") from None
     if not ranks or ranks[0] < 0:
         raise argparse.ArgumentTypeError(f"--ranks wants non-negative integers, got {text!r}")
     return ranks

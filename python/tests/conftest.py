@@ -75,7 +75,7 @@ def build_record_batch(samples, *, patch_dim: int = PATCH_DIM) -> pa.RecordBatch
         list_of_fsl([s["grids"] for s in samples], 3, pa.int64(), np.int64),
     ]
     # from_arrays infers nullable child fields; cast to the exact schema (no-op on the data).
-    cols = [c.cast(f.type) for c, f in zip(cols, schema)]
+    cols = [c.cast(f.type) for c, f in zip(cols, schema, strict=True)]
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 

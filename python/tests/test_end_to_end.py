@@ -70,10 +70,10 @@ def test_every_rank_reads_every_step_with_documented_shapes(job_output: Path) ->
         steps = 0
         for batch in BatchReader(job_output, rank, timeout_s=30):
             steps += 1
-            b, l = batch.input_ids.shape
+            b, seq_len = batch.input_ids.shape
             assert batch.input_ids.dtype == np.int64 and batch.labels.dtype == np.int64
             assert batch.attention_mask.dtype == np.int64
-            assert batch.labels.shape == (b, l) and batch.attention_mask.shape == (b, l)
+            assert batch.labels.shape == (b, seq_len) and batch.attention_mask.shape == (b, seq_len)
             assert batch.pixel_values.dtype == np.float32 and batch.pixel_values.shape[1] == 1176
             assert batch.image_grid_thw.dtype == np.int64 and batch.image_grid_thw.shape[1] == 3
             assert b <= MICRO_BATCH

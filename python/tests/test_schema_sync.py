@@ -11,7 +11,7 @@ def test_schema_py_agrees_with_batch_schema_json():
     assert spec["format_version"] == schema.FORMAT_VERSION
     cols = spec["columns"]
     assert [c["name"] for c in cols] == list(schema.COLUMN_NAMES)
-    for c, mine in zip(cols, schema.COLUMNS):
+    for c, mine in zip(cols, schema.COLUMNS, strict=True):
         assert c["arrow_type"] == mine.arrow_type, c["name"]
         assert c["nullable"] == mine.nullable, c["name"]
         assert c["reader_dtype"] == mine.reader_dtype, c["name"]

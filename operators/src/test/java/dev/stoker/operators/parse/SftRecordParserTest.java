@@ -4,7 +4,6 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 import dev.stoker.operators.SharedData;
-import dev.stoker.operators.model.ChatMessage;
 import dev.stoker.operators.model.ContentPart;
 import dev.stoker.operators.model.JsonlLine;
 import dev.stoker.operators.model.RecordRef;
