@@ -171,7 +171,7 @@ class StokerJobITCase {
         return out;
     }
 
-    private static boolean isPlainPhotoRecord(String dataset, String images) {
+    static boolean isPlainPhotoRecord(String dataset, String images) {
         if (images.isEmpty()) {
             return false;
         }
@@ -187,7 +187,7 @@ class StokerJobITCase {
     }
 
     /** Sample index -> comma-joined image paths of each non-blank line (read independently of the job). */
-    private static Map<Long, String> readRecords(Path jsonl) throws IOException {
+    static Map<Long, String> readRecords(Path jsonl) throws IOException {
         Map<Long, String> records = new HashMap<>();
         long index = 0;
         for (String line : Files.readAllLines(jsonl)) {
@@ -222,7 +222,7 @@ class StokerJobITCase {
                         });
     }
 
-    private static List<Long> sampleIndices(Path file) throws IOException {
+    static List<Long> sampleIndices(Path file) throws IOException {
         List<Long> indices = new ArrayList<>();
         try (RootAllocator allocator = new RootAllocator();
                 ArrowFileReader reader = new ArrowFileReader(FileChannel.open(file), allocator)) {
@@ -237,7 +237,7 @@ class StokerJobITCase {
         return indices;
     }
 
-    private static List<JsonNode> readDeadLetters(Path dir) throws IOException {
+    static List<JsonNode> readDeadLetters(Path dir) throws IOException {
         List<JsonNode> letters = new ArrayList<>();
         if (!Files.isDirectory(dir)) {
             return letters;
