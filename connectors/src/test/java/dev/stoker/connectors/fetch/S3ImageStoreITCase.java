@@ -119,6 +119,34 @@ class S3ImageStoreITCase {
     }
 
     @Test
+    void throttlingAndServerErrorsAreRetriedUntilTheObjectArrives() {
+        S3.faults().answerNext(BUCKET, "data/images/a.jpg", 503, 500, 503);
+        S3ClientSettings settings = S3.clientSettings();
+        settings.retryBaseDelay = Duration.ofMillis(10);
+        S3FetchMetrics metrics = metrics();
+        try (S3ImageStore store = store(settings, metrics)) {
+            assertThat(store.read("images/a.jpg").join()).containsExactly(1, 2, 3);
+        }
+        assertThat(metrics.retries()).isEqualTo(3);
+        assertThat(metrics.failures(RejectReason.FETCH_FAILED)).isZero();
+    }
+
+    @Test
+    void endlessSlowDownIsAFetchFailureAfterTheAttemptBudget() {
+        S3.faults().answerNext(BUCKET, "data/images/a.jpg", 503, 503, 503, 503);
+        S3ClientSettings settings = S3.clientSettings();
+        settings.maxAttempts = 4;
+        settings.retryBaseDelay = Duration.ofMillis(10);
+        S3FetchMetrics metrics = metrics();
+        try (S3ImageStore store = store(settings, metrics)) {
+            RejectedRecordException e = rejection(store, "images/a.jpg");
+            assertThat(e.reason()).isEqualTo(RejectReason.FETCH_FAILED);
+            assertThat(e.getMessage()).contains("s3://images/data/images/a.jpg").contains("503").contains("after 4 attempt(s)");
+        }
+        assertThat(metrics.retries()).isEqualTo(3);
+    }
+
+    @Test
     void connectionFailuresAreRetriedWithBackoffUpToTheAttemptLimit() throws IOException {
         int closedPort;
         try (ServerSocket s = new ServerSocket(0)) {

@@ -49,6 +49,7 @@ public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback,
     private Path basedir;
     private boolean deleteBasedir;
     private BlobStoreContext context;
+    private FaultInjectingBlobStore faults;
     private S3Proxy proxy;
     private S3AsyncClient client;
 
@@ -79,9 +80,10 @@ public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback,
                         .credentials(ACCESS_KEY, SECRET_KEY)
                         .overrides(props)
                         .build(BlobStoreContext.class);
+        faults = new FaultInjectingBlobStore(context.getBlobStore());
         proxy =
                 S3Proxy.builder()
-                        .blobStore(context.getBlobStore())
+                        .blobStore(faults)
                         .endpoint(URI.create("http://127.0.0.1:" + port))
                         .awsAuthentication(AuthenticationType.AWS_V2_OR_V4, ACCESS_KEY, SECRET_KEY)
                         .build();
@@ -94,6 +96,11 @@ public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback,
             Thread.sleep(10);
         }
         return this;
+    }
+
+    /** Latency and errors to inject into GETs (none unless set). */
+    public FaultInjectingBlobStore faults() {
+        return faults;
     }
 
     /** {@code http://127.0.0.1:PORT}. */
