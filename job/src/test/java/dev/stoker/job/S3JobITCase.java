@@ -3,6 +3,7 @@ package dev.stoker.job;
 import static org.assertj.core.api.Assertions.assertThat;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import dev.stoker.connectors.s3.FaultInjectingBlobStore;
 import dev.stoker.connectors.s3.LocalS3Server;
 import java.io.IOException;
 import java.nio.file.Files;
@@ -67,6 +68,7 @@ class S3JobITCase {
         Path local = SharedData.dataDir().resolve(DATASET);
         S3.uploadDirectory(local, BUCKET, "complete");
         S3.uploadDirectory(local, BUCKET, "missing-images");
+        S3.uploadDirectory(local, BUCKET, "flaky");
         // As on a cluster: the S3 plugin from FLINK_PLUGINS_DIR (target/plugins), given the s3.* keys.
         FileSystem.initialize(s3Config(), PluginUtils.createPluginManagerFromRootFolder(s3Config()));
     }
@@ -173,6 +175,32 @@ class S3JobITCase {
                 .extracting(dl -> dl.get("reason").asText())
                 .doesNotContain("IMAGE_NOT_FOUND", "FETCH_FAILED", "FETCH_TIMEOUT");
         assertThat(checkpointsSeen).as("completed checkpoints on S3 (chk-N/_metadata)").isNotEmpty();
+    }
+
+    @Test
+    void withLatencyAndTenPercentTransientErrorsEverySampleStillArrivesExactlyOnce() throws Exception {
+        Path jobDir;
+        S3.faults().setFaults(new FaultInjectingBlobStore.Faults(50, 20, 0.10, "flaky/images/.*"));
+        long errorsBefore = S3.faults().injectedErrors();
+        try {
+            jobDir = runJob("flaky");
+        } finally {
+            S3.faults().setFaults(FaultInjectingBlobStore.Faults.NONE);
+        }
+        assertThat(S3.faults().injectedErrors() - errorsBefore).as("injected 503/500 answers").isPositive();
+        Map<Long, String> records = StokerJobITCase.readRecords(SharedData.dataDir().resolve(DATASET + "/train.jsonl"));
+        List<JsonNode> deadLetters = StokerJobITCase.readDeadLetters(jobDir.resolve("dead-letters"));
+        List<Long> batched = checkAccounting(jobDir, records, deadLetters);
+        assertThat(deadLetters)
+                .as("transient errors are retried, so no record fails in the fetch stage")
+                .extracting(dl -> dl.get("reason").asText())
+                .doesNotContain("IMAGE_NOT_FOUND", "FETCH_FAILED", "FETCH_TIMEOUT");
+        records.forEach(
+                (index, images) -> {
+                    if (StokerJobITCase.isPlainPhotoRecord(DATASET, images)) {
+                        assertThat(batched).as("plain photo record %d (%s) is written", index, images).contains(index);
+                    }
+                });
     }
 
     @Test
