@@ -3,6 +3,7 @@ package dev.stoker.job;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Set;
+import java.util.TreeSet;
 import java.util.stream.Collectors;
 import org.apache.flink.configuration.ConfigOption;
 import org.apache.flink.configuration.Configuration;
@@ -25,7 +26,7 @@ final class StokerConfig {
      *     unknown {@code stoker.*} key (typos) or a value out of range
      */
     static void validate(Configuration conf) {
-        Set<String> known = OPTIONS.stream().map(ConfigOption::key).collect(Collectors.toSet());
+        Set<String> known = OPTIONS.stream().map(ConfigOption::key).collect(Collectors.toCollection(TreeSet::new));
         List<String> unknown =
                 conf.keySet().stream().filter(k -> k.startsWith("stoker.") && !known.contains(k)).sorted().toList();
         if (!unknown.isEmpty()) {

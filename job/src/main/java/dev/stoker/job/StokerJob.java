@@ -6,6 +6,7 @@ import dev.stoker.connectors.source.DatasetListing;
 import dev.stoker.operators.batch.BatchPlan;
 import dev.stoker.operators.tokenize.ChatTokenizer;
 import java.nio.file.Path;
+import org.apache.flink.api.common.JobExecutionResult;
 import org.apache.flink.configuration.CheckpointingOptions;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.PipelineOptions;
@@ -32,8 +33,11 @@ public final class StokerJob {
     public static void main(String[] args) throws Exception {
         Configuration conf = StokerConfig.fromArgs(args);
         StreamExecutionEnvironment env = environment(conf);
-        build(env, conf);
-        env.execute(conf.get(StokerOptions.JOB_NAME));
+        BatchPlan plan = build(env, conf);
+        JobExecutionResult result = env.execute(conf.get(StokerOptions.JOB_NAME));
+        if (result.isJobExecutionResult()) { // attached run: the epoch is over, check its accounting
+            LOG.info("Epoch finished: {}", AccountingCheck.verify(result, plan));
+        }
     }
 
     /** The cluster's environment under {@code flink run}; otherwise a local one with the web UI. */

@@ -9,7 +9,7 @@ import dev.stoker.connectors.source.DatasetListing;
 import dev.stoker.connectors.source.JsonlSource;
 import dev.stoker.operators.batch.BatchAssembler;
 import dev.stoker.operators.batch.BatchPlan;
-import dev.stoker.operators.deadletter.DeadLetterAccounting;
+import dev.stoker.operators.accounting.DeadLetterAccounting;
 import dev.stoker.operators.image.PreprocessImagesFunction;
 import dev.stoker.operators.image.QwenVisionConfig;
 import dev.stoker.operators.model.DeadLetter;

@@ -29,10 +29,11 @@ final class Manifest {
     void writeTo(ShmLayout layout) throws IOException {
         Path target = layout.manifest();
         Path tmp = target.resolveSibling(".manifest.json." + ProcessHandle.current().pid() + "." + Thread.currentThread().getId() + ".tmp");
+        Files.deleteIfExists(tmp);
+        Files.createFile(tmp, ShmLayout.FILE_PERMISSIONS);
         Files.write(
                 tmp,
                 JSON.writerWithDefaultPrettyPrinter().writeValueAsBytes(fields),
-                StandardOpenOption.CREATE,
                 StandardOpenOption.TRUNCATE_EXISTING,
                 StandardOpenOption.WRITE);
         ShmLayout.publish(tmp, target);

@@ -125,6 +125,8 @@ class ArrowBatchWriterTest {
             assertThat(grids.getElementEndIndex(1) - grids.getElementStartIndex(1)).isEqualTo(2);
         }
 
+        assertThat(PosixFilePermissions.toString(Files.getPosixFilePermissions(jobDir.resolve("manifest.json"))))
+                .isEqualTo("rw-------");
         JsonNode manifest = new ObjectMapper().readTree(jobDir.resolve("manifest.json").toFile());
         assertThat(manifest.get("num_steps").asLong()).isEqualTo(2);
         assertThat(manifest.get("world_size").asInt()).isEqualTo(2);

@@ -1,10 +1,12 @@
 package dev.stoker.operators.batch;
 
+import dev.stoker.operators.accounting.Accounting;
 import dev.stoker.operators.model.SlotResult;
 import dev.stoker.operators.model.TokenizedSample;
 import dev.stoker.operators.model.TrainingBatch;
 import java.util.ArrayList;
 import java.util.List;
+import org.apache.flink.api.common.accumulators.LongCounter;
 import org.apache.flink.api.common.functions.OpenContext;
 import org.apache.flink.api.common.state.MapState;
 import org.apache.flink.api.common.state.MapStateDescriptor;
@@ -29,6 +31,8 @@ public final class BatchAssembler extends KeyedProcessFunction<Integer, SlotResu
     private transient MapState<Long, SlotResult> pendingSlots;
     private transient MapState<Long, Integer> resolvedPerStep;
     private transient Counter batchesAssembled;
+    private transient Counter samplesEmitted;
+    private transient LongCounter samplesEmittedTotal;
 
     public BatchAssembler(BatchPlan plan) {
         this.plan = plan;
@@ -50,6 +54,8 @@ public final class BatchAssembler extends KeyedProcessFunction<Integer, SlotResu
                 getRuntimeContext()
                         .getMapState(new MapStateDescriptor<>("resolved-per-step", Types.LONG, Types.INT));
         batchesAssembled = getRuntimeContext().getMetricGroup().counter("batchesAssembled");
+        samplesEmitted = getRuntimeContext().getMetricGroup().counter(Accounting.SAMPLES_EMITTED);
+        samplesEmittedTotal = Accounting.accumulator(getRuntimeContext(), Accounting.SAMPLES_EMITTED);
     }
 
     @Override
@@ -79,5 +85,7 @@ public final class BatchAssembler extends KeyedProcessFunction<Integer, SlotResu
         out.collect(
                 new TrainingBatch(step, rank, plan.microBatchSize(), samples.toArray(new TokenizedSample[0])));
         batchesAssembled.inc();
+        samplesEmitted.inc(samples.size());
+        samplesEmittedTotal.add(samples.size());
     }
 }

@@ -10,6 +10,7 @@ import java.util.Arrays;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Locale;
+import javax.imageio.IIOException;
 import javax.imageio.IIOImage;
 import javax.imageio.ImageIO;
 import javax.imageio.ImageReader;
@@ -73,7 +74,7 @@ public final class ImageDecoder {
         }
         ImageReader reader = readerFor(format);
         String size = "";
-        try (ImageInputStream in = new MemoryCacheImageInputStream(new ByteArrayInputStream(encoded))) {
+        try (ImageInputStream in = new EofLimitedInputStream(encoded)) {
             reader.setInput(in, true, format != ImageFormat.GIF);
             int canvasW = 0;
             int canvasH = 0;
@@ -102,6 +103,47 @@ public final class ImageDecoder {
                     RejectReason.CORRUPT_IMAGE, "corrupt " + format + size + ": " + e, e);
         } finally {
             reader.dispose();
+        }
+    }
+
+    /**
+     * An in-memory image stream that fails once a reader keeps reading past the end of the data.
+     * Some decoders swallow {@link java.io.EOFException} and go on with zero bits (TwelveMonkeys'
+     * WebP lossless bit reader does), so a cut or crafted file of a few dozen bytes can keep a
+     * decoder busy for minutes; a plain {@link IIOException} is not swallowed and ends the decode.
+     */
+    static final class EofLimitedInputStream extends MemoryCacheImageInputStream {
+        /** Reads that hit the end of the data before the decode is abandoned. */
+        static final int MAX_READS_AT_EOF = 1024;
+        private int readsAtEof;
+
+        EofLimitedInputStream(byte[] data) {
+            super(new ByteArrayInputStream(data));
+        }
+
+        @Override
+        public int read() throws IOException {
+            int b = super.read();
+            if (b < 0) {
+                atEof();
+            }
+            return b;
+        }
+
+        @Override
+        public int read(byte[] b, int off, int len) throws IOException {
+            int n = super.read(b, off, len);
+            if (n < 0) {
+                atEof();
+            }
+            return n;
+        }
+
+        private void atEof() throws IIOException {
+            if (++readsAtEof > MAX_READS_AT_EOF) {
+                throw new IIOException("data ends early: the decoder read past the end of the file "
+                        + MAX_READS_AT_EOF + " times");
+            }
         }
     }
 

@@ -71,7 +71,7 @@ public class PreprocessImagesFunction
                 imagesPreprocessed.inc();
             } catch (RejectedRecordException e) {
                 imagesRejected.inc();
-                String message = "image " + i + " '" + refs[i].path + "': " + e.getMessage();
+                String message = "image " + (i + 1) + " of " + refs.length + " '" + refs[i].path + "': " + e.getMessage();
                 ctx.output(DeadLetters.TAG,
                         DeadLetter.of(record.ref, new RejectedRecordException(e.reason(), message, e)));
                 return;

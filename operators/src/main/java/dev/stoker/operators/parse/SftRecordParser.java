@@ -31,7 +31,8 @@ import java.io.Serializable;
  * is the source's configured maximum line length, reported as {@code LINE_TOO_LONG}.
  *
  * <p>Every rejection is a {@link RecordParseException} carrying the line's {@link RecordRef} (with the
- * record id when it could be read).
+ * record id when it could be read: from the parsed record, or for a line that is cut, not UTF-8 or
+ * not JSON, from a top-level {@code "id"} that precedes the defect, see {@link LeadingId}).
  */
 public class SftRecordParser implements Serializable {
     private static final long serialVersionUID = 1L;
@@ -52,7 +53,8 @@ public class SftRecordParser implements Serializable {
         RecordRef ref = line.ref;
         try {
             if (line.isTruncated()) {
-                throw new RejectedRecordException(RejectReason.LINE_TOO_LONG, "line of " + line.originalLength
+                throw new RejectedRecordException(RejectReason.LINE_TOO_LONG, "record larger than "
+                        + size(line.bytes.length) + ": line of " + line.originalLength
                         + " bytes is longer than the maximum line length of " + line.bytes.length + " bytes");
             }
             JsonNode root = readJson(StrictUtf8.decode(line.bytes));
@@ -73,8 +75,16 @@ public class SftRecordParser implements Serializable {
         } catch (RecordParseException e) {
             throw e;
         } catch (RejectedRecordException e) {
+            if (ref.recordId == null) {
+                // a line that is cut, not UTF-8 or not JSON further on may still name itself early on
+                ref = ref.withRecordId(LeadingId.read(line.bytes));
+            }
             throw new RecordParseException(ref, e);
         }
+    }
+
+    private static String size(long bytes) {
+        return bytes % (1 << 20) == 0 ? (bytes >> 20) + " MiB" : bytes + " bytes";
     }
 
     private static JsonNode readJson(String text) throws RejectedRecordException {

@@ -157,6 +157,27 @@ class ImageDecoderTest {
                 .isEqualTo(RejectReason.CORRUPT_IMAGE);
     }
 
+    /**
+     * Found by ImageDecodeFuzzTest: an 83-byte lossless WebP (64x64) whose Huffman codes run past the
+     * end of the data. TwelveMonkeys' bit reader swallows the EOFException and reads zero bits, so the
+     * decode spun for minutes; the decoder's stream now fails after repeated reads at the end.
+     */
+    @Test
+    void webpThatReadsPastItsEndIsCorruptAndFast() throws Exception {
+        byte[] bytes;
+        try (var in = getClass().getResourceAsStream(
+                "ImageDecodeFuzzTestInputs/process/crash-aa07b4c9ae5c0589b24604aa1648704d84927cac")) {
+            bytes = in.readAllBytes();
+        }
+        long start = System.nanoTime();
+        assertThatThrownBy(() -> decoder.decode(bytes, LIMIT))
+                .isInstanceOfSatisfying(RejectedRecordException.class, e -> {
+                    assertThat(e.reason()).isEqualTo(RejectReason.CORRUPT_IMAGE);
+                    assertThat(e.getMessage()).contains("WEBP 64x64", "read past the end");
+                });
+        assertThat(System.nanoTime() - start).as("decode time (ns)").isLessThan(5_000_000_000L);
+    }
+
     @ParameterizedTest
     @ValueSource(strings = {"three_frames_subrect.gif", "three_frames_full.webp"})
     void animationsGiveTheirFirstFrameOnTheCanvas(String name) throws Exception {

@@ -28,7 +28,7 @@ class PreprocessImagesFunctionTest {
         OneInputStreamOperatorTestHarness<Either<DeadLetter, FetchedRecord>, PreprocessedRecord> harness =
                 ProcessFunctionTestHarnesses.forProcessFunction(new PreprocessImagesFunction(new QwenVisionConfig()));
 
-        DeadLetter upstream = new DeadLetter(ref(1), RejectReason.IMAGE_NOT_FOUND, "image 0 'a.jpg': not found");
+        DeadLetter upstream = new DeadLetter(ref(1), RejectReason.IMAGE_NOT_FOUND, "image 1 of 1: 'a.jpg' not found");
         harness.processElement(Either.Left(upstream), 0L);
         harness.processElement(Either.Right(fetched(ref(2), "photos/hopper.jpg", "gray/camera.png")), 0L);
         harness.processElement(Either.Right(new FetchedRecord(record(ref(3)), new byte[0][])), 0L);
@@ -56,7 +56,7 @@ class PreprocessImagesFunctionTest {
         assertThat(dead.get(0).message).isEqualTo(upstream.message);
         assertThat(dead.get(1).ref).isEqualTo(ref(4));
         assertThat(dead.get(1).reason).isEqualTo(RejectReason.UNSUPPORTED_IMAGE);
-        assertThat(dead.get(1).message).startsWith("image 1 'images/broken.png': not a supported image");
+        assertThat(dead.get(1).message).startsWith("image 2 of 2 'images/broken.png': not a supported image");
         harness.close();
     }
 

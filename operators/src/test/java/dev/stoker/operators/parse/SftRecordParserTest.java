@@ -125,6 +125,25 @@ class SftRecordParserTest {
         assertThat(byLine.get(8L).message()).containsIgnoringCase("CTRL-CHAR");
         assertThat(byLine.get(9L).reason()).isEqualTo(RejectReason.MALFORMED_JSON);
         assertThat(byLine.get(9L).message()).contains("end-of-input");
+        // the id that precedes the defect still names the record in the dead letter
+        assertThat(byLine.get(2L).id()).isEqualTo("enc-2-latin1");
+        assertThat(byLine.get(3L).id()).isEqualTo("enc-3-invalid-continuation");
+        assertThat(byLine.get(8L).id()).isEqualTo("enc-8-nul-byte");
+        assertThat(byLine.get(9L).id()).isEqualTo("enc-9-truncated-json");
+    }
+
+    @ParameterizedTest
+    @ValueSource(strings = {"{\"a\": 1,", "{\"id\": {\"x\": 1}, ", "[\"id\", \"x\"", "{\"id\": \"\\ud800\", ",
+        "{\"conversations\": [], \"x\": ", "", "{\"id\": tru"})
+    void noLeadingIdWhenNoneCanBeRead(String text) {
+        assertThatThrownBy(() -> parser.parse(line(text.getBytes(StandardCharsets.UTF_8))))
+                .isInstanceOfSatisfying(RecordParseException.class, e -> assertThat(e.ref().recordId).isNull());
+    }
+
+    @Test
+    void leadingIdAfterOtherFieldsAndNumericIds() {
+        assertThatThrownBy(() -> parser.parse(line("{\"image\": [\"a.jpg\"], \"id\": 42, \"x\": ".getBytes(StandardCharsets.UTF_8))))
+                .isInstanceOfSatisfying(RecordParseException.class, e -> assertThat(e.ref().recordId).isEqualTo("42"));
     }
 
     @Test
@@ -216,7 +235,8 @@ class SftRecordParserTest {
         JsonlLine cut = new JsonlLine(lines.get(2).ref, Arrays.copyOf(lines.get(2).bytes, limit), lines.get(2).bytes.length);
         assertThatThrownBy(() -> parser.parse(cut)).isInstanceOfSatisfying(RejectedRecordException.class, e -> {
             assertThat(e.reason()).isEqualTo(RejectReason.LINE_TOO_LONG);
-            assertThat(e.getMessage()).contains(String.valueOf(limit));
+            assertThat(e.getMessage()).contains(String.valueOf(limit)).startsWith("record larger than 8 MiB");
+            assertThat(((RecordParseException) e).ref().recordId).isEqualTo("long-2-9M-chars");
         });
         assertThat(parser.parse(lines.get(3)).ref.recordId).isEqualTo("long-3-ok-after");
     }

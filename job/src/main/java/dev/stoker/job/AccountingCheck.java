@@ -1,0 +1,36 @@
+package dev.stoker.job;
+
+import dev.stoker.operators.accounting.Accounting;
+import dev.stoker.operators.batch.BatchPlan;
+import org.apache.flink.api.common.JobExecutionResult;
+
+/**
+ * Checks the accounting invariant of a finished epoch from the job's accumulators: {@code
+ * samplesEmitted + deadLetters = recordsRead = records in the dataset listing}.
+ */
+final class AccountingCheck {
+    private AccountingCheck() {}
+
+    /**
+     * @return a one-line summary of the counts
+     * @throws IllegalStateException naming the counts if the invariant does not hold
+     */
+    static String verify(JobExecutionResult result, BatchPlan plan) {
+        long read = count(result, Accounting.RECORDS_READ);
+        long emitted = count(result, Accounting.SAMPLES_EMITTED);
+        long dead = count(result, Accounting.DEAD_LETTERS);
+        String summary =
+                String.format(
+                        "records in dataset=%d, read=%d, samples emitted=%d, dead letters=%d",
+                        plan.numRecords(), read, emitted, dead);
+        if (read != plan.numRecords() || emitted + dead != read) {
+            throw new IllegalStateException("Accounting invariant violated: " + summary);
+        }
+        return summary;
+    }
+
+    private static long count(JobExecutionResult result, String name) {
+        Long value = result.getAccumulatorResult(name);
+        return value == null ? 0 : value;
+    }
+}

@@ -1,0 +1,202 @@
+package dev.stoker.job;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import dev.stoker.operators.batch.BatchPlan;
+import java.io.IOException;
+import java.nio.channels.FileChannel;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+import java.util.stream.Stream;
+import org.apache.arrow.memory.RootAllocator;
+import org.apache.arrow.vector.BigIntVector;
+import org.apache.arrow.vector.VectorSchemaRoot;
+import org.apache.arrow.vector.ipc.ArrowFileReader;
+import org.apache.flink.configuration.CheckpointingOptions;
+import org.apache.flink.configuration.Configuration;
+import org.apache.flink.configuration.RestartStrategyOptions;
+import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
+
+/**
+ * Test helper: runs the whole job with its production sinks (on the MiniCluster the calling test
+ * registers) over one dataset root and reads back what it wrote: the samples of every batch file
+ * and the dead letters. The run itself fails the test if the job fails (restart strategy none, so
+ * a restart is a failure too) or if the job's accounting check does not hold; {@link
+ * Result#assertAccounted()} checks the files on disk against the batch plan.
+ */
+final class JobRun {
+    static final ObjectMapper JSON = new ObjectMapper();
+    private static final Pattern SOURCE_LINE = Pattern.compile(":(\\d+)$");
+
+    /** One row of a batch file. */
+    record Sample(long sampleIndex, String source, long line, int rank, long step, List<long[]> gridThw, int tokens) {}
+
+    /** What one run wrote. */
+    record Result(Path jobDir, BatchPlan plan, String counts, List<Sample> samples, List<JsonNode> deadLetters) {
+        /** Sample index -> batched sample. */
+        Map<Long, Sample> samplesByIndex() {
+            Map<Long, Sample> out = new HashMap<>();
+            samples.forEach(s -> out.put(s.sampleIndex(), s));
+            return out;
+        }
+
+        /**
+         * Every record is in exactly one batch (in the batch file of its planned step and rank) or
+         * in exactly one dead letter: samples emitted + dead letters = records.
+         */
+        void assertAccounted() {
+            List<Long> all = new ArrayList<>();
+            for (Sample s : samples) {
+                assertThat(plan.rankOf(s.sampleIndex())).as("rank of sample %d", s.sampleIndex()).isEqualTo(s.rank());
+                assertThat(plan.stepOf(s.sampleIndex())).as("step of sample %d", s.sampleIndex()).isEqualTo(s.step());
+                all.add(s.sampleIndex());
+            }
+            for (JsonNode dl : deadLetters) {
+                all.add(dl.get("sample_index").asLong());
+            }
+            assertThat(samples.size() + deadLetters.size())
+                    .as("samples emitted + dead letters = records (%s)", counts)
+                    .isEqualTo(plan.numRecords());
+            assertThat(all).doesNotHaveDuplicates().allMatch(i -> i >= 0 && i < plan.numRecords());
+            assertThat(counts).contains("read=" + plan.numRecords());
+        }
+    }
+
+    private JobRun() {}
+
+    /**
+     * Runs the job over {@code datasetRoot}, writing under {@code outputRoot}.
+     *
+     * @param extra options applied last (e.g. {@link StokerOptions#MAX_PIXELS})
+     */
+    static Result run(Path datasetRoot, Path outputRoot, int worldSize, int microBatchSize, Configuration extra)
+            throws Exception {
+        return run(datasetRoot.toString(), outputRoot, worldSize, microBatchSize, extra);
+    }
+
+    /** As {@link #run(Path, Path, int, int, Configuration)} for a dataset URI such as {@code s3://bucket/prefix}. */
+    static Result run(String datasetRoot, Path outputRoot, int worldSize, int microBatchSize, Configuration extra)
+            throws Exception {
+        Configuration conf = new Configuration();
+        conf.set(StokerOptions.DATASET_PATH, datasetRoot);
+        conf.set(StokerOptions.TOKENIZER_PATH, SharedData.dataDir().resolve("tokenizers/qwen3").toString());
+        conf.set(StokerOptions.OUTPUT_ROOT, outputRoot.toString());
+        conf.set(StokerOptions.JOB_NAME, "itcase");
+        conf.set(StokerOptions.DP_WORLD_SIZE, worldSize);
+        conf.set(StokerOptions.MICRO_BATCH_SIZE, microBatchSize);
+        conf.set(CheckpointingOptions.CHECKPOINTS_DIRECTORY, outputRoot.resolve("checkpoints").toUri().toString());
+        conf.set(RestartStrategyOptions.RESTART_STRATEGY, "none"); // any failure or restart fails the test
+        conf.addAll(extra);
+        StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment();
+        env.setParallelism(2);
+        env.enableCheckpointing(500);
+        BatchPlan plan = StokerJob.build(env, conf);
+        String counts = AccountingCheck.verify(env.execute("stoker-itcase-" + datasetRoot.substring(datasetRoot.lastIndexOf('/') + 1)), plan);
+        Path jobDir = outputRoot.resolve("itcase");
+
+        List<Sample> samples = new ArrayList<>();
+        for (int rank = 0; rank < worldSize; rank++) {
+            for (long step = 0; step < plan.numSteps(); step++) {
+                Path file = jobDir.resolve("rank-" + rank).resolve(String.format("step-%010d.arrow", step));
+                assertThat(file).as("batch (step %d, rank %d)", step, rank).exists();
+                readSamples(file, rank, step, samples);
+            }
+        }
+        return new Result(jobDir, plan, counts, samples, readDeadLetters(jobDir.resolve("dead-letters")));
+    }
+
+    /** Creates a fresh output root in /dev/shm. */
+    static Path createOutputRoot() throws IOException {
+        return Files.createTempDirectory(Path.of("/dev/shm"), "stoker-job-itcase-");
+    }
+
+    /** Deletes an output root made by {@link #createOutputRoot()}. */
+    static void deleteOutputRoot(Path root) throws IOException {
+        if (root == null || !Files.exists(root)) {
+            return;
+        }
+        try (Stream<Path> walk = Files.walk(root)) {
+            walk.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
+        }
+    }
+
+    /**
+     * 1-based physical line number -> the {@code "id"} string of each line of {@code jsonl}, read
+     * independently of the job (bytes taken as ISO-8859-1, so invalid UTF-8 does not matter).
+     */
+    static Map<Long, String> idsByLine(Path jsonl) throws IOException {
+        Pattern id = Pattern.compile("\"id\"\\s*:\\s*\"([^\"]*)\"");
+        Map<Long, String> ids = new HashMap<>();
+        String text = new String(Files.readAllBytes(jsonl), StandardCharsets.ISO_8859_1);
+        long line = 0;
+        int from = 0;
+        while (from <= text.length()) {
+            int end = text.indexOf('\n', from);
+            if (end < 0) {
+                end = text.length();
+            }
+            line++;
+            Matcher m = id.matcher(text.substring(from, Math.min(end, from + 200)));
+            if (m.find()) {
+                ids.put(line, m.group(1));
+            }
+            from = end + 1;
+        }
+        return ids;
+    }
+
+    private static void readSamples(Path file, int rank, long step, List<Sample> out) throws IOException {
+        try (RootAllocator allocator = new RootAllocator();
+                ArrowFileReader reader = new ArrowFileReader(FileChannel.open(file), allocator)) {
+            while (reader.loadNextBatch()) {
+                VectorSchemaRoot root = reader.getVectorSchemaRoot();
+                BigIntVector index = (BigIntVector) root.getVector("sample_index");
+                for (int r = 0; r < root.getRowCount(); r++) {
+                    String source = root.getVector("source").getObject(r).toString();
+                    Matcher m = SOURCE_LINE.matcher(source);
+                    assertThat(m.find()).as("source %s ends with :line", source).isTrue();
+                    List<long[]> grids = new ArrayList<>();
+                    for (Object g : (List<?>) root.getVector("image_grid_thw").getObject(r)) {
+                        List<?> thw = (List<?>) g;
+                        grids.add(new long[] {
+                            ((Number) thw.get(0)).longValue(), ((Number) thw.get(1)).longValue(), ((Number) thw.get(2)).longValue()
+                        });
+                    }
+                    int tokens = 0;
+                    for (Object v : (List<?>) root.getVector("attention_mask").getObject(r)) {
+                        tokens += ((Number) v).intValue();
+                    }
+                    out.add(new Sample(index.get(r), source, Long.parseLong(m.group(1)), rank, step, grids, tokens));
+                }
+            }
+        }
+    }
+
+    private static List<JsonNode> readDeadLetters(Path dir) throws IOException {
+        List<JsonNode> letters = new ArrayList<>();
+        if (!Files.isDirectory(dir)) {
+            return letters;
+        }
+        try (Stream<Path> files = Files.walk(dir)) {
+            for (Path p : files.filter(Files::isRegularFile).toList()) {
+                assertThat(p.getFileName().toString()).as("committed part file").startsWith("dead-letters");
+                for (String line : Files.readAllLines(p)) {
+                    if (!line.isBlank()) {
+                        letters.add(JSON.readTree(line));
+                    }
+                }
+            }
+        }
+        return letters;
+    }
+}
