@@ -7,6 +7,7 @@ import dev.stoker.connectors.s3.FaultInjectingBlobStore;
 import dev.stoker.connectors.s3.LocalS3Server;
 import java.io.IOException;
 import java.nio.file.Path;
+import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
@@ -89,7 +90,12 @@ class S3JobITCase {
 
     /** Runs the job over {@code s3://sft/<prefix>} with checkpoints on S3, and checks the accounting. */
     private JobRun.Result runJob(String prefix) throws Exception {
+        return runJob(prefix, new Configuration());
+    }
+
+    private JobRun.Result runJob(String prefix, Configuration options) throws Exception {
         Configuration extra = s3Config();
+        extra.addAll(options);
         extra.set(StokerOptions.MAX_PIXELS, 1003520L);
         extra.set(CheckpointingOptions.CHECKPOINTS_DIRECTORY, "s3://" + BUCKET + "/checkpoints/" + prefix);
         // Flink removes a finished job's checkpoints, so watch for them on S3 while the job runs.
@@ -164,6 +170,62 @@ class S3JobITCase {
                         assertThat(batched).as("plain photo record %d (%s) is written", index, images).contains(index);
                     }
                 });
+    }
+
+    /**
+     * The s3-throttling case of ../shared/data/bad-inputs, its faults.json played by the S3 server:
+     * img_001 503 SlowDown x3, img_002 503 x2, img_003 500 x1, img_004 503 forever, img_005 403,
+     * img_006 404, and 503 SlowDown above 50 GETs/s (10 attempts per GET). (The Retry-After header
+     * of img_002 is not reproduced.) Transient errors are retried; the rest become dead letters
+     * with their code.
+     */
+    @Test
+    void s3ThrottlingCaseRetriesTransientErrorsAndDeadLettersPermanentOnes() throws Exception {
+        Path local = SharedData.dataDir().resolve("bad-inputs/s3-throttling");
+        String prefix = "s3-throttling";
+        S3.uploadDirectory(local, BUCKET, prefix);
+        FaultInjectingBlobStore faults = S3.faults();
+        String images = prefix + "/images/";
+        faults.answerNext(BUCKET, images + "img_001.jpg", 503, 503, 503);
+        faults.answerNext(BUCKET, images + "img_002.jpg", 503, 503);
+        faults.answerNext(BUCKET, images + "img_003.jpg", 500);
+        faults.answerAlways(BUCKET, images + "img_004.jpg", 503);
+        faults.answerAlways(BUCKET, images + "img_005.jpg", 403);
+        S3.deleteObject(BUCKET, images + "img_006.jpg");
+        faults.setRateLimit(50);
+        // A bucket throttled at 50 GETs/s needs more attempts than the default 5: each GET may meet
+        // the limit several times before it gets through.
+        Configuration throttled = new Configuration();
+        throttled.set(StokerOptions.S3_MAX_ATTEMPTS, 10);
+        JobRun.Result run;
+        try {
+            run = runJob(prefix, throttled);
+        } finally {
+            faults.clearAnswers();
+        }
+        Map<Long, String> records = StokerJobITCase.readRecords(local.resolve("train.jsonl"));
+        Map<Long, JobRun.Sample> batched = run.samplesByIndex();
+        Map<Long, JsonNode> deadLetters = new HashMap<>();
+        run.deadLetters().forEach(dl -> deadLetters.put(dl.get("sample_index").asLong(), dl));
+        records.forEach(
+                (index, image) -> {
+                    String key = "s3://" + BUCKET + "/" + prefix + "/" + image;
+                    switch (image) {
+                        case "images/img_004.jpg" ->
+                                assertDeadLetter(deadLetters.get(index), index, "FETCH_FAILED", key, "503", "after 10 attempt(s)");
+                        case "images/img_005.jpg" ->
+                                assertDeadLetter(deadLetters.get(index), index, "FETCH_FAILED", key, "403", "after 1 attempt(s)");
+                        case "images/img_006.jpg" ->
+                                assertDeadLetter(deadLetters.get(index), index, "IMAGE_NOT_FOUND", key, "404");
+                        default -> assertThat(batched).as("record %d (%s) is written", index, image).containsKey(index);
+                    }
+                });
+    }
+
+    private static void assertDeadLetter(JsonNode dl, long index, String reason, String... messageParts) {
+        assertThat(dl).as("dead letter of record %d", index).isNotNull();
+        assertThat(dl.get("reason").asText()).as("reason of record %d", index).isEqualTo(reason);
+        assertThat(dl.get("message").asText()).as("message of record %d", index).contains(messageParts);
     }
 
     @Test

@@ -1,5 +1,6 @@
 package dev.stoker.connectors.s3;
 
+import com.google.common.util.concurrent.RateLimiter;
 import java.util.ArrayDeque;
 import java.util.Deque;
 import java.util.Map;
@@ -19,7 +20,7 @@ import org.jclouds.http.HttpResponseException;
  * ForwardingBlobStore}, the extension point S3Proxy's own read-only, sharded and eventual stores
  * use): object GETs whose key matches a pattern get a time to first byte and answer a share of
  * requests with 503 SlowDown or 500 InternalError; single keys can be scripted to answer given
- * statuses next. S3Proxy turns the thrown {@link HttpResponseException} into that HTTP status.
+ * statuses next or always; a request-rate limit answers 503 SlowDown above it. S3Proxy turns the thrown {@link HttpResponseException} into that HTTP status.
  */
 public final class FaultInjectingBlobStore extends ForwardingBlobStore {
 
@@ -36,6 +37,8 @@ public final class FaultInjectingBlobStore extends ForwardingBlobStore {
     }
 
     private final Map<String, Deque<Integer>> scripted = new ConcurrentHashMap<>();
+    private final Map<String, Integer> always = new ConcurrentHashMap<>();
+    private volatile RateLimiter rateLimiter;
     private final Random random = new Random(42);
     private final AtomicLong gets = new AtomicLong();
     private final AtomicLong injectedErrors = new AtomicLong();
@@ -62,6 +65,26 @@ public final class FaultInjectingBlobStore extends ForwardingBlobStore {
         }
     }
 
+    /** Every GET of {@code bucket/key} answers {@code status} (e.g. 503 SlowDown or 403 forever). */
+    public void answerAlways(String bucket, String key, int status) {
+        always.put(bucket + "/" + key, status);
+    }
+
+    /**
+     * Object GETs above {@code requestsPerSecond} (Guava's smooth {@link RateLimiter}, no waiting)
+     * answer 503 SlowDown, as S3 does for a hot prefix; 0 turns the limit off.
+     */
+    public void setRateLimit(double requestsPerSecond) {
+        rateLimiter = requestsPerSecond > 0 ? RateLimiter.create(requestsPerSecond) : null;
+    }
+
+    /** Forgets scripted and permanent answers and the rate limit. */
+    public void clearAnswers() {
+        scripted.clear();
+        always.clear();
+        rateLimiter = null;
+    }
+
     /** Object GETs served or failed so far. */
     public long gets() {
         return gets.get();
@@ -86,6 +109,14 @@ public final class FaultInjectingBlobStore extends ForwardingBlobStore {
 
     private void inject(String container, String name) {
         gets.incrementAndGet();
+        Integer permanent = always.get(container + "/" + name); // e.g. access denied: decided before throttling
+        if (permanent != null) {
+            throw error(permanent);
+        }
+        RateLimiter limiter = rateLimiter;
+        if (limiter != null && !limiter.tryAcquire()) {
+            throw error(503);
+        }
         Deque<Integer> q = scripted.get(container + "/" + name);
         if (q != null) {
             Integer status;
@@ -120,7 +151,13 @@ public final class FaultInjectingBlobStore extends ForwardingBlobStore {
 
     private HttpResponseException error(int status) {
         injectedErrors.incrementAndGet();
-        String message = status == 503 ? "SlowDown" : status == 500 ? "InternalError" : "Injected";
+        String message = switch (status) {
+            case 503 -> "SlowDown";
+            case 500 -> "InternalError";
+            case 403 -> "AccessDenied";
+            case 404 -> "NoSuchKey";
+            default -> "Injected";
+        };
         return new HttpResponseException(
                 message, null, HttpResponse.builder().statusCode(status).message(message).build());
     }
