@@ -38,6 +38,14 @@ final class StokerConfig {
         positive(conf, StokerOptions.MICRO_BATCH_SIZE);
         positive(conf, StokerOptions.FETCH_CAPACITY);
         positive(conf, StokerOptions.FETCH_THREADS);
+        positive(conf, StokerOptions.S3_MAX_ATTEMPTS);
+        if (conf.contains(StokerOptions.S3_REQUEST_TIMEOUT)
+                && conf.get(StokerOptions.S3_REQUEST_TIMEOUT).compareTo(conf.get(StokerOptions.FETCH_TIMEOUT)) >= 0) {
+            throw new IllegalConfigurationException(
+                    StokerOptions.S3_REQUEST_TIMEOUT.key() + " (" + conf.get(StokerOptions.S3_REQUEST_TIMEOUT)
+                            + ") must be below " + StokerOptions.FETCH_TIMEOUT.key() + " ("
+                            + conf.get(StokerOptions.FETCH_TIMEOUT) + ")");
+        }
         if (!conf.get(StokerOptions.JOB_NAME).matches("[A-Za-z0-9._-]+")) {
             throw new IllegalConfigurationException(
                     StokerOptions.JOB_NAME.key() + " must match [A-Za-z0-9._-]+ (it names a directory): "

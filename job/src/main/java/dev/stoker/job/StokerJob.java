@@ -10,6 +10,8 @@ import org.apache.flink.api.common.JobExecutionResult;
 import org.apache.flink.configuration.CheckpointingOptions;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.PipelineOptions;
+import org.apache.flink.core.fs.FileSystem;
+import org.apache.flink.core.plugin.PluginUtils;
 import org.apache.flink.streaming.api.environment.LocalStreamEnvironment;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.slf4j.Logger;
@@ -47,6 +49,9 @@ public final class StokerJob {
                 Path dir = Path.of(System.getProperty("java.io.tmpdir"), "stoker-checkpoints", conf.get(StokerOptions.JOB_NAME));
                 conf.set(CheckpointingOptions.CHECKPOINTS_DIRECTORY, dir.toUri().toString());
             }
+            // Flink filesystem plugins (e.g. s3-fs-presto for s3:// datasets and checkpoints) from
+            // FLINK_PLUGINS_DIR (default ./plugins), configured with this configuration's s3.* keys.
+            FileSystem.initialize(conf, PluginUtils.createPluginManagerFromRootFolder(conf));
             env = StreamExecutionEnvironment.createLocalEnvironmentWithWebUI(conf);
         }
         if (env.getCheckpointInterval() <= 0) {

@@ -71,13 +71,17 @@ public final class StokerOptions {
             ConfigOptions.key("stoker.fetch.capacity")
                     .intType()
                     .defaultValue(32)
-                    .withDescription("Maximum records with image fetches in flight per fetch subtask (async capacity).");
+                    .withDescription(
+                            "Maximum records with image fetches in flight per fetch subtask (async capacity);"
+                                    + " for s3:// datasets also the HTTP connections per subtask.");
 
     public static final ConfigOption<Integer> FETCH_THREADS =
             ConfigOptions.key("stoker.fetch.threads")
                     .intType()
                     .defaultValue(8)
-                    .withDescription("I/O threads per fetch subtask reading image objects.");
+                    .withDescription(
+                            "I/O threads per fetch subtask reading image objects from local/Flink filesystems"
+                                    + " (s3:// datasets use the non-blocking S3 client instead).");
 
     public static final ConfigOption<Duration> FETCH_TIMEOUT =
             ConfigOptions.key("stoker.fetch.timeout")
@@ -116,4 +120,88 @@ public final class StokerOptions {
                     .withDescription(
                             "Largest decoded image (width x height, read from the header before decoding);"
                                     + " larger ones are dead-lettered as decompression bombs.");
+    // ---- S3 (image fetch from s3:// dataset roots; the JSONL and checkpoints go through Flink's S3 plugin) ----
+
+    public static final ConfigOption<String> S3_ENDPOINT =
+            ConfigOptions.key("stoker.s3.endpoint")
+                    .stringType()
+                    .noDefaultValue()
+                    .withFallbackKeys("s3.endpoint")
+                    .withDescription(
+                            "Endpoint of an S3-compatible server, e.g. http://127.0.0.1:9000. Unset: AWS's regional"
+                                    + " endpoint. Falls back to Flink's s3.endpoint, so one setting serves the S3"
+                                    + " filesystem plugin (JSONL, checkpoints) and the image fetch.");
+
+    public static final ConfigOption<String> S3_REGION =
+            ConfigOptions.key("stoker.s3.region")
+                    .stringType()
+                    .defaultValue("us-east-1")
+                    .withDescription("AWS region of the image bucket (signing region for S3-compatible servers).");
+
+    public static final ConfigOption<Boolean> S3_PATH_STYLE_ACCESS =
+            ConfigOptions.key("stoker.s3.path-style-access")
+                    .booleanType()
+                    .defaultValue(false)
+                    .withFallbackKeys("s3.path.style.access")
+                    .withDescription(
+                            "Path-style requests (endpoint/bucket/key), as most S3-compatible servers need."
+                                    + " Falls back to Flink's s3.path.style.access.");
+
+    public static final ConfigOption<String> S3_ACCESS_KEY =
+            ConfigOptions.key("stoker.s3.access-key")
+                    .stringType()
+                    .noDefaultValue()
+                    .withFallbackKeys("s3.access-key")
+                    .withDescription(
+                            "Access key id for the image fetch. Unset (with the secret key): the AWS default"
+                                    + " credential chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, profile, web"
+                                    + " identity, container or instance role). Falls back to Flink's s3.access-key.");
+
+    /** Its key contains "secret", so Flink masks its value in logs and the web UI. */
+    public static final ConfigOption<String> S3_SECRET_KEY =
+            ConfigOptions.key("stoker.s3.secret-key")
+                    .stringType()
+                    .noDefaultValue()
+                    .withFallbackKeys("s3.secret-key")
+                    .withDescription(
+                            "Secret access key for the image fetch (masked by Flink as a sensitive key). Prefer the"
+                                    + " default credential chain. Falls back to Flink's s3.secret-key.");
+
+    public static final ConfigOption<Integer> S3_MAX_ATTEMPTS =
+            ConfigOptions.key("stoker.s3.max-attempts")
+                    .intType()
+                    .defaultValue(5)
+                    .withDescription(
+                            "Attempts per image GET, the first included. Throttling (503 SlowDown), 5xx,"
+                                    + " connection errors and attempt timeouts are retried with exponential backoff"
+                                    + " and full jitter; 403 and 404 never are.");
+
+    public static final ConfigOption<Duration> S3_ATTEMPT_TIMEOUT =
+            ConfigOptions.key("stoker.s3.attempt-timeout")
+                    .durationType()
+                    .defaultValue(Duration.ofSeconds(10))
+                    .withDescription(
+                            "Time limit of one GET attempt (at most the request timeout); an attempt that exceeds"
+                                    + " it is retried.");
+
+    public static final ConfigOption<Duration> S3_REQUEST_TIMEOUT =
+            ConfigOptions.key("stoker.s3.request-timeout")
+                    .durationType()
+                    .defaultValue(Duration.ofSeconds(30))
+                    .withDescription(
+                            "Time limit of one GET with all its retries (dead letter FETCH_TIMEOUT). If set, it"
+                                    + " must be below stoker.fetch.timeout; if not, it is at most 90% of it.");
+
+    public static final ConfigOption<Duration> S3_RETRY_BASE_DELAY =
+            ConfigOptions.key("stoker.s3.retry-base-delay")
+                    .durationType()
+                    .defaultValue(Duration.ofMillis(100))
+                    .withDescription(
+                            "Base delay of the exponential backoff between attempts (5x for throttling errors).");
+
+    public static final ConfigOption<Duration> S3_RETRY_MAX_DELAY =
+            ConfigOptions.key("stoker.s3.retry-max-delay")
+                    .durationType()
+                    .defaultValue(Duration.ofSeconds(5))
+                    .withDescription("Longest single backoff delay between attempts.");
 }

@@ -2,6 +2,9 @@ package dev.stoker.job;
 
 import dev.stoker.connectors.fetch.ImageFetchFunction;
 import dev.stoker.connectors.fetch.ImageStore;
+import dev.stoker.connectors.fetch.S3ClientSettings;
+import dev.stoker.connectors.fetch.S3ImageFetchFunction;
+import dev.stoker.connectors.fetch.S3ImageStore;
 import dev.stoker.connectors.source.DatasetListing;
 import dev.stoker.connectors.source.JsonlSource;
 import dev.stoker.operators.batch.BatchAssembler;
@@ -19,6 +22,7 @@ import dev.stoker.operators.model.TokenizedSample;
 import dev.stoker.operators.model.TrainingBatch;
 import dev.stoker.operators.parse.ParseRecordFunction;
 import dev.stoker.operators.tokenize.TokenizeFunction;
+import java.time.Duration;
 import java.util.concurrent.TimeUnit;
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
 import org.apache.flink.api.common.typeinfo.TypeInformation;
@@ -28,13 +32,14 @@ import org.apache.flink.streaming.api.datastream.AsyncDataStream;
 import org.apache.flink.streaming.api.datastream.DataStream;
 import org.apache.flink.streaming.api.datastream.SingleOutputStreamOperator;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
+import org.apache.flink.streaming.api.functions.async.RichAsyncFunction;
 import org.apache.flink.types.Either;
 
 /**
  * The Stoker dataflow, without its sinks:
  *
  * <pre>
- * JSONL source -> parse -> async image fetch -> preprocess images -> tokenize -+-> batch assembler (keyed by rank) -> batches
+ * JSONL source -> parse -> async image fetch (S3 client for s3:// roots, else Flink FileSystem) -> preprocess images -> tokenize -+-> batch assembler (keyed by rank) -> batches
  *                   |            |                   |                |        |
  *                   +------------+-------------------+----------------+--> dead letters --(empty slots)--+
  * </pre>
@@ -76,13 +81,20 @@ public final class StokerPipeline {
         SingleOutputStreamOperator<SftRecord> records =
                 lines.process(new ParseRecordFunction()).name("parse").uid("parse");
 
-        ImageStore store = new ImageStore(listing.root(), conf.get(StokerOptions.MAX_OBJECT_SIZE).getBytes());
+        long maxObjectBytes = conf.get(StokerOptions.MAX_OBJECT_SIZE).getBytes();
         long timeoutMs = conf.get(StokerOptions.FETCH_TIMEOUT).toMillis();
+        RichAsyncFunction<SftRecord, Either<DeadLetter, FetchedRecord>> fetch =
+                S3ImageStore.isS3(listing.root())
+                        ? new S3ImageFetchFunction(
+                                listing.root(), maxObjectBytes, s3Settings(conf), conf.get(StokerOptions.FETCH_TIMEOUT))
+                        : new ImageFetchFunction(
+                                new ImageStore(listing.root(), maxObjectBytes),
+                                conf.get(StokerOptions.FETCH_THREADS),
+                                conf.get(StokerOptions.FETCH_TIMEOUT));
         DataStream<Either<DeadLetter, FetchedRecord>> fetched =
                 AsyncDataStream.unorderedWait(
                                 records,
-                                new ImageFetchFunction(
-                                        store, conf.get(StokerOptions.FETCH_THREADS), conf.get(StokerOptions.FETCH_TIMEOUT)),
+                                fetch,
                                 timeoutMs,
                                 TimeUnit.MILLISECONDS,
                                 conf.get(StokerOptions.FETCH_CAPACITY))
@@ -134,6 +146,29 @@ public final class StokerPipeline {
                         .name("batch-assembler")
                         .uid("batch-assembler");
         return new Outputs(batches, deadLetters);
+    }
+
+    /** The S3 client settings of the image fetch, from the {@code stoker.s3.*} options. */
+    static S3ClientSettings s3Settings(Configuration conf) {
+        S3ClientSettings s = new S3ClientSettings();
+        s.endpoint = conf.get(StokerOptions.S3_ENDPOINT);
+        s.region = conf.get(StokerOptions.S3_REGION);
+        s.pathStyleAccess = conf.get(StokerOptions.S3_PATH_STYLE_ACCESS);
+        s.accessKey = conf.get(StokerOptions.S3_ACCESS_KEY);
+        s.secretKey = conf.get(StokerOptions.S3_SECRET_KEY);
+        s.maxConcurrency = conf.get(StokerOptions.FETCH_CAPACITY);
+        s.maxAttempts = conf.get(StokerOptions.S3_MAX_ATTEMPTS);
+        s.requestTimeout = conf.get(StokerOptions.S3_REQUEST_TIMEOUT);
+        if (!conf.contains(StokerOptions.S3_REQUEST_TIMEOUT)) {
+            // keep the client's give-up inside the operator's timeout so the client frees the connection
+            Duration limit = conf.get(StokerOptions.FETCH_TIMEOUT).multipliedBy(9).dividedBy(10);
+            s.requestTimeout = s.requestTimeout.compareTo(limit) < 0 ? s.requestTimeout : limit;
+        }
+        Duration attempt = conf.get(StokerOptions.S3_ATTEMPT_TIMEOUT);
+        s.attemptTimeout = attempt.compareTo(s.requestTimeout) < 0 ? attempt : s.requestTimeout;
+        s.retryBaseDelay = conf.get(StokerOptions.S3_RETRY_BASE_DELAY);
+        s.retryMaxDelay = conf.get(StokerOptions.S3_RETRY_MAX_DELAY);
+        return s;
     }
 
     static QwenVisionConfig visionConfig(Configuration conf) {

@@ -81,8 +81,14 @@ final class JobRun {
      */
     static Result run(Path datasetRoot, Path outputRoot, int worldSize, int microBatchSize, Configuration extra)
             throws Exception {
+        return run(datasetRoot.toString(), outputRoot, worldSize, microBatchSize, extra);
+    }
+
+    /** As {@link #run(Path, Path, int, int, Configuration)} for a dataset URI such as {@code s3://bucket/prefix}. */
+    static Result run(String datasetRoot, Path outputRoot, int worldSize, int microBatchSize, Configuration extra)
+            throws Exception {
         Configuration conf = new Configuration();
-        conf.set(StokerOptions.DATASET_PATH, datasetRoot.toString());
+        conf.set(StokerOptions.DATASET_PATH, datasetRoot);
         conf.set(StokerOptions.TOKENIZER_PATH, SharedData.dataDir().resolve("tokenizers/qwen3").toString());
         conf.set(StokerOptions.OUTPUT_ROOT, outputRoot.toString());
         conf.set(StokerOptions.JOB_NAME, "itcase");
@@ -95,7 +101,7 @@ final class JobRun {
         env.setParallelism(2);
         env.enableCheckpointing(500);
         BatchPlan plan = StokerJob.build(env, conf);
-        String counts = AccountingCheck.verify(env.execute("stoker-itcase-" + datasetRoot.getFileName()), plan);
+        String counts = AccountingCheck.verify(env.execute("stoker-itcase-" + datasetRoot.substring(datasetRoot.lastIndexOf('/') + 1)), plan);
         Path jobDir = outputRoot.resolve("itcase");
 
         List<Sample> samples = new ArrayList<>();

@@ -86,7 +86,7 @@ class StokerJobITCase {
         assertThat(manifest.get("num_steps").asLong()).isEqualTo(numSteps);
     }
 
-    private static boolean isPlainPhotoRecord(String dataset, String images) {
+    static boolean isPlainPhotoRecord(String dataset, String images) {
         if (images.isEmpty()) {
             return false;
         }
@@ -102,7 +102,7 @@ class StokerJobITCase {
     }
 
     /** Sample index -> comma-joined image paths of each non-blank line (read independently of the job). */
-    private static Map<Long, String> readRecords(Path jsonl) throws IOException {
+    static Map<Long, String> readRecords(Path jsonl) throws IOException {
         Map<Long, String> records = new HashMap<>();
         long index = 0;
         for (String line : Files.readAllLines(jsonl)) {

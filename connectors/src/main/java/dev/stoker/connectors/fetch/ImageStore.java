@@ -67,6 +67,17 @@ public final class ImageStore implements Serializable {
     }
 
     private Path resolve(String relativePath) throws RejectedRecordException {
+        return new Path(resolveUnderRoot(root, relativePath));
+    }
+
+    /**
+     * Resolves {@code relativePath} against {@code root} (a directory URI ending in {@code /}) and
+     * normalises it; the result is guaranteed to have the root's scheme and authority (bucket) and
+     * to lie under the root's path.
+     *
+     * @throws RejectedRecordException UNSAFE_PATH for anything that would leave the root
+     */
+    static URI resolveUnderRoot(String root, String relativePath) throws RejectedRecordException {
         URI rootUri = URI.create(root);
         URI resolved;
         try {
@@ -78,10 +89,11 @@ public final class ImageStore implements Serializable {
         if (resolved.isOpaque()
                 || resolved.getPath() == null
                 || !resolved.getPath().startsWith(rootUri.normalize().getPath())
-                || !java.util.Objects.equals(resolved.getScheme(), rootUri.getScheme())) {
+                || !java.util.Objects.equals(resolved.getScheme(), rootUri.getScheme())
+                || !java.util.Objects.equals(resolved.getAuthority(), rootUri.getAuthority())) {
             throw new RejectedRecordException(
                     RejectReason.UNSAFE_PATH, "image path '" + relativePath + "' leaves the dataset root");
         }
-        return new Path(resolved);
+        return resolved;
     }
 }

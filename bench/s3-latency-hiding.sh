@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Latency hiding of the S3 image fetch: images/s with 50 +- 20 ms injected GET latency divided by
+# images/s without, same run, same data, default settings (see job/src/test/java/dev/stoker/job/S3LatencyBench.java).
+#   bench/s3-latency-hiding.sh [DATASET_DIR] [REPLICAS] [ROUNDS]     whole job (default: llava-style, 8, 2)
+#   bench/s3-latency-hiding.sh --fetch-only [GETS]                     the S3 fetch alone (default 3000 GETs of 100 KB)
+# Needs ../shared/data (tokenizer) beside the repository. Prints one line per round and a RESULT line.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JVM_OPENS="--add-opens=java.base/java.nio=ALL-UNNAMED --add-opens=java.base/sun.nio.ch=ALL-UNNAMED --add-opens=java.base/java.lang=ALL-UNNAMED --add-opens=java.base/java.util=ALL-UNNAMED --add-opens=java.base/java.lang.reflect=ALL-UNNAMED --add-opens=java.base/java.io=ALL-UNNAMED --add-opens=java.base/java.net=ALL-UNNAMED --add-opens=java.base/java.time=ALL-UNNAMED --add-opens=java.base/java.text=ALL-UNNAMED --add-opens=java.base/java.util.concurrent=ALL-UNNAMED"
+CP_FILE=$(pwd)/job/target/test-classpath.txt
+mvn -q -B -pl job -am package -DskipTests
+mvn -q -B -pl job dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile="$CP_FILE"
+FLINK_PLUGINS_DIR="$(pwd)/job/target/plugins" AWS_EC2_METADATA_DISABLED=true \
+  java $JVM_OPENS -Daws.java.v1.disableDeprecationAnnouncement=true \
+  -Dlog4j.configurationFile="file:$(pwd)/job/src/test/resources/log4j2-test.properties" \
+  -cp "job/target/test-classes:job/target/classes:connectors/target/test-classes:connectors/target/classes:$(cat "$CP_FILE")" dev.stoker.job.S3LatencyBench "$@"

@@ -1,0 +1,112 @@
+package dev.stoker.connectors.fetch;
+
+import dev.stoker.operators.model.RejectReason;
+import dev.stoker.operators.model.Stage;
+import java.util.EnumMap;
+import java.util.Map;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.flink.metrics.Counter;
+import org.apache.flink.metrics.Gauge;
+import org.apache.flink.metrics.Histogram;
+import org.apache.flink.metrics.MeterView;
+import org.apache.flink.metrics.MetricGroup;
+import org.apache.flink.metrics.SimpleCounter;
+import org.apache.flink.runtime.metrics.DescriptiveStatisticsHistogram;
+import software.amazon.awssdk.core.interceptor.Context;
+import software.amazon.awssdk.core.interceptor.ExecutionAttribute;
+import software.amazon.awssdk.core.interceptor.ExecutionAttributes;
+import software.amazon.awssdk.core.interceptor.ExecutionInterceptor;
+
+/**
+ * Flink metrics of S3 image GETs, registered on the fetch operator's metric group (shown in the
+ * web UI under the operator, e.g. {@code fetch-images.s3.getLatencyMs}):
+ *
+ * <ul>
+ *   <li>{@code requestsInFlight} (gauge): GETs started and not yet finished, retries included;
+ *   <li>{@code getLatencyMs} (histogram over the last 10,000 GETs): milliseconds from the first
+ *       attempt to the last byte, backoff and retries included;
+ *   <li>{@code bytesFetched} (counter) and {@code bytesPerSecond} (meter, 60 s window);
+ *   <li>{@code retries} (counter): HTTP attempts beyond the first of each GET;
+ *   <li>{@code failures.<REASON>} (counters): GETs that ended as a dead letter, by reason.
+ * </ul>
+ */
+public final class S3FetchMetrics {
+    private static final ExecutionAttribute<Boolean> ATTEMPTED = new ExecutionAttribute<>("stoker.attempted");
+
+    private final AtomicInteger inFlight = new AtomicInteger();
+    private final Histogram latencyMs;
+    private final Counter bytes;
+    private final Counter retries;
+    private final Map<RejectReason, Counter> failures = new EnumMap<>(RejectReason.class);
+
+    /** Registers the metrics on {@code group} (typically {@code operatorGroup.addGroup("s3")}). */
+    public S3FetchMetrics(MetricGroup group) {
+        group.gauge("requestsInFlight", (Gauge<Integer>) inFlight::get);
+        latencyMs = group.histogram("getLatencyMs", new DescriptiveStatisticsHistogram(10_000));
+        bytes = group.counter("bytesFetched", new SimpleCounter());
+        group.meter("bytesPerSecond", new MeterView(bytes));
+        retries = group.counter("retries", new SimpleCounter());
+        MetricGroup failureGroup = group.addGroup("failures");
+        for (RejectReason reason : RejectReason.values()) {
+            if (reason.stage() == Stage.FETCH || reason == RejectReason.UNSAFE_PATH) {
+                failures.put(reason, failureGroup.counter(reason.name(), new SimpleCounter()));
+            }
+        }
+    }
+
+    /** An SDK interceptor that counts every HTTP attempt after a GET's first one as a retry. */
+    public ExecutionInterceptor retryCounter() {
+        return new ExecutionInterceptor() {
+            @Override
+            public void beforeTransmission(Context.BeforeTransmission context, ExecutionAttributes attributes) {
+                if (attributes.getAttribute(ATTEMPTED) != null) {
+                    retries.inc();
+                } else {
+                    attributes.putAttribute(ATTEMPTED, Boolean.TRUE);
+                }
+            }
+        };
+    }
+
+    void started() {
+        inFlight.incrementAndGet();
+    }
+
+    void finished(long startNanos) {
+        inFlight.decrementAndGet();
+        latencyMs.update((System.nanoTime() - startNanos) / 1_000_000);
+    }
+
+    void fetched(long numBytes) {
+        bytes.inc(numBytes);
+    }
+
+    /** Counts a GET that ended as a dead letter with {@code reason}. */
+    public void failed(RejectReason reason) {
+        Counter c = failures.get(reason);
+        if (c != null) {
+            c.inc();
+        }
+    }
+
+    public int inFlight() {
+        return inFlight.get();
+    }
+
+    public long retries() {
+        return retries.getCount();
+    }
+
+    public long bytesFetched() {
+        return bytes.getCount();
+    }
+
+    public long failures(RejectReason reason) {
+        Counter c = failures.get(reason);
+        return c == null ? 0 : c.getCount();
+    }
+
+    public Histogram latencyMs() {
+        return latencyMs;
+    }
+}

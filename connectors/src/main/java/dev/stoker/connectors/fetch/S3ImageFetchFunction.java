@@ -1,0 +1,130 @@
+package dev.stoker.connectors.fetch;
+
+import dev.stoker.operators.model.DeadLetter;
+import dev.stoker.operators.model.FetchedRecord;
+import dev.stoker.operators.model.RejectReason;
+import dev.stoker.operators.model.RejectedRecordException;
+import dev.stoker.operators.model.SftRecord;
+import java.time.Duration;
+import java.util.Collections;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
+import org.apache.flink.api.common.functions.OpenContext;
+import org.apache.flink.metrics.Counter;
+import org.apache.flink.streaming.api.functions.async.ResultFuture;
+import org.apache.flink.streaming.api.functions.async.RichAsyncFunction;
+import org.apache.flink.types.Either;
+
+/**
+ * Async I/O operator that fetches all images of a record from an {@code s3://} dataset root with
+ * one {@link software.amazon.awssdk.services.s3.S3AsyncClient} per subtask (non-blocking: no I/O
+ * threads of its own).
+ *
+ * <p>Use with {@code AsyncDataStream.unorderedWait(..., timeout, capacity)} and set {@link
+ * S3ClientSettings#maxConcurrency} to the capacity. A record's images are requested concurrently;
+ * if any of them is rejected the record becomes a {@link DeadLetter} ({@code Either.Left}) naming
+ * the first rejected image (in record order) and its key. A record exceeding the operator timeout
+ * becomes a {@link RejectReason#FETCH_TIMEOUT} dead letter; keep {@link
+ * S3ClientSettings#requestTimeout} below it so the client gives up (and frees its connection) first.
+ *
+ * <p>{@link #close()} marks the function closed before closing the client: GETs that fail because
+ * of the close are ignored (their records are in the operator's checkpoint), so stop-with-savepoint
+ * finishes cleanly. Metrics: see {@link S3FetchMetrics} (group {@code s3}) plus {@code
+ * imagesFetched} and {@code imageBytesFetched} like {@link ImageFetchFunction}.
+ */
+public final class S3ImageFetchFunction
+        extends RichAsyncFunction<SftRecord, Either<DeadLetter, FetchedRecord>> {
+    private static final long serialVersionUID = 1L;
+
+    private final String root;
+    private final long maxObjectBytes;
+    private final S3ClientSettings settings;
+    private final Duration timeout;
+    private transient S3ImageStore store;
+    private transient S3FetchMetrics metrics;
+    private transient volatile boolean closed;
+    private transient Counter bytesFetched;
+    private transient Counter imagesFetched;
+
+    /**
+     * @param root dataset root {@code s3://bucket/prefix}
+     * @param maxObjectBytes largest accepted image object, in bytes
+     * @param settings client settings (endpoint, credentials, retries, connections)
+     * @param timeout the async operator's timeout, for the dead letter's message
+     */
+    public S3ImageFetchFunction(String root, long maxObjectBytes, S3ClientSettings settings, Duration timeout) {
+        this.root = root;
+        this.maxObjectBytes = maxObjectBytes;
+        this.settings = settings;
+        this.timeout = timeout;
+    }
+
+    @Override
+    public void open(OpenContext openContext) {
+        metrics = new S3FetchMetrics(getRuntimeContext().getMetricGroup().addGroup("s3"));
+        store = new S3ImageStore(root, maxObjectBytes, settings.createClient(List.of(metrics.retryCounter())), metrics);
+        bytesFetched = getRuntimeContext().getMetricGroup().counter("imageBytesFetched");
+        imagesFetched = getRuntimeContext().getMetricGroup().counter("imagesFetched");
+    }
+
+    @Override
+    public void asyncInvoke(SftRecord record, ResultFuture<Either<DeadLetter, FetchedRecord>> result) {
+        @SuppressWarnings("unchecked")
+        CompletableFuture<byte[]>[] reads = new CompletableFuture[record.images.length];
+        for (int i = 0; i < reads.length; i++) {
+            reads[i] = store.read(record.images[i].path);
+        }
+        CompletableFuture.allOf(reads)
+                .handle((ignored, error) -> toResult(record, reads))
+                .whenComplete(
+                        (value, error) -> {
+                            if (closed) {
+                                return; // in-flight elements are in the operator's checkpoint
+                            }
+                            if (error != null) {
+                                result.completeExceptionally(error);
+                            } else {
+                                result.complete(Collections.singleton(value));
+                            }
+                        });
+    }
+
+    private Either<DeadLetter, FetchedRecord> toResult(SftRecord record, CompletableFuture<byte[]>[] reads) {
+        byte[][] bytes = new byte[reads.length][];
+        for (int i = 0; i < reads.length; i++) {
+            try {
+                bytes[i] = reads[i].join();
+            } catch (CompletionException e) {
+                RejectedRecordException rejected =
+                        e.getCause() instanceof RejectedRecordException r
+                                ? r
+                                : new RejectedRecordException(RejectReason.FETCH_FAILED, String.valueOf(e.getCause()));
+                String msg = "image " + (i + 1) + " of " + reads.length + ": " + rejected.getMessage();
+                return Either.Left(new DeadLetter(record.ref, rejected.reason(), msg));
+            }
+        }
+        for (byte[] b : bytes) {
+            bytesFetched.inc(b.length);
+            imagesFetched.inc();
+        }
+        return Either.Right(new FetchedRecord(record, bytes));
+    }
+
+    @Override
+    public void timeout(SftRecord record, ResultFuture<Either<DeadLetter, FetchedRecord>> result) {
+        metrics.failed(RejectReason.FETCH_TIMEOUT);
+        String msg = "fetching " + record.images.length + " image(s) took longer than " + timeout;
+        result.complete(
+                Collections.singleton(
+                        Either.Left(new DeadLetter(record.ref, RejectReason.FETCH_TIMEOUT, msg))));
+    }
+
+    @Override
+    public void close() {
+        closed = true;
+        if (store != null) {
+            store.close();
+        }
+    }
+}

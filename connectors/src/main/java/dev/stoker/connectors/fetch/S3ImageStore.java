@@ -1,0 +1,188 @@
+package dev.stoker.connectors.fetch;
+
+import dev.stoker.operators.model.RejectReason;
+import dev.stoker.operators.model.RejectedRecordException;
+import java.net.URI;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
+import java.util.concurrent.ExecutionException;
+import software.amazon.awssdk.awscore.exception.AwsServiceException;
+import software.amazon.awssdk.core.async.AsyncResponseTransformer;
+import software.amazon.awssdk.core.exception.ApiCallAttemptTimeoutException;
+import software.amazon.awssdk.core.exception.ApiCallTimeoutException;
+import software.amazon.awssdk.core.exception.SdkException;
+import software.amazon.awssdk.services.s3.S3AsyncClient;
+import software.amazon.awssdk.services.s3.model.GetObjectRequest;
+
+/**
+ * Reads image objects from S3 by path relative to an {@code s3://bucket/prefix/} dataset root, with
+ * non-blocking GETs on a shared {@link S3AsyncClient}.
+ *
+ * <p>Paths are resolved and normalised like {@link ImageStore}'s: a key outside the dataset prefix
+ * (or in another bucket) is rejected ({@link RejectReason#UNSAFE_PATH}) before any request. Each GET
+ * asks for the range {@code bytes=0-maxObjectBytes}, so an oversized object costs at most that
+ * many bytes and is rejected from its total size ({@link RejectReason#IMAGE_TOO_LARGE}).
+ *
+ * <p>Outcomes, each naming the {@code s3://} key: 404 is {@link RejectReason#IMAGE_NOT_FOUND}; 403
+ * and any error left after the client's retries are {@link RejectReason#FETCH_FAILED} (with the
+ * HTTP status, S3 error code and number of attempts); running out of the client's total request
+ * time, or every attempt timing out, is {@link RejectReason#FETCH_TIMEOUT}. Retries themselves happen inside the client (see
+ * {@link S3ClientSettings}).
+ */
+public final class S3ImageStore implements AutoCloseable {
+    private final String root;
+    private final String bucket;
+    private final long maxObjectBytes;
+    private final S3AsyncClient client;
+    private final S3FetchMetrics metrics;
+
+    /**
+     * @param root dataset root {@code s3://bucket/prefix} (also {@code s3a://} or {@code s3p://})
+     * @param maxObjectBytes largest accepted image object, in bytes
+     * @param client the client to use; closed by {@link #close()}
+     * @param metrics where to count requests, latency, bytes and failures
+     */
+    public S3ImageStore(String root, long maxObjectBytes, S3AsyncClient client, S3FetchMetrics metrics) {
+        if (!isS3(root)) {
+            throw new IllegalArgumentException("not an s3:// dataset root: " + root);
+        }
+        this.root = root.endsWith("/") ? root : root + "/";
+        this.bucket = URI.create(this.root).getAuthority();
+        this.maxObjectBytes = maxObjectBytes;
+        this.client = client;
+        this.metrics = metrics;
+    }
+
+    /** Whether {@code root} is an S3 URI ({@code s3://}, {@code s3a://} or {@code s3p://}). */
+    public static boolean isS3(String root) {
+        String r = root.toLowerCase(java.util.Locale.ROOT);
+        return r.startsWith("s3://") || r.startsWith("s3a://") || r.startsWith("s3p://");
+    }
+
+    /**
+     * Starts reading the whole object at {@code relativePath}.
+     *
+     * @return the object's bytes, or a future failed with a {@link RejectedRecordException}
+     *     (IMAGE_NOT_FOUND, IMAGE_TOO_LARGE, UNSAFE_PATH, FETCH_FAILED or FETCH_TIMEOUT); never
+     *     another exception
+     */
+    public CompletableFuture<byte[]> read(String relativePath) {
+        String key;
+        try {
+            key = ImageStore.resolveUnderRoot(root, relativePath).getPath().substring(1);
+        } catch (RejectedRecordException e) {
+            metrics.failed(e.reason());
+            return CompletableFuture.failedFuture(e);
+        }
+        String where = "s3://" + bucket + "/" + key;
+        GetObjectRequest request =
+                GetObjectRequest.builder().bucket(bucket).key(key).range("bytes=0-" + maxObjectBytes).build();
+        long start = System.nanoTime();
+        metrics.started();
+        CompletableFuture<byte[]> result;
+        try {
+            result =
+                    client.getObject(request, AsyncResponseTransformer.toBytes())
+                            .handle(
+                                    (response, error) -> {
+                                        metrics.finished(start);
+                                        if (error != null) {
+                                            return emptyOrThrow(relativePath, where, error);
+                                        }
+                                        byte[] bytes = response.asByteArrayUnsafe();
+                                        long total = totalSize(response.response().contentRange(), bytes.length);
+                                        if (total > maxObjectBytes) {
+                                            throw reject(
+                                                    RejectReason.IMAGE_TOO_LARGE,
+                                                    "'" + relativePath + "' (" + where + ") is " + total
+                                                            + " bytes, above the limit of " + maxObjectBytes);
+                                        }
+                                        metrics.fetched(bytes.length);
+                                        return bytes;
+                                    });
+        } catch (RuntimeException e) { // e.g. the client is already closed
+            metrics.finished(start);
+            result = CompletableFuture.failedFuture(e);
+        }
+        return result.exceptionallyCompose(
+                e -> {
+                    Throwable cause = unwrap(e);
+                    if (cause instanceof RejectedRecordException) {
+                        return CompletableFuture.failedFuture(cause);
+                    }
+                    metrics.failed(RejectReason.FETCH_FAILED);
+                    return CompletableFuture.failedFuture(
+                            new RejectedRecordException(
+                                    RejectReason.FETCH_FAILED, "GET " + where + " failed: " + cause, cause));
+                });
+    }
+
+    private byte[] emptyOrThrow(String relativePath, String where, Throwable error) {
+        Throwable t = unwrap(error);
+        String attempts = attempts(t);
+        if (t instanceof AwsServiceException e) {
+            int status = e.statusCode();
+            String code = e.awsErrorDetails() != null ? e.awsErrorDetails().errorCode() : null;
+            String statusText = "HTTP " + status + (code != null ? " " + code : "");
+            if (status == 404) {
+                throw reject(
+                        RejectReason.IMAGE_NOT_FOUND, "'" + relativePath + "' not found: " + where + " (" + statusText + ")");
+            }
+            if (status == 416) {
+                return new byte[0]; // an empty object has no byte 0; the decoder rejects it as corrupt
+            }
+            throw reject(RejectReason.FETCH_FAILED, "GET " + where + " failed with " + statusText + attempts);
+        }
+        if (t instanceof ApiCallTimeoutException || t instanceof ApiCallAttemptTimeoutException) {
+            throw reject(RejectReason.FETCH_TIMEOUT, "GET " + where + " did not complete in time" + attempts);
+        }
+        throw reject(
+                RejectReason.FETCH_FAILED,
+                "GET " + where + " failed" + attempts + ": " + t.getClass().getSimpleName() + ": " + t.getMessage());
+    }
+
+    private CompletionException reject(RejectReason reason, String message) {
+        metrics.failed(reason);
+        return new CompletionException(new RejectedRecordException(reason, message));
+    }
+
+    private static String attempts(Throwable t) {
+        if (t instanceof SdkException e && e.numAttempts() != null) {
+            return " after " + e.numAttempts() + " attempt(s)";
+        }
+        return "";
+    }
+
+    /** Total object size from a {@code Content-Range: bytes 0-99/1234} header, else {@code received}. */
+    static long totalSize(String contentRange, long received) {
+        if (contentRange != null) {
+            int slash = contentRange.lastIndexOf('/');
+            if (slash >= 0 && slash < contentRange.length() - 1 && contentRange.charAt(slash + 1) != '*') {
+                try {
+                    return Math.max(received, Long.parseLong(contentRange.substring(slash + 1).trim()));
+                } catch (NumberFormatException ignored) {
+                    // fall through to the bytes received
+                }
+            }
+        }
+        return received;
+    }
+
+    private static Throwable unwrap(Throwable t) {
+        while ((t instanceof CompletionException || t instanceof ExecutionException) && t.getCause() != null) {
+            t = t.getCause();
+        }
+        return t;
+    }
+
+    /** Closes the client; GETs still in flight fail (callers that are closing ignore them). */
+    @Override
+    public void close() {
+        client.close();
+    }
+
+    @Override
+    public String toString() {
+        return "S3ImageStore{root=" + root + ", maxObjectBytes=" + maxObjectBytes + "}";
+    }
+}

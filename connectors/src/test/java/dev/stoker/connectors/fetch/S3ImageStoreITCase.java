@@ -1,0 +1,203 @@
+package dev.stoker.connectors.fetch;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+import dev.stoker.connectors.s3.LocalS3Server;
+import dev.stoker.operators.model.RejectReason;
+import dev.stoker.operators.model.RejectedRecordException;
+import java.io.IOException;
+import java.net.ServerSocket;
+import java.net.Socket;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CompletionException;
+import org.apache.flink.metrics.groups.UnregisteredMetricsGroup;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
+import org.junit.jupiter.api.io.TempDir;
+
+/** {@link S3ImageStore} against a real S3 server (S3Proxy on 127.0.0.1) and real dead TCP peers. */
+class S3ImageStoreITCase {
+    private static final String BUCKET = "images";
+    private static final String ROOT = "s3://" + BUCKET + "/data/";
+
+    @RegisterExtension static final LocalS3Server S3 = new LocalS3Server();
+
+    @TempDir static Path dir;
+
+    @BeforeAll
+    static void upload() throws IOException {
+        Files.createDirectories(dir.resolve("data/images"));
+        Files.createDirectories(dir.resolve("other"));
+        Files.write(dir.resolve("data/images/a.jpg"), new byte[] {1, 2, 3});
+        Files.write(dir.resolve("data/images/big.jpg"), new byte[1000]);
+        Files.write(dir.resolve("other/secret.jpg"), new byte[] {9});
+        S3.uploadDirectory(dir, BUCKET, "");
+    }
+
+    private static S3FetchMetrics metrics() {
+        return new S3FetchMetrics(new UnregisteredMetricsGroup());
+    }
+
+    private static S3ImageStore store(S3ClientSettings settings, S3FetchMetrics metrics) {
+        return new S3ImageStore(ROOT, 100, settings.createClient(List.of(metrics.retryCounter())), metrics);
+    }
+
+    private static RejectedRecordException rejection(S3ImageStore store, String path) {
+        try {
+            store.read(path).join();
+        } catch (CompletionException e) {
+            assertThat(e.getCause()).isInstanceOf(RejectedRecordException.class);
+            return (RejectedRecordException) e.getCause();
+        }
+        throw new AssertionError("read of " + path + " succeeded");
+    }
+
+    @Test
+    void readsObjectsRelativeToTheRootAndCountsThem() {
+        S3FetchMetrics metrics = metrics();
+        try (S3ImageStore store = store(S3.clientSettings(), metrics)) {
+            assertThat(store.read("images/a.jpg").join()).containsExactly(1, 2, 3);
+            assertThat(store.read("images/../images/a.jpg").join()).containsExactly(1, 2, 3);
+        }
+        assertThat(metrics.bytesFetched()).isEqualTo(6);
+        assertThat(metrics.latencyMs().getCount()).isEqualTo(2);
+        assertThat(metrics.inFlight()).isZero();
+        assertThat(metrics.retries()).isZero();
+    }
+
+    @Test
+    void missingObjectIsNotFoundNamingTheKeyWithoutRetry() {
+        S3FetchMetrics metrics = metrics();
+        try (S3ImageStore store = store(S3.clientSettings(), metrics)) {
+            RejectedRecordException e = rejection(store, "images/none.png");
+            assertThat(e.reason()).isEqualTo(RejectReason.IMAGE_NOT_FOUND);
+            assertThat(e.getMessage()).contains("s3://images/data/images/none.png").contains("404");
+        }
+        assertThat(metrics.retries()).isZero();
+        assertThat(metrics.failures(RejectReason.IMAGE_NOT_FOUND)).isEqualTo(1);
+    }
+
+    @Test
+    void forbiddenIsAFetchFailureWithoutRetryAndWithoutTheSecret() {
+        S3ClientSettings wrong = S3.clientSettings();
+        wrong.secretKey = "not-the-secret-0123456789";
+        S3FetchMetrics metrics = metrics();
+        try (S3ImageStore store = store(wrong, metrics)) {
+            RejectedRecordException e = rejection(store, "images/a.jpg");
+            assertThat(e.reason()).isEqualTo(RejectReason.FETCH_FAILED);
+            assertThat(e.getMessage()).contains("s3://images/data/images/a.jpg").contains("403");
+            assertThat(e.toString()).doesNotContain(wrong.secretKey);
+        }
+        assertThat(metrics.retries()).isZero();
+        assertThat(wrong.toString()).doesNotContain(wrong.secretKey).contains(S3.endpoint());
+    }
+
+    @Test
+    void keysOutsideTheDatasetPrefixAreRejectedBeforeAnyRequest() {
+        S3FetchMetrics metrics = metrics();
+        try (S3ImageStore store = store(S3.clientSettings(), metrics)) {
+            for (String path : List.of("../other/secret.jpg", "images/../../other/secret.jpg", "/other/secret.jpg",
+                    "//images/other/secret.jpg", "s3://images/other/secret.jpg")) {
+                assertThat(rejection(store, path).reason()).as(path).isEqualTo(RejectReason.UNSAFE_PATH);
+            }
+        }
+        assertThat(metrics.latencyMs().getCount()).isZero();
+    }
+
+    @Test
+    void oversizedObjectIsRejectedFromItsTotalSize() {
+        try (S3ImageStore store = store(S3.clientSettings(), metrics())) {
+            RejectedRecordException e = rejection(store, "images/big.jpg");
+            assertThat(e.reason()).isEqualTo(RejectReason.IMAGE_TOO_LARGE);
+            assertThat(e.getMessage()).contains("1000 bytes");
+        }
+    }
+
+    @Test
+    void throttlingAndServerErrorsAreRetriedUntilTheObjectArrives() {
+        S3.faults().answerNext(BUCKET, "data/images/a.jpg", 503, 500, 503);
+        S3ClientSettings settings = S3.clientSettings();
+        settings.retryBaseDelay = Duration.ofMillis(10);
+        S3FetchMetrics metrics = metrics();
+        try (S3ImageStore store = store(settings, metrics)) {
+            assertThat(store.read("images/a.jpg").join()).containsExactly(1, 2, 3);
+        }
+        assertThat(metrics.retries()).isEqualTo(3);
+        assertThat(metrics.failures(RejectReason.FETCH_FAILED)).isZero();
+    }
+
+    @Test
+    void endlessSlowDownIsAFetchFailureAfterTheAttemptBudget() {
+        S3.faults().answerNext(BUCKET, "data/images/a.jpg", 503, 503, 503, 503);
+        S3ClientSettings settings = S3.clientSettings();
+        settings.maxAttempts = 4;
+        settings.retryBaseDelay = Duration.ofMillis(10);
+        S3FetchMetrics metrics = metrics();
+        try (S3ImageStore store = store(settings, metrics)) {
+            RejectedRecordException e = rejection(store, "images/a.jpg");
+            assertThat(e.reason()).isEqualTo(RejectReason.FETCH_FAILED);
+            assertThat(e.getMessage()).contains("s3://images/data/images/a.jpg").contains("503").contains("after 4 attempt(s)");
+        }
+        assertThat(metrics.retries()).isEqualTo(3);
+    }
+
+    @Test
+    void connectionFailuresAreRetriedWithBackoffUpToTheAttemptLimit() throws IOException {
+        int closedPort;
+        try (ServerSocket s = new ServerSocket(0)) {
+            closedPort = s.getLocalPort();
+        }
+        S3ClientSettings settings = S3.clientSettings();
+        settings.endpoint = "http://127.0.0.1:" + closedPort;
+        settings.maxAttempts = 3;
+        settings.retryBaseDelay = Duration.ofMillis(10);
+        S3FetchMetrics metrics = metrics();
+        try (S3ImageStore store = store(settings, metrics)) {
+            RejectedRecordException e = rejection(store, "images/a.jpg");
+            assertThat(e.reason()).isEqualTo(RejectReason.FETCH_FAILED);
+            assertThat(e.getMessage()).contains("s3://images/data/images/a.jpg").contains("after 3 attempt(s)");
+        }
+        assertThat(metrics.retries()).isEqualTo(2);
+    }
+
+    @Test
+    void silentServerTimesOutEachAttemptThenTheRecordIsAFetchTimeout() throws Exception {
+        List<Socket> accepted = new ArrayList<>();
+        try (ServerSocket silent = new ServerSocket(0)) {
+            Thread acceptor = new Thread(() -> {
+                try {
+                    while (true) {
+                        accepted.add(silent.accept()); // never answers
+                    }
+                } catch (IOException closed) {
+                    // test over
+                }
+            });
+            acceptor.setDaemon(true);
+            acceptor.start();
+            S3ClientSettings settings = S3.clientSettings();
+            settings.endpoint = "http://127.0.0.1:" + silent.getLocalPort();
+            settings.maxAttempts = 3;
+            settings.attemptTimeout = Duration.ofMillis(300);
+            settings.retryBaseDelay = Duration.ofMillis(10);
+            S3FetchMetrics metrics = metrics();
+            long start = System.nanoTime();
+            try (S3ImageStore store = store(settings, metrics)) {
+                RejectedRecordException e = rejection(store, "images/a.jpg");
+                assertThat(e.reason()).isEqualTo(RejectReason.FETCH_TIMEOUT);
+                assertThat(e.getMessage()).contains("s3://images/data/images/a.jpg").contains("3 attempt(s)");
+            }
+            assertThat(Duration.ofNanos(System.nanoTime() - start)).isLessThan(Duration.ofSeconds(5));
+            assertThat(metrics.retries()).isEqualTo(2);
+        } finally {
+            for (Socket s : accepted) {
+                s.close();
+            }
+        }
+    }
+}

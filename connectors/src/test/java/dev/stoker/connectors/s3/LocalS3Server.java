@@ -1,0 +1,245 @@
+package dev.stoker.connectors.s3;
+
+import dev.stoker.connectors.fetch.S3ClientSettings;
+import java.io.IOException;
+import java.net.URI;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.concurrent.CompletableFuture;
+import java.util.stream.Stream;
+import org.gaul.s3proxy.AuthenticationType;
+import org.gaul.s3proxy.S3Proxy;
+import org.jclouds.ContextBuilder;
+import org.jclouds.blobstore.BlobStoreContext;
+import org.junit.jupiter.api.extension.AfterAllCallback;
+import org.junit.jupiter.api.extension.BeforeAllCallback;
+import org.junit.jupiter.api.extension.ExtensionContext;
+import software.amazon.awssdk.core.async.AsyncRequestBody;
+import software.amazon.awssdk.services.s3.S3AsyncClient;
+
+/**
+ * A real S3-compatible server on 127.0.0.1 for tests and the demo: S3Proxy (filesystem backend in a
+ * temporary directory, AWS V2/V4 signatures) on a free port, in this JVM.
+ *
+ * <p>As a JUnit 5 extension ({@code @RegisterExtension static final LocalS3Server S3 = new
+ * LocalS3Server();}) it starts before the class's tests and stops (deleting its data) after them.
+ * As a program it serves until killed:
+ *
+ * <pre>
+ * java -cp ... dev.stoker.connectors.s3.LocalS3Server --port 9000 [--basedir DIR] [--upload DIR s3://bucket/prefix]
+ * </pre>
+ *
+ * and prints {@code endpoint=http://127.0.0.1:PORT} once it serves (after any upload). Objects are
+ * always put through the S3 API, never copied into the backing directory.
+ */
+public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback, AutoCloseable {
+    /** Access key id the server accepts. Test credentials, not a secret. */
+    public static final String ACCESS_KEY = "stoker-local";
+
+    /** Secret key the server accepts. Test credentials, not a secret. */
+    public static final String SECRET_KEY = "stoker-local-secret";
+
+    private final int port;
+    private Path basedir;
+    private boolean deleteBasedir;
+    private BlobStoreContext context;
+    private FaultInjectingBlobStore faults;
+    private S3Proxy proxy;
+    private S3AsyncClient client;
+
+    /** A server on a free port with a temporary backing directory. */
+    public LocalS3Server() {
+        this(0, null);
+    }
+
+    /**
+     * @param port TCP port on 127.0.0.1, 0 for a free one
+     * @param basedir backing directory, null for a temporary one deleted on close
+     */
+    public LocalS3Server(int port, Path basedir) {
+        this.port = port;
+        this.basedir = basedir;
+    }
+
+    /** Starts the server and waits until it accepts requests. */
+    public LocalS3Server start() throws Exception {
+        if (basedir == null) {
+            basedir = Files.createTempDirectory("stoker-s3proxy-");
+            deleteBasedir = true;
+        }
+        Properties props = new Properties();
+        props.setProperty("jclouds.filesystem.basedir", basedir.toAbsolutePath().toString());
+        context =
+                ContextBuilder.newBuilder("filesystem-nio2")
+                        .credentials(ACCESS_KEY, SECRET_KEY)
+                        .overrides(props)
+                        .build(BlobStoreContext.class);
+        faults = new FaultInjectingBlobStore(context.getBlobStore());
+        proxy =
+                S3Proxy.builder()
+                        .blobStore(faults)
+                        .endpoint(URI.create("http://127.0.0.1:" + port))
+                        .awsAuthentication(AuthenticationType.AWS_V2_OR_V4, ACCESS_KEY, SECRET_KEY)
+                        .build();
+        proxy.start();
+        long deadline = System.nanoTime() + 30_000_000_000L;
+        while (!"STARTED".equals(proxy.getState())) {
+            if (System.nanoTime() > deadline) {
+                throw new IllegalStateException("S3Proxy did not start: " + proxy.getState());
+            }
+            Thread.sleep(10);
+        }
+        return this;
+    }
+
+    /** Latency and errors to inject into GETs (none unless set). */
+    public FaultInjectingBlobStore faults() {
+        return faults;
+    }
+
+    /** {@code http://127.0.0.1:PORT}. */
+    public String endpoint() {
+        return "http://127.0.0.1:" + proxy.getPort();
+    }
+
+    /** Client settings for this server (path-style, its credentials). */
+    public S3ClientSettings clientSettings() {
+        S3ClientSettings s = new S3ClientSettings();
+        s.endpoint = endpoint();
+        s.pathStyleAccess = true;
+        s.accessKey = ACCESS_KEY;
+        s.secretKey = SECRET_KEY;
+        return s;
+    }
+
+    /** The Flink configuration keys for its S3 filesystem plugins (and Stoker's fallbacks). */
+    public Map<String, String> flinkS3Options() {
+        Map<String, String> m = new LinkedHashMap<>();
+        m.put("s3.endpoint", endpoint());
+        m.put("s3.path.style.access", "true");
+        m.put("s3.access-key", ACCESS_KEY);
+        m.put("s3.secret-key", SECRET_KEY);
+        return m;
+    }
+
+    /** A client for setting up and changing test data (uploads, deletes). */
+    public synchronized S3AsyncClient client() {
+        if (client == null) {
+            client = clientSettings().createClient(List.of());
+        }
+        return client;
+    }
+
+    public void createBucket(String bucket) {
+        client().createBucket(b -> b.bucket(bucket)).join();
+    }
+
+    /**
+     * Uploads every regular file under {@code dir} to {@code bucket} as {@code prefix/<relative
+     * path>}, creating the bucket if needed.
+     *
+     * @return the number of objects uploaded
+     */
+    public int uploadDirectory(Path dir, String bucket, String prefix) throws IOException {
+        if (!client().listBuckets().join().buckets().stream().anyMatch(b -> b.name().equals(bucket))) {
+            createBucket(bucket);
+        }
+        String p = prefix.isEmpty() || prefix.endsWith("/") ? prefix : prefix + "/";
+        List<CompletableFuture<?>> puts = new ArrayList<>();
+        try (Stream<Path> files = Files.walk(dir)) {
+            for (Path f : files.filter(Files::isRegularFile).sorted().toList()) {
+                String key = p + dir.relativize(f).toString().replace('\\', '/');
+                puts.add(client().putObject(r -> r.bucket(bucket).key(key), AsyncRequestBody.fromFile(f)));
+                if (puts.size() >= 32) {
+                    CompletableFuture.allOf(puts.toArray(new CompletableFuture[0])).join();
+                    puts.clear();
+                }
+            }
+        }
+        CompletableFuture.allOf(puts.toArray(new CompletableFuture[0])).join();
+        try (Stream<Path> files = Files.walk(dir)) {
+            return (int) files.filter(Files::isRegularFile).count();
+        }
+    }
+
+    public void deleteObject(String bucket, String key) {
+        client().deleteObject(r -> r.bucket(bucket).key(key)).join();
+    }
+
+    @Override
+    public void close() throws Exception {
+        if (client != null) {
+            client.close();
+            client = null;
+        }
+        if (proxy != null) {
+            proxy.stop();
+            proxy = null;
+        }
+        if (context != null) {
+            context.close();
+            context = null;
+        }
+        if (deleteBasedir && basedir != null) {
+            try (Stream<Path> walk = Files.walk(basedir)) {
+                walk.sorted(Comparator.reverseOrder()).forEach(f -> f.toFile().delete());
+            }
+            basedir = null;
+        }
+    }
+
+    @Override
+    public void beforeAll(ExtensionContext extensionContext) throws Exception {
+        start();
+    }
+
+    @Override
+    public void afterAll(ExtensionContext extensionContext) throws Exception {
+        close();
+    }
+
+    /** Serves until killed; see the class comment for the arguments. */
+    public static void main(String[] args) throws Exception {
+        int port = 9000;
+        Path basedir = null;
+        Path upload = null;
+        String target = null;
+        for (int i = 0; i < args.length; i++) {
+            switch (args[i]) {
+                case "--port" -> port = Integer.parseInt(args[++i]);
+                case "--basedir" -> basedir = Path.of(args[++i]);
+                case "--upload" -> {
+                    upload = Path.of(args[++i]);
+                    target = args[++i];
+                }
+                default -> throw new IllegalArgumentException("unknown argument " + args[i]);
+            }
+        }
+        if (basedir != null) {
+            Files.createDirectories(basedir);
+        }
+        LocalS3Server server = new LocalS3Server(port, basedir).start();
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            try {
+                server.close();
+            } catch (Exception e) {
+                // exiting anyway
+            }
+        }));
+        if (upload != null) {
+            URI uri = URI.create(target);
+            String prefix = uri.getPath() == null ? "" : uri.getPath().replaceFirst("^/", "");
+            int n = server.uploadDirectory(upload, uri.getAuthority(), prefix);
+            System.out.println("uploaded=" + n + " " + target);
+        }
+        System.out.println("endpoint=" + server.endpoint());
+        System.out.flush();
+        Thread.currentThread().join();
+    }
+}

@@ -1,0 +1,267 @@
+package dev.stoker.job;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import dev.stoker.connectors.s3.FaultInjectingBlobStore;
+import dev.stoker.connectors.s3.LocalS3Server;
+import java.io.IOException;
+import java.nio.file.Path;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
+import org.apache.flink.configuration.CheckpointingOptions;
+import org.apache.flink.configuration.Configuration;
+import org.apache.flink.core.fs.FileSystem;
+import org.apache.flink.core.plugin.PluginUtils;
+import org.apache.flink.runtime.testutils.MiniClusterResourceConfiguration;
+import org.apache.flink.test.junit5.MiniClusterExtension;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Order;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
+
+/**
+ * Runs the whole job against a real S3 server (S3Proxy on 127.0.0.1): the JSONL through Flink's S3
+ * filesystem plugin (flink-s3-fs-presto from {@code target/plugins}, as on a cluster), the images
+ * through the async S3 client, checkpoints to {@code s3://}. Checks the same accounting as {@link
+ * StokerJobITCase} ({@link JobRun.Result#assertAccounted()}): every record is in exactly one batch
+ * (of its planned step and rank) or in exactly one dead letter.
+ */
+class S3JobITCase {
+    private static final int WORLD_SIZE = 2;
+    private static final int MICRO_BATCH_SIZE = 3;
+    private static final String BUCKET = "sft";
+    private static final String DATASET = "llava-style";
+
+    @RegisterExtension
+    @Order(1)
+    static final LocalS3Server S3 = new LocalS3Server();
+
+    @RegisterExtension
+    @Order(2)
+    static final MiniClusterExtension MINI_CLUSTER =
+            new MiniClusterExtension(
+                    new MiniClusterResourceConfiguration.Builder()
+                            .setNumberTaskManagers(1)
+                            .setNumberSlotsPerTaskManager(2)
+                            .build());
+
+    private Path outputRoot;
+    private final Set<String> checkpointsSeen = ConcurrentHashMap.newKeySet();
+
+    @BeforeAll
+    static void uploadAndInitializeS3FileSystem() throws IOException {
+        Path local = SharedData.dataDir().resolve(DATASET);
+        S3.uploadDirectory(local, BUCKET, "complete");
+        S3.uploadDirectory(local, BUCKET, "missing-images");
+        S3.uploadDirectory(local, BUCKET, "flaky");
+        // As on a cluster: the S3 plugin from FLINK_PLUGINS_DIR (target/plugins), given the s3.* keys.
+        FileSystem.initialize(s3Config(), PluginUtils.createPluginManagerFromRootFolder(s3Config()));
+    }
+
+    @AfterAll
+    static void resetFileSystems() {
+        FileSystem.initialize(new Configuration(), null);
+    }
+
+    private static Configuration s3Config() {
+        return Configuration.fromMap(S3.flinkS3Options());
+    }
+
+    @BeforeEach
+    void createOutput() throws IOException {
+        outputRoot = JobRun.createOutputRoot();
+    }
+
+    @AfterEach
+    void deleteOutput() throws IOException {
+        JobRun.deleteOutputRoot(outputRoot);
+    }
+
+    /** Runs the job over {@code s3://sft/<prefix>} with checkpoints on S3, and checks the accounting. */
+    private JobRun.Result runJob(String prefix) throws Exception {
+        return runJob(prefix, new Configuration());
+    }
+
+    private JobRun.Result runJob(String prefix, Configuration options) throws Exception {
+        Configuration extra = s3Config();
+        extra.addAll(options);
+        extra.set(StokerOptions.MAX_PIXELS, 1003520L);
+        extra.set(CheckpointingOptions.CHECKPOINTS_DIRECTORY, "s3://" + BUCKET + "/checkpoints/" + prefix);
+        // Flink removes a finished job's checkpoints, so watch for them on S3 while the job runs.
+        ScheduledExecutorService watcher = Executors.newSingleThreadScheduledExecutor();
+        watcher.scheduleWithFixedDelay(
+                () -> S3.client().listObjectsV2(r -> r.bucket(BUCKET).prefix("checkpoints/" + prefix + "/")).join()
+                        .contents().stream()
+                        .map(o -> o.key())
+                        .filter(k -> k.endsWith("/_metadata"))
+                        .forEach(checkpointsSeen::add),
+                0, 100, TimeUnit.MILLISECONDS);
+        JobRun.Result run;
+        try {
+            run = JobRun.run("s3://" + BUCKET + "/" + prefix, outputRoot, WORLD_SIZE, MICRO_BATCH_SIZE, extra);
+        } finally {
+            watcher.shutdownNow();
+            watcher.awaitTermination(10, TimeUnit.SECONDS);
+        }
+        run.assertAccounted();
+        for (JsonNode dl : run.deadLetters()) {
+            assertThat(dl.get("file").asText()).startsWith("s3://" + BUCKET + "/" + prefix + "/").endsWith("train.jsonl");
+            assertThat(dl.get("line").asLong()).isPositive();
+        }
+        return run;
+    }
+
+    private static Map<Long, String> records() throws IOException {
+        return StokerJobITCase.readRecords(SharedData.dataDir().resolve(DATASET + "/train.jsonl"));
+    }
+
+    private static List<String> reasons(JobRun.Result run) {
+        return run.deadLetters().stream().map(dl -> dl.get("reason").asText()).toList();
+    }
+
+    @Test
+    void everyRecordFromS3IsBatchedOrDeadLetteredOnceWithCheckpointsOnS3() throws Exception {
+        JobRun.Result run = runJob("complete");
+        Map<Long, String> records = records();
+        Set<Long> batched = run.samplesByIndex().keySet();
+
+        records.forEach(
+                (index, images) -> {
+                    if (StokerJobITCase.isPlainPhotoRecord(DATASET, images)) {
+                        assertThat(batched).as("plain photo record %d (%s) is written", index, images).contains(index);
+                    }
+                });
+        assertThat(reasons(run))
+                .as("every image object exists, so no record fails in the fetch stage")
+                .doesNotContain("IMAGE_NOT_FOUND", "FETCH_FAILED", "FETCH_TIMEOUT");
+        assertThat(checkpointsSeen).as("completed checkpoints on S3 (chk-N/_metadata)").isNotEmpty();
+    }
+
+    @Test
+    void withLatencyAndTenPercentTransientErrorsEverySampleStillArrivesExactlyOnce() throws Exception {
+        JobRun.Result run;
+        S3.faults().setFaults(new FaultInjectingBlobStore.Faults(50, 20, 0.10, "flaky/images/.*"));
+        long errorsBefore = S3.faults().injectedErrors();
+        try {
+            run = runJob("flaky");
+        } finally {
+            S3.faults().setFaults(FaultInjectingBlobStore.Faults.NONE);
+        }
+        assertThat(S3.faults().injectedErrors() - errorsBefore).as("injected 503/500 answers").isPositive();
+        Map<Long, String> records = records();
+        Set<Long> batched = run.samplesByIndex().keySet();
+        assertThat(reasons(run))
+                .as("transient errors are retried, so no record fails in the fetch stage")
+                .doesNotContain("IMAGE_NOT_FOUND", "FETCH_FAILED", "FETCH_TIMEOUT");
+        records.forEach(
+                (index, images) -> {
+                    if (StokerJobITCase.isPlainPhotoRecord(DATASET, images)) {
+                        assertThat(batched).as("plain photo record %d (%s) is written", index, images).contains(index);
+                    }
+                });
+    }
+
+    /**
+     * The s3-throttling case of ../shared/data/bad-inputs, its faults.json played by the S3 server:
+     * img_001 503 SlowDown x3, img_002 503 x2, img_003 500 x1, img_004 503 forever, img_005 403,
+     * img_006 404, and 503 SlowDown above 50 GETs/s (10 attempts per GET). (The Retry-After header
+     * of img_002 is not reproduced.) Transient errors are retried; the rest become dead letters
+     * with their code.
+     */
+    @Test
+    void s3ThrottlingCaseRetriesTransientErrorsAndDeadLettersPermanentOnes() throws Exception {
+        Path local = SharedData.dataDir().resolve("bad-inputs/s3-throttling");
+        String prefix = "s3-throttling";
+        S3.uploadDirectory(local, BUCKET, prefix);
+        FaultInjectingBlobStore faults = S3.faults();
+        String images = prefix + "/images/";
+        faults.answerNext(BUCKET, images + "img_001.jpg", 503, 503, 503);
+        faults.answerNext(BUCKET, images + "img_002.jpg", 503, 503);
+        faults.answerNext(BUCKET, images + "img_003.jpg", 500);
+        faults.answerAlways(BUCKET, images + "img_004.jpg", 503);
+        faults.answerAlways(BUCKET, images + "img_005.jpg", 403);
+        S3.deleteObject(BUCKET, images + "img_006.jpg");
+        faults.setRateLimit(50);
+        // A bucket throttled at 50 GETs/s needs more attempts than the default 5: each GET may meet
+        // the limit several times before it gets through.
+        Configuration throttled = new Configuration();
+        throttled.set(StokerOptions.S3_MAX_ATTEMPTS, 10);
+        JobRun.Result run;
+        try {
+            run = runJob(prefix, throttled);
+        } finally {
+            faults.clearAnswers();
+        }
+        Map<Long, String> records = StokerJobITCase.readRecords(local.resolve("train.jsonl"));
+        Map<Long, JobRun.Sample> batched = run.samplesByIndex();
+        Map<Long, JsonNode> deadLetters = new HashMap<>();
+        run.deadLetters().forEach(dl -> deadLetters.put(dl.get("sample_index").asLong(), dl));
+        records.forEach(
+                (index, image) -> {
+                    String key = "s3://" + BUCKET + "/" + prefix + "/" + image;
+                    switch (image) {
+                        case "images/img_004.jpg" ->
+                                assertDeadLetter(deadLetters.get(index), index, "FETCH_FAILED", key, "503", "after 10 attempt(s)");
+                        case "images/img_005.jpg" ->
+                                assertDeadLetter(deadLetters.get(index), index, "FETCH_FAILED", key, "403", "after 1 attempt(s)");
+                        case "images/img_006.jpg" ->
+                                assertDeadLetter(deadLetters.get(index), index, "IMAGE_NOT_FOUND", key, "404");
+                        default -> assertThat(batched).as("record %d (%s) is written", index, image).containsKey(index);
+                    }
+                });
+    }
+
+    private static void assertDeadLetter(JsonNode dl, long index, String reason, String... messageParts) {
+        assertThat(dl).as("dead letter of record %d", index).isNotNull();
+        assertThat(dl.get("reason").asText()).as("reason of record %d", index).isEqualTo(reason);
+        assertThat(dl.get("message").asText()).as("message of record %d", index).contains(messageParts);
+    }
+
+    @Test
+    void deletedImageObjectsBecomeDeadLettersNamingTheKeyAndTheRestIsBatched() throws Exception {
+        String prefix = "missing-images";
+        List<String> deleted = List.of("images/photos/coffee.png", "images/photos/chelsea_cat.png");
+        for (String image : deleted) {
+            S3.deleteObject(BUCKET, prefix + "/" + image);
+        }
+        JobRun.Result run = runJob(prefix);
+        Map<Long, String> records = records();
+        Set<Long> batched = run.samplesByIndex().keySet();
+
+        Set<Long> expectMissing = new HashSet<>();
+        records.forEach(
+                (index, images) -> {
+                    if (deleted.stream().anyMatch(images::contains)) {
+                        expectMissing.add(index);
+                    }
+                });
+        assertThat(expectMissing).isNotEmpty();
+        for (long index : expectMissing) {
+            JsonNode dl =
+                    run.deadLetters().stream()
+                            .filter(d -> d.get("sample_index").asLong() == index)
+                            .findFirst()
+                            .orElseThrow(() -> new AssertionError("no dead letter for record " + index));
+            assertThat(dl.get("reason").asText()).isEqualTo("IMAGE_NOT_FOUND");
+            String image = deleted.stream().filter(records.get(index)::contains).findFirst().orElseThrow();
+            assertThat(dl.get("message").asText()).contains("s3://" + BUCKET + "/" + prefix + "/" + image).contains("404");
+        }
+        records.forEach(
+                (index, images) -> {
+                    if (!expectMissing.contains(index) && StokerJobITCase.isPlainPhotoRecord(DATASET, images)) {
+                        assertThat(batched).as("plain photo record %d (%s) is written", index, images).contains(index);
+                    }
+                });
+    }
+}

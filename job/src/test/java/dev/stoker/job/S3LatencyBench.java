@@ -1,0 +1,183 @@
+package dev.stoker.job;
+
+import dev.stoker.connectors.fetch.S3ClientSettings;
+import dev.stoker.connectors.fetch.S3FetchMetrics;
+import dev.stoker.connectors.fetch.S3ImageStore;
+import dev.stoker.connectors.s3.FaultInjectingBlobStore;
+import dev.stoker.connectors.s3.LocalS3Server;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.List;
+import java.util.Locale;
+import java.util.stream.Stream;
+import org.apache.flink.configuration.CheckpointingOptions;
+import org.apache.flink.configuration.Configuration;
+import org.apache.flink.configuration.RestartStrategyOptions;
+import org.apache.flink.core.fs.FileSystem;
+import org.apache.flink.core.plugin.PluginUtils;
+import org.apache.flink.metrics.groups.UnregisteredMetricsGroup;
+import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
+
+/**
+ * Latency-hiding benchmark (run by {@code bench/s3-latency-hiding.sh}): the whole job, at default
+ * settings, on an embedded Flink reading JSONL and images from a local S3 server, alternating runs
+ * without and with injected GET latency (50 +- 20 ms to first byte on image objects), same data,
+ * same JVM. Prints images/s of each run and the ratio (with latency / without), which should be at
+ * least 0.9 when the async fetch hides S3 latency behind preprocessing.
+ *
+ * <p>All Stoker options are at their defaults except {@code stoker.image.max-pixels = 1003520} (the
+ * common fine-tuning setting; it keeps preprocessing from dwarfing the fetch) and a world size of 2.
+ *
+ * <p>Arguments: {@code DATASET_DIR REPLICAS ROUNDS}, or {@code --fetch-only [GETS]} for {@link
+ * #fetchOnly}. The dataset's JSONL lines are repeated
+ * REPLICAS times (images uploaded once), so each run fetches REPLICAS x its image references.
+ * images/s = image GETs served / wall time of the job run (job start-up included).
+ */
+public final class S3LatencyBench {
+    private S3LatencyBench() {}
+
+    public static void main(String[] args) throws Exception {
+        if (args.length > 0 && args[0].equals("--fetch-only")) {
+            fetchOnly(args.length > 1 ? Integer.parseInt(args[1]) : 3000);
+            return;
+        }
+        Path dataset = Path.of(args.length > 0 ? args[0] : SharedData.dataDir().resolve("llava-style").toString());
+        int replicas = args.length > 1 ? Integer.parseInt(args[1]) : 8;
+        int rounds = args.length > 2 ? Integer.parseInt(args[2]) : 2;
+        Path staged = Files.createTempDirectory("stoker-bench-");
+        try (LocalS3Server s3 = new LocalS3Server().start()) {
+            stage(dataset, staged, replicas);
+            s3.uploadDirectory(staged, "bench", "data");
+            Configuration s3conf = Configuration.fromMap(s3.flinkS3Options());
+            FileSystem.initialize(s3conf, PluginUtils.createPluginManagerFromRootFolder(s3conf));
+            FaultInjectingBlobStore.Faults latency = new FaultInjectingBlobStore.Faults(50, 20, 0, "data/images/.*");
+            List<double[]> results = new ArrayList<>();
+            for (int round = 0; round < rounds; round++) {
+                double plain = run(s3, s3conf, FaultInjectingBlobStore.Faults.NONE);
+                double delayed = run(s3, s3conf, latency);
+                results.add(new double[] {plain, delayed});
+                System.out.printf(Locale.ROOT, "round %d: no latency %.1f images/s, 50+-20 ms latency %.1f images/s, ratio %.3f%n",
+                        round + 1, plain, delayed, delayed / plain);
+            }
+            double sumPlain = results.stream().mapToDouble(r -> r[0]).sum();
+            double sumDelayed = results.stream().mapToDouble(r -> r[1]).sum();
+            System.out.printf(Locale.ROOT, "RESULT ratio=%.3f (mean images/s %.1f with latency / %.1f without; %d rounds, %d replicas)%n",
+                    sumDelayed / sumPlain, sumDelayed / rounds, sumPlain / rounds, rounds, replicas);
+        } finally {
+            delete(staged);
+        }
+    }
+
+    /**
+     * The fetch alone, without the job: {@code gets} GETs of 100 KB objects through {@link
+     * S3ImageStore} with at most {@code stoker.fetch.capacity} (default 32) in flight, without and
+     * with 50 +- 20 ms latency. Shows the latency-bound ceiling (capacity / latency) that the job's
+     * preprocessing must stay below for the latency to be hidden.
+     */
+    private static void fetchOnly(int gets) throws Exception {
+        int capacity = StokerOptions.FETCH_CAPACITY.defaultValue();
+        try (LocalS3Server s3 = new LocalS3Server().start()) {
+            Path dir = Files.createTempDirectory("stoker-bench-");
+            try {
+                Files.createDirectories(dir.resolve("images"));
+                byte[] payload = new byte[100 * 1024];
+                new java.util.Random(1).nextBytes(payload);
+                for (int i = 0; i < 64; i++) {
+                    Files.write(dir.resolve("images/" + i + ".bin"), payload);
+                }
+                s3.uploadDirectory(dir, "bench", "data");
+            } finally {
+                delete(dir);
+            }
+            S3ClientSettings settings = s3.clientSettings();
+            settings.maxConcurrency = capacity;
+            S3FetchMetrics metrics = new S3FetchMetrics(new UnregisteredMetricsGroup());
+            try (S3ImageStore store = new S3ImageStore("s3://bench/data", 1 << 20,
+                    settings.createClient(List.of(metrics.retryCounter())), metrics)) {
+                fetchRound(store, gets / 4, capacity); // warm-up
+                for (int round = 1; round <= 2; round++) {
+                    double plain = fetchRound(store, gets, capacity);
+                    s3.faults().setFaults(new FaultInjectingBlobStore.Faults(50, 20, 0, "data/images/.*"));
+                    double delayed = fetchRound(store, gets, capacity);
+                    s3.faults().setFaults(FaultInjectingBlobStore.Faults.NONE);
+                    System.out.printf(Locale.ROOT,
+                            "fetch-only round %d (capacity %d): no latency %.0f GETs/s, 50+-20 ms latency %.0f GETs/s, ratio %.3f%n",
+                            round, capacity, plain, delayed, delayed / plain);
+                }
+            }
+        }
+    }
+
+    private static double fetchRound(S3ImageStore store, int gets, int capacity) throws Exception {
+        java.util.concurrent.Semaphore slots = new java.util.concurrent.Semaphore(capacity);
+        java.util.concurrent.CountDownLatch done = new java.util.concurrent.CountDownLatch(gets);
+        long start = System.nanoTime();
+        for (int i = 0; i < gets; i++) {
+            slots.acquire();
+            store.read("images/" + (i % 64) + ".bin").whenComplete((b, e) -> {
+                slots.release();
+                done.countDown();
+            });
+        }
+        done.await();
+        return gets / ((System.nanoTime() - start) / 1e9);
+    }
+
+    /** images/s of one job run under {@code faults}. */
+    private static double run(LocalS3Server s3, Configuration s3conf, FaultInjectingBlobStore.Faults faults)
+            throws Exception {
+        Path out = Files.createTempDirectory(Path.of("/dev/shm"), "stoker-bench-");
+        try {
+            Configuration conf = new Configuration(s3conf);
+            conf.set(StokerOptions.DATASET_PATH, "s3://bench/data");
+            conf.set(StokerOptions.TOKENIZER_PATH, SharedData.dataDir().resolve("tokenizers/qwen3").toString());
+            conf.set(StokerOptions.OUTPUT_ROOT, out.toString());
+            conf.set(StokerOptions.JOB_NAME, "bench");
+            conf.set(StokerOptions.DP_WORLD_SIZE, 2);
+            conf.set(StokerOptions.MAX_PIXELS, 1003520L); // the common 1280-token fine-tuning setting
+            conf.set(CheckpointingOptions.CHECKPOINTS_DIRECTORY, out.resolve("checkpoints").toUri().toString());
+            conf.set(RestartStrategyOptions.RESTART_STRATEGY, "none");
+            StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(conf);
+            env.enableCheckpointing(10_000);
+            StokerJob.build(env, conf);
+            s3.faults().setFaults(faults);
+            long getsBefore = s3.faults().gets();
+            long start = System.nanoTime();
+            env.execute("bench");
+            double seconds = (System.nanoTime() - start) / 1e9;
+            long images = s3.faults().gets() - getsBefore - 1; // minus the JSONL GET
+            return images / seconds;
+        } finally {
+            s3.faults().setFaults(FaultInjectingBlobStore.Faults.NONE);
+            delete(out);
+        }
+    }
+
+    /** Copies the dataset with every JSONL file's lines repeated {@code replicas} times. */
+    private static void stage(Path dataset, Path target, int replicas) throws Exception {
+        try (Stream<Path> files = Files.walk(dataset)) {
+            for (Path f : files.filter(Files::isRegularFile).toList()) {
+                Path dest = target.resolve(dataset.relativize(f).toString());
+                Files.createDirectories(dest.getParent());
+                if (f.toString().endsWith(".jsonl")) {
+                    List<String> lines = Files.readAllLines(f);
+                    List<String> repeated = new ArrayList<>();
+                    for (int i = 0; i < replicas; i++) {
+                        repeated.addAll(lines);
+                    }
+                    Files.write(dest, repeated);
+                } else if (f.startsWith(dataset.resolve("images"))) {
+                    Files.copy(f, dest);
+                }
+            }
+        }
+    }
+
+    private static void delete(Path dir) throws Exception {
+        try (Stream<Path> walk = Files.walk(dir)) {
+            walk.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
+        }
+    }
+}
