@@ -7,11 +7,12 @@ import java.util.Map;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.flink.metrics.Counter;
 import org.apache.flink.metrics.Gauge;
+import com.codahale.metrics.SlidingWindowReservoir;
+import org.apache.flink.dropwizard.metrics.DropwizardHistogramWrapper;
 import org.apache.flink.metrics.Histogram;
 import org.apache.flink.metrics.MeterView;
 import org.apache.flink.metrics.MetricGroup;
 import org.apache.flink.metrics.SimpleCounter;
-import org.apache.flink.runtime.metrics.DescriptiveStatisticsHistogram;
 import software.amazon.awssdk.core.interceptor.Context;
 import software.amazon.awssdk.core.interceptor.ExecutionAttribute;
 import software.amazon.awssdk.core.interceptor.ExecutionAttributes;
@@ -42,7 +43,7 @@ public final class S3FetchMetrics {
     /** Registers the metrics on {@code group} (typically {@code operatorGroup.addGroup("s3")}). */
     public S3FetchMetrics(MetricGroup group) {
         group.gauge("requestsInFlight", (Gauge<Integer>) inFlight::get);
-        latencyMs = group.histogram("getLatencyMs", new DescriptiveStatisticsHistogram(10_000));
+        latencyMs = group.histogram("getLatencyMs", new DropwizardHistogramWrapper(new com.codahale.metrics.Histogram(new SlidingWindowReservoir(10_000))));
         bytes = group.counter("bytesFetched", new SimpleCounter());
         group.meter("bytesPerSecond", new MeterView(bytes));
         retries = group.counter("retries", new SimpleCounter());
