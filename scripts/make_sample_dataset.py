@@ -28,15 +28,35 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 SIZES = [
-    (64, 48), (1600, 1200), (480, 640), (1400, 300), (320, 240), (800, 600), (600, 900),
-    (224, 224), (1024, 768), (360, 640), (96, 128), (1280, 720), (500, 375), (300, 1000),
+    (64, 48),
+    (1600, 1200),
+    (480, 640),
+    (1400, 300),
+    (320, 240),
+    (800, 600),
+    (600, 900),
+    (224, 224),
+    (1024, 768),
+    (360, 640),
+    (96, 128),
+    (1280, 720),
+    (500, 375),
+    (300, 1000),
 ]
 FORMATS = [("JPEG", "jpg"), ("PNG", "png"), ("GIF", "gif"), ("WEBP", "webp"), ("BMP", "bmp")]
 SHAPES = ["circle", "square", "triangle", "stripes"]
-COLORS = {"red": (220, 40, 40), "green": (40, 170, 60), "blue": (40, 80, 220),
-          "yellow": (235, 200, 40), "purple": (140, 60, 170), "orange": (240, 130, 30)}
-SYSTEM_PROMPTS = ["You are a helpful assistant.",
-                  "You are a careful visual assistant. Answer briefly and precisely."]
+COLORS = {
+    "red": (220, 40, 40),
+    "green": (40, 170, 60),
+    "blue": (40, 80, 220),
+    "yellow": (235, 200, 40),
+    "purple": (140, 60, 170),
+    "orange": (240, 130, 30),
+}
+SYSTEM_PROMPTS = [
+    "You are a helpful assistant.",
+    "You are a careful visual assistant. Answer briefly and precisely.",
+]
 
 
 def make_image(rng: np.random.Generator, width: int, height: int) -> tuple[Image.Image, str, str]:
@@ -47,7 +67,7 @@ def make_image(rng: np.random.Generator, width: int, height: int) -> tuple[Image
     c1 = rng.integers(0, 256, 3)
     angle = rng.uniform(0, np.pi)
     yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
-    t = (np.cos(angle) * xx / max(width, 1) + np.sin(angle) * yy / max(height, 1))
+    t = np.cos(angle) * xx / max(width, 1) + np.sin(angle) * yy / max(height, 1)
     t = (t - t.min()) / max(float(t.max() - t.min()), 1e-6)
     img = c0[None, None, :] * (1 - t[..., None]) + c1[None, None, :] * t[..., None]
     img += rng.normal(0, 6, size=(height, width, 1)).astype(np.float32)
@@ -59,7 +79,10 @@ def make_image(rng: np.random.Generator, width: int, height: int) -> tuple[Image
     s = min(width, height)
     for k in range(int(rng.integers(1, 4))):
         r = max(2, int(s * rng.uniform(0.1, 0.3)))
-        cx, cy = int(rng.integers(r, max(r + 1, width - r))), int(rng.integers(r, max(r + 1, height - r)))
+        cx, cy = (
+            int(rng.integers(r, max(r + 1, width - r))),
+            int(rng.integers(r, max(r + 1, height - r))),
+        )
         fill = color if k == 0 else tuple(int(v) for v in rng.integers(0, 256, 3))
         if shape == "circle":
             draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill=fill)
@@ -108,17 +131,23 @@ class Generator:
         return rel, shape, color
 
 
-QUESTIONS = ["What shape stands out in this image?", "Describe the picture briefly.",
-             "What is the dominant color of the main shape?", "Is there anything round in it?"]
-FOLLOW_UPS = [("How many images did you look at?", "I looked at {n} image(s)."),
-              ("Is the background plain?", "No, it is a smooth color gradient with a little noise."),
-              ("Summarize in three words.", "Gradient, {color}, {shape}.")]
+QUESTIONS = [
+    "What shape stands out in this image?",
+    "Describe the picture briefly.",
+    "What is the dominant color of the main shape?",
+    "Is there anything round in it?",
+]
+FOLLOW_UPS = [
+    ("How many images did you look at?", "I looked at {n} image(s)."),
+    ("Is the background plain?", "No, it is a smooth color gradient with a little noise."),
+    ("Summarize in three words.", "Gradient, {color}, {shape}."),
+]
 
 
 def plan(i: int, n: int) -> tuple[int, int]:
     """(number of images, number of turns) for the i-th record of a file with n records."""
-    n_images = 1 + (i % 3 == 1) + (i % 6 == 4)   # 1, 2 or 3 images
-    turns = 1 + (i % 4 == 2) + (i % 8 == 6)       # 1, 2 or 3 turns
+    n_images = 1 + (i % 3 == 1) + (i % 6 == 4)  # 1, 2 or 3 images
+    turns = 1 + (i % 4 == 2) + (i % 8 == 6)  # 1, 2 or 3 turns
     return n_images, turns
 
 
@@ -131,12 +160,16 @@ def llava_records(g: Generator, n: int) -> list[dict]:
     for i in range(n):
         n_img, turns = plan(i, n)
         imgs = [g.image() for _ in range(n_img)]
-        conv = [{"from": "human", "value": "<image>\n" * n_img + QUESTIONS[i % len(QUESTIONS)]},
-                {"from": "gpt", "value": " ".join(answer(s, c) for _, s, c in imgs)}]
+        conv = [
+            {"from": "human", "value": "<image>\n" * n_img + QUESTIONS[i % len(QUESTIONS)]},
+            {"from": "gpt", "value": " ".join(answer(s, c) for _, s, c in imgs)},
+        ]
         for t in range(1, turns):
             q, a = FOLLOW_UPS[(i + t) % len(FOLLOW_UPS)]
-            conv += [{"from": "human", "value": q},
-                     {"from": "gpt", "value": a.format(n=n_img, shape=imgs[0][1], color=imgs[0][2])}]
+            conv += [
+                {"from": "human", "value": q},
+                {"from": "gpt", "value": a.format(n=n_img, shape=imgs[0][1], color=imgs[0][2])},
+            ]
         rec: dict = {"id": f"llava-{i:04d}"}
         if n_img == 1:
             rec["image"] = imgs[0][0]
@@ -156,7 +189,9 @@ def messages_records(g: Generator, n: int) -> list[dict]:
         imgs = [g.image() for _ in range(n_img)]
         msgs: list[dict] = []
         if i % 5 == 0:
-            msgs.append({"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPTS[i % 2]}]})
+            msgs.append(
+                {"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPTS[i % 2]}]}
+            )
         if imgs:
             user = [{"type": "image", "image": p} for p, _, _ in imgs]
             user.append({"type": "text", "text": QUESTIONS[i % len(QUESTIONS)]})
@@ -164,14 +199,22 @@ def messages_records(g: Generator, n: int) -> list[dict]:
         else:
             user = [{"type": "text", "text": "Name three primary colors."}]
             reply = "Red, yellow and blue."
-        msgs += [{"role": "user", "content": user},
-                 {"role": "assistant", "content": [{"type": "text", "text": reply}]}]
+        msgs += [
+            {"role": "user", "content": user},
+            {"role": "assistant", "content": [{"type": "text", "text": reply}]},
+        ]
         for t in range(1, turns):
             q, a = FOLLOW_UPS[(i + t) % len(FOLLOW_UPS)]
             shape, color = (imgs[0][1], imgs[0][2]) if imgs else ("none", "none")
-            msgs += [{"role": "user", "content": [{"type": "text", "text": q}]},
-                     {"role": "assistant",
-                      "content": [{"type": "text", "text": a.format(n=n_img, shape=shape, color=color)}]}]
+            msgs += [
+                {"role": "user", "content": [{"type": "text", "text": q}]},
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "text", "text": a.format(n=n_img, shape=shape, color=color)}
+                    ],
+                },
+            ]
         out.append({"id": f"msg-{i:04d}", "messages": msgs})
     return out
 
@@ -207,7 +250,9 @@ def generate(outdir: Path, records: int = 48, seed: int = 0) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("outdir", type=Path, help="output directory (created if missing)")
-    p.add_argument("--records", type=int, default=48, help="total records over both files (default 48)")
+    p.add_argument(
+        "--records", type=int, default=48, help="total records over both files (default 48)"
+    )
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     args = p.parse_args(argv)
     try:

@@ -53,7 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     letters = read_dead_letters(args.directory)
     reasons = Counter(f"{d['stage']}/{d['reason']}" for d in letters)
-    print(f"dead letters: {len(letters)}" + "".join(f"\n  {k}: {v}" for k, v in sorted(reasons.items())))
+    print(
+        f"dead letters: {len(letters)}"
+        + "".join(f"\n  {k}: {v}" for k, v in sorted(reasons.items()))
+    )
     for d in letters[: args.show]:
         rid = f" (id={d['record_id']})" if d.get("record_id") else ""
         print(f"  {d['file']}:{d['line']}{rid}: {d['reason']}: {d['message']}")

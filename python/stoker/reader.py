@@ -20,9 +20,10 @@ import json
 import os
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -52,7 +53,7 @@ class Manifest:
     raw: dict[str, Any] = field(repr=False, compare=False)
 
     @classmethod
-    def load(cls, path: Path) -> "Manifest":
+    def load(cls, path: Path) -> Manifest:
         """Parse ``manifest.json``; raises :class:`BatchFormatError` naming ``path``."""
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
@@ -296,8 +297,9 @@ class BatchReader:
             step = self._next_step
             path = self.rank_dir / _step_name(step)
             self._wait_for(path)
-            batch = read_batch_file(path, expected_step=step, expected_rank=self.rank,
-                                    patch_dim=self.manifest.patch_dim)
+            batch = read_batch_file(
+                path, expected_step=step, expected_rank=self.rank, patch_dim=self.manifest.patch_dim
+            )
             self._next_step += 1
             self._pending_ack = (step, path)
             self.batches_read += 1
@@ -347,12 +349,15 @@ class BatchReader:
 # ---------------------------------------------------------------------- file decoding
 def _data_buffer(arr: pa.Array, path: Path, col: str) -> pa.Buffer | None:
     if arr.null_count:
-        raise BatchFormatError(f"{path}: column {col!r} holds {arr.null_count} nulls; nulls are not allowed")
+        raise BatchFormatError(
+            f"{path}: column {col!r} holds {arr.null_count} nulls; nulls are not allowed"
+        )
     return arr.buffers()[1]
 
 
-def _view(buf: pa.Buffer | None, dtype: npt.DTypeLike, start: int, count: int,
-          path: Path, col: str) -> np.ndarray:
+def _view(
+    buf: pa.Buffer | None, dtype: npt.DTypeLike, start: int, count: int, path: Path, col: str
+) -> np.ndarray:
     """``count`` elements of ``dtype`` starting at element ``start`` of ``buf``, without a copy."""
     dtype = np.dtype(dtype)
     if count == 0:
@@ -371,7 +376,9 @@ def _view(buf: pa.Buffer | None, dtype: npt.DTypeLike, start: int, count: int,
 def _fixed_rows(arr: pa.Array, path: Path, col: str, dtype: str) -> np.ndarray:
     """(B, L) view of a ``fixed_size_list<prim>[L]`` array, respecting both offsets."""
     if arr.null_count:
-        raise BatchFormatError(f"{path}: column {col!r} holds {arr.null_count} nulls; nulls are not allowed")
+        raise BatchFormatError(
+            f"{path}: column {col!r} holds {arr.null_count} nulls; nulls are not allowed"
+        )
     width = arr.type.list_size
     child = arr.values  # ignores arr.offset; account for it explicitly
     buf = _data_buffer(child, path, col)
@@ -382,7 +389,9 @@ def _fixed_rows(arr: pa.Array, path: Path, col: str, dtype: str) -> np.ndarray:
 def _list_of_fixed(arr: pa.Array, path: Path, col: str, dtype: str) -> np.ndarray:
     """(N, W) view of the items of a ``list<fixed_size_list<prim>[W]>`` array (rows concatenated)."""
     if arr.null_count:
-        raise BatchFormatError(f"{path}: column {col!r} holds {arr.null_count} nulls; nulls are not allowed")
+        raise BatchFormatError(
+            f"{path}: column {col!r} holds {arr.null_count} nulls; nulls are not allowed"
+        )
     width = arr.type.value_type.list_size
     if len(arr) == 0:
         first = last = 0
@@ -439,7 +448,9 @@ def read_batch_file(
     meta = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
     for key, want in (("stoker.step", expected_step), ("stoker.rank", expected_rank)):
         if want is not None and key in meta and meta[key] != str(want):
-            raise BatchFormatError(f"{path}: metadata {key}={meta[key]!r} but the file is for {want}")
+            raise BatchFormatError(
+                f"{path}: metadata {key}={meta[key]!r} but the file is for {want}"
+            )
 
     cols = {name: rb.column(name) for name in schema.names}
     b = rb.num_rows
@@ -449,7 +460,9 @@ def read_batch_file(
     pixel_values = _list_of_fixed(cols["pixel_values"], path, "pixel_values", "float32")
     image_grid_thw = _list_of_fixed(cols["image_grid_thw"], path, "image_grid_thw", "int64")
     si = cols["sample_index"]
-    sample_index = _view(_data_buffer(si, path, "sample_index"), "int64", si.offset, b, path, "sample_index")
+    sample_index = _view(
+        _data_buffer(si, path, "sample_index"), "int64", si.offset, b, path, "sample_index"
+    )
     src = cols["source"]
     if src.null_count:
         raise BatchFormatError(f"{path}: column 'source' holds nulls")
@@ -462,9 +475,14 @@ def read_batch_file(
             raise BatchFormatError(
                 f"{path}: pixel_values has {pixel_values.shape[0]} patches but image_grid_thw implies {expected_p}"
             )
-    for name, a in (("input_ids", input_ids), ("labels", labels), ("attention_mask", attention_mask),
-                    ("pixel_values", pixel_values), ("image_grid_thw", image_grid_thw),
-                    ("sample_index", sample_index)):
+    for name, a in (
+        ("input_ids", input_ids),
+        ("labels", labels),
+        ("attention_mask", attention_mask),
+        ("pixel_values", pixel_values),
+        ("image_grid_thw", image_grid_thw),
+        ("sample_index", sample_index),
+    ):
         if not a.flags.c_contiguous:
             raise BatchFormatError(f"{path}: column {name!r} is not contiguous")
         if a.size and not (lo <= a.ctypes.data and a.ctypes.data + a.nbytes <= hi):
@@ -492,7 +510,9 @@ def read_batch_file(
     )
 
 
-def validate_schema(schema: pa.Schema, path: str | os.PathLike[str], *, patch_dim: int | None = None) -> None:
+def validate_schema(
+    schema: pa.Schema, path: str | os.PathLike[str], *, patch_dim: int | None = None
+) -> None:
     """Check ``schema`` against :data:`stoker.schema.COLUMNS`.
 
     Raises:
@@ -512,8 +532,12 @@ def validate_schema(schema: pa.Schema, path: str | os.PathLike[str], *, patch_di
             continue
         for sym, v in got.items():
             if bound.setdefault(sym, v) != v:
-                problems.append(f"column {spec.name!r} has {sym}={v}, other columns have {sym}={bound[sym]}")
+                problems.append(
+                    f"column {spec.name!r} has {sym}={v}, other columns have {sym}={bound[sym]}"
+                )
     if patch_dim is not None and bound.get("D", patch_dim) != patch_dim:
         problems.append(f"pixel_values has D={bound['D']}, manifest patch_dim={patch_dim}")
     if problems:
-        raise BatchFormatError(f"{path}: schema does not match batch-schema.json: " + "; ".join(problems))
+        raise BatchFormatError(
+            f"{path}: schema does not match batch-schema.json: " + "; ".join(problems)
+        )

@@ -19,9 +19,10 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -100,16 +101,29 @@ def flink_job_status(rest: str, job_name: str | None = None, timeout_s: float = 
         jobs = _get_json(f"{rest}/jobs/overview", timeout_s).get("jobs", [])
         if not jobs:
             return "flink: no jobs"
-        cands = [j for j in jobs if job_name and j.get("name") == job_name] or \
-            [j for j in jobs if j.get("state") == "RUNNING"] or jobs
+        cands = (
+            [j for j in jobs if job_name and j.get("name") == job_name]
+            or [j for j in jobs if j.get("state") == "RUNNING"]
+            or jobs
+        )
         job = cands[0]
         detail = _get_json(f"{rest}/jobs/{job['jid']}", timeout_s)
         vertices = detail.get("vertices") or []
         records = vertices[0].get("metrics", {}).get("write-records") if vertices else None
         if vertices:
-            records = _source_records_read(rest, job["jid"], vertices[0]["id"], timeout_s) or records
+            records = (
+                _source_records_read(rest, job["jid"], vertices[0]["id"], timeout_s) or records
+            )
         return f"flink: {detail.get('name', job.get('name'))} {detail.get('state', job.get('state'))} records_read={records}"
-    except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, AttributeError, TypeError) as e:
+    except (
+        urllib.error.URLError,
+        OSError,
+        ValueError,
+        KeyError,
+        IndexError,
+        AttributeError,
+        TypeError,
+    ) as e:
         return f"flink: unavailable at {rest} ({type(e).__name__}: {e})"
 
 
@@ -139,30 +153,45 @@ def _parse_ranks(text: str) -> list[int]:
         ranks = sorted({int(x) for x in text.split(",") if x.strip()})
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"--ranks wants comma-separated integers, got {text!r}") from None
+            f"--ranks wants comma-separated integers, got {text!r}"
+        ) from None
     if not ranks or ranks[0] < 0:
         raise argparse.ArgumentTypeError(f"--ranks wants non-negative integers, got {text!r}")
     return ranks
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m stoker.simulate", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m stoker.simulate", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--root", required=True, help="job directory holding manifest.json and rank-*/")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--ranks", type=_parse_ranks, help="comma-separated ranks to simulate, e.g. 0,1")
-    g.add_argument("--world-size", type=int, help="simulate ranks 0..W-1 (default: manifest world_size)")
-    p.add_argument("--step-time-ms", type=float, default=20.0, help="simulated compute per step (ms)")
+    g.add_argument(
+        "--world-size", type=int, help="simulate ranks 0..W-1 (default: manifest world_size)"
+    )
+    p.add_argument(
+        "--step-time-ms", type=float, default=20.0, help="simulated compute per step (ms)"
+    )
     p.add_argument("--flink-rest", help="Flink REST base URL, e.g. http://127.0.0.1:8081")
-    p.add_argument("--timeout-s", type=float, default=None,
-                   help="give up if the manifest or any batch takes longer than this (s)")
+    p.add_argument(
+        "--timeout-s",
+        type=float,
+        default=None,
+        help="give up if the manifest or any batch takes longer than this (s)",
+    )
     p.add_argument("--poll-interval-ms", type=float, default=5.0, help="file polling interval (ms)")
-    p.add_argument("--progress-interval-s", type=float, default=1.0, help="seconds between progress lines")
+    p.add_argument(
+        "--progress-interval-s", type=float, default=1.0, help="seconds between progress lines"
+    )
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    probe = BatchReader(args.root, 0, poll_interval_s=args.poll_interval_ms / 1000, timeout_s=args.timeout_s)
+    probe = BatchReader(
+        args.root, 0, poll_interval_s=args.poll_interval_ms / 1000, timeout_s=args.timeout_s
+    )
     try:
         manifest: Manifest = probe.manifest
     except (TimeoutError, ValueError) as e:
@@ -176,16 +205,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         ranks = list(range(manifest.world_size))
     bad = [r for r in ranks if r >= manifest.world_size]
     if bad:
-        print(f"error: ranks {bad} outside manifest world_size {manifest.world_size}", file=sys.stderr)
+        print(
+            f"error: ranks {bad} outside manifest world_size {manifest.world_size}", file=sys.stderr
+        )
         return 2
-    print(f"job={manifest.job_name!r} world_size={manifest.world_size} num_steps={manifest.num_steps} "
-          f"micro_batch_size={manifest.micro_batch_size} ranks={ranks}", flush=True)
+    print(
+        f"job={manifest.job_name!r} world_size={manifest.world_size} num_steps={manifest.num_steps} "
+        f"micro_batch_size={manifest.micro_batch_size} ranks={ranks}",
+        flush=True,
+    )
 
     results = {r: RankResult(r) for r in ranks}
-    readers = {r: BatchReader(args.root, r, poll_interval_s=args.poll_interval_ms / 1000,
-                              timeout_s=args.timeout_s) for r in ranks}
-    threads = [threading.Thread(target=run_rank, args=(readers[r], results[r], args.step_time_ms / 1000),
-                                name=f"stoker-rank-{r}", daemon=True) for r in ranks]
+    readers = {
+        r: BatchReader(
+            args.root, r, poll_interval_s=args.poll_interval_ms / 1000, timeout_s=args.timeout_s
+        )
+        for r in ranks
+    }
+    threads = [
+        threading.Thread(
+            target=run_rank,
+            args=(readers[r], results[r], args.step_time_ms / 1000),
+            name=f"stoker-rank-{r}",
+            daemon=True,
+        )
+        for r in ranks
+    ]
     t0 = time.monotonic()
     for t in threads:
         t.start()
@@ -204,8 +249,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             with res.lock:
                 total += res.samples
                 written = _batches_written(args.root, r, res.steps)
-                parts.append(f"r{r}={res.steps}/{manifest.num_steps} (written {written}) "
-                             f"wait={res.wait_time_ratio:.0%}")
+                parts.append(
+                    f"r{r}={res.steps}/{manifest.num_steps} (written {written}) "
+                    f"wait={res.wait_time_ratio:.0%}"
+                )
         line = f"[{el:6.1f}s] " + " ".join(parts) + f" samples/s={total / el:.1f}"
         if args.flink_rest:
             line += " | " + flink_job_status(args.flink_rest, manifest.job_name)
@@ -225,11 +272,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         complete = res.steps == manifest.num_steps and res.error is None
         ok &= complete
         status = "ok" if complete else f"INCOMPLETE ({res.error or 'fewer steps than num_steps'})"
-        print(f"  rank {r}: steps={res.steps}/{manifest.num_steps} samples={res.samples} images={res.images} "
-              f"tokens={res.tokens} wait_time_ratio={res.wait_time_ratio:.3f} {status}")
+        print(
+            f"  rank {r}: steps={res.steps}/{manifest.num_steps} samples={res.samples} images={res.images} "
+            f"tokens={res.tokens} wait_time_ratio={res.wait_time_ratio:.3f} {status}"
+        )
     overall_ratio = total_wait / total_el if total_el > 0 else 0.0
-    print(f"  total: samples={total_samples} images={total_images} elapsed_s={elapsed:.2f} "
-          f"samples/s={total_samples / elapsed if elapsed > 0 else 0.0:.1f} wait_time_ratio={overall_ratio:.3f}")
+    print(
+        f"  total: samples={total_samples} images={total_images} elapsed_s={elapsed:.2f} "
+        f"samples/s={total_samples / elapsed if elapsed > 0 else 0.0:.1f} wait_time_ratio={overall_ratio:.3f}"
+    )
     if args.flink_rest:
         print("  " + flink_job_status(args.flink_rest, manifest.job_name))
     print("result: " + ("OK" if ok else "FAILED"), flush=True)

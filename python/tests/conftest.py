@@ -28,15 +28,19 @@ def make_samples(step: int, rank: int, n: int, *, patch_dim: int = PATCH_DIM, se
     for slot in range(n):
         length = int(rng.integers(3, 12))
         n_img = int(rng.integers(0, 3))
-        grids = [[1, int(rng.integers(1, 4)) * 2, int(rng.integers(1, 4)) * 2] for _ in range(n_img)]
+        grids = [
+            [1, int(rng.integers(1, 4)) * 2, int(rng.integers(1, 4)) * 2] for _ in range(n_img)
+        ]
         p = sum(t * h * w for t, h, w in grids)
-        out.append({
-            "index": step * 1000 + rank * 100 + slot,
-            "source": f"s3://bucket/sft/a.jsonl:{slot + 1}",
-            "ids": rng.integers(0, 150000, size=length).tolist(),
-            "grids": grids,
-            "patches": rng.standard_normal((p, patch_dim), dtype=np.float32),
-        })
+        out.append(
+            {
+                "index": step * 1000 + rank * 100 + slot,
+                "source": f"s3://bucket/sft/a.jsonl:{slot + 1}",
+                "ids": rng.integers(0, 150000, size=length).tolist(),
+                "grids": grids,
+                "patches": rng.standard_normal((p, patch_dim), dtype=np.float32),
+            }
+        )
     return out
 
 
@@ -49,7 +53,7 @@ def build_record_batch(samples, *, patch_dim: int = PATCH_DIM) -> pa.RecordBatch
     for i, s in enumerate(samples):
         n = len(s["ids"])
         ids[i, :n] = s["ids"]
-        labels[i, n // 2:n] = s["ids"][n // 2:]
+        labels[i, n // 2 : n] = s["ids"][n // 2 :]
         mask[i, :n] = 1
     schema = arrow_schema(L, patch_dim)
     if B == 0:  # a step whose samples were all dead-lettered: L = 0
@@ -61,8 +65,11 @@ def build_record_batch(samples, *, patch_dim: int = PATCH_DIM) -> pa.RecordBatch
     def list_of_fsl(rows, width, typ, np_dtype):
         counts = [len(r) for r in rows]
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-        flat = np.concatenate([np.asarray(r, dtype=np_dtype).reshape(-1, width) for r in rows]) \
-            if rows and sum(counts) else np.zeros((0, width), np_dtype)
+        flat = (
+            np.concatenate([np.asarray(r, dtype=np_dtype).reshape(-1, width) for r in rows])
+            if rows and sum(counts)
+            else np.zeros((0, width), np_dtype)
+        )
         return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), fsl(flat, width, typ))
 
     cols = [
@@ -79,13 +86,25 @@ def build_record_batch(samples, *, patch_dim: int = PATCH_DIM) -> pa.RecordBatch
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
-def write_batch(root: Path, step: int, rank: int, rb: pa.RecordBatch, *, slots: int = 4,
-                metadata: dict[str, str] | None = None) -> Path:
+def write_batch(
+    root: Path,
+    step: int,
+    rank: int,
+    rb: pa.RecordBatch,
+    *,
+    slots: int = 4,
+    metadata: dict[str, str] | None = None,
+) -> Path:
     """Publish per the protocol: write .step-*.arrow.tmp, then atomic rename."""
     rank_dir = root / f"rank-{rank}"
     rank_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    meta = {"stoker.format_version": "1", "stoker.step": str(step), "stoker.rank": str(rank),
-            "stoker.slots": str(slots), "stoker.pad_token_id": str(PAD)}
+    meta = {
+        "stoker.format_version": "1",
+        "stoker.step": str(step),
+        "stoker.rank": str(rank),
+        "stoker.slots": str(slots),
+        "stoker.pad_token_id": str(PAD),
+    }
     if metadata is not None:
         meta.update(metadata)
     schema = rb.schema.with_metadata(meta)
@@ -99,28 +118,60 @@ def write_batch(root: Path, step: int, rank: int, rb: pa.RecordBatch, *, slots: 
     return final
 
 
-def write_manifest(root: Path, *, world_size: int, num_steps: int, micro_batch_size: int = 4,
-                   patch_dim: int = PATCH_DIM, job_name: str = "test-job") -> None:
+def write_manifest(
+    root: Path,
+    *,
+    world_size: int,
+    num_steps: int,
+    micro_batch_size: int = 4,
+    patch_dim: int = PATCH_DIM,
+    job_name: str = "test-job",
+) -> None:
     root.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = root / ".manifest.json.tmp"
-    tmp.write_text(json.dumps({
-        "format_version": 1, "job_name": job_name, "world_size": world_size,
-        "micro_batch_size": micro_batch_size, "num_records": world_size * num_steps * micro_batch_size,
-        "num_steps": num_steps, "patch_dim": patch_dim}))
+    tmp.write_text(
+        json.dumps(
+            {
+                "format_version": 1,
+                "job_name": job_name,
+                "world_size": world_size,
+                "micro_batch_size": micro_batch_size,
+                "num_records": world_size * num_steps * micro_batch_size,
+                "num_steps": num_steps,
+                "patch_dim": patch_dim,
+            }
+        )
+    )
     os.rename(tmp, root / "manifest.json")
 
 
-def make_job(root: Path, *, world_size: int, num_steps: int, micro_batch_size: int = 4,
-             patch_dim: int = PATCH_DIM) -> dict[tuple[int, int], list]:
+def make_job(
+    root: Path,
+    *,
+    world_size: int,
+    num_steps: int,
+    micro_batch_size: int = 4,
+    patch_dim: int = PATCH_DIM,
+) -> dict[tuple[int, int], list]:
     """A complete job directory; returns the samples per (step, rank)."""
-    write_manifest(root, world_size=world_size, num_steps=num_steps,
-                   micro_batch_size=micro_batch_size, patch_dim=patch_dim)
+    write_manifest(
+        root,
+        world_size=world_size,
+        num_steps=num_steps,
+        micro_batch_size=micro_batch_size,
+        patch_dim=patch_dim,
+    )
     written = {}
     for step in range(num_steps):
         for rank in range(world_size):
             samples = make_samples(step, rank, micro_batch_size, patch_dim=patch_dim)
-            write_batch(root, step, rank, build_record_batch(samples, patch_dim=patch_dim),
-                        slots=micro_batch_size)
+            write_batch(
+                root,
+                step,
+                rank,
+                build_record_batch(samples, patch_dim=patch_dim),
+                slots=micro_batch_size,
+            )
             written[(step, rank)] = samples
     return written
 

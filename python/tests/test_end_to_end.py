@@ -31,18 +31,44 @@ MICRO_BATCH = 4
 
 def _job_command(dataset: Path, out_root: Path) -> list[str]:
     jar = os.environ.get("STOKER_JAR", str(REPO_ROOT / "job/target/stoker-job.jar"))
-    cp_file = os.environ.get("STOKER_CLASSPATH_FILE", str(REPO_ROOT / "job/target/runtime-classpath.txt"))
+    cp_file = os.environ.get(
+        "STOKER_CLASSPATH_FILE", str(REPO_ROOT / "job/target/runtime-classpath.txt")
+    )
     if not Path(jar).is_file() or not Path(cp_file).is_file():
-        pytest.fail(f"the job jar ({jar}) and its classpath file ({cp_file}) are missing: run ./stoker test")
-    opens = shlex.split(os.environ.get("STOKER_JVM_OPENS", "--add-opens=java.base/java.nio=ALL-UNNAMED"))
+        pytest.fail(
+            f"the job jar ({jar}) and its classpath file ({cp_file}) are missing: run ./stoker test"
+        )
+    opens = shlex.split(
+        os.environ.get("STOKER_JVM_OPENS", "--add-opens=java.base/java.nio=ALL-UNNAMED")
+    )
     classpath = jar + ":" + Path(cp_file).read_text().strip()
-    return ["java", *opens, "-cp", classpath, "dev.stoker.job.StokerJob",
-            "--stoker.dataset.path", str(dataset),
-            "--stoker.tokenizer.path", str(SHARED / "tokenizers" / "qwen3"),
-            "--stoker.output.root", str(out_root), "--stoker.job-name", "e2e",
-            "--stoker.dp-world-size", str(WORLD_SIZE), "--stoker.micro-batch-size", str(MICRO_BATCH),
-            "--stoker.image.max-pixels", "1003520", "--rest.port", "0",
-            "--execution.checkpointing.interval", "1s", "--restart-strategy.type", "none"]
+    return [
+        "java",
+        *opens,
+        "-cp",
+        classpath,
+        "dev.stoker.job.StokerJob",
+        "--stoker.dataset.path",
+        str(dataset),
+        "--stoker.tokenizer.path",
+        str(SHARED / "tokenizers" / "qwen3"),
+        "--stoker.output.root",
+        str(out_root),
+        "--stoker.job-name",
+        "e2e",
+        "--stoker.dp-world-size",
+        str(WORLD_SIZE),
+        "--stoker.micro-batch-size",
+        str(MICRO_BATCH),
+        "--stoker.image.max-pixels",
+        "1003520",
+        "--rest.port",
+        "0",
+        "--execution.checkpointing.interval",
+        "1s",
+        "--restart-strategy.type",
+        "none",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +77,12 @@ def job_output():
         pytest.fail(f"{SHARED} is missing; tests need ../shared beside the repository")
     out_root = Path(tempfile.mkdtemp(prefix="stoker-e2e-", dir="/dev/shm"))
     try:
-        proc = subprocess.run(_job_command(SHARED / "llava-style", out_root), capture_output=True, text=True,
-                              timeout=600)
+        proc = subprocess.run(
+            _job_command(SHARED / "llava-style", out_root),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert proc.returncode == 0, f"job failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
         yield out_root / "e2e"
     finally:
@@ -62,7 +92,11 @@ def job_output():
 def test_every_rank_reads_every_step_with_documented_shapes(job_output: Path) -> None:
     manifest = json.loads((job_output / "manifest.json").read_text())
     assert manifest["world_size"] == WORLD_SIZE
-    records = sum(1 for line in (SHARED / "llava-style" / "train.jsonl").read_text().splitlines() if line.strip())
+    records = sum(
+        1
+        for line in (SHARED / "llava-style" / "train.jsonl").read_text().splitlines()
+        if line.strip()
+    )
     assert manifest["num_records"] == records
 
     seen: list[int] = []

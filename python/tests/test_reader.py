@@ -6,11 +6,19 @@ import time
 import numpy as np
 import pyarrow as pa
 import pytest
+from conftest import (
+    PAD,
+    PATCH_DIM,
+    SCHEMA_JSON,
+    build_record_batch,
+    make_job,
+    make_samples,
+    write_batch,
+    write_manifest,
+)
 
 from stoker import BatchFormatError, BatchReader, read_batch_file
 from stoker.schema import arrow_schema
-from conftest import (PAD, PATCH_DIM, SCHEMA_JSON, build_record_batch, make_job, make_samples,
-                      write_batch, write_manifest)
 
 
 def _expected_arrays(samples):
@@ -21,8 +29,12 @@ def _expected_arrays(samples):
         "input_ids": np.array(rb.column("input_ids").flatten()).reshape(B, L),
         "labels": np.array(rb.column("labels").flatten()).reshape(B, L),
         "attention_mask": np.array(rb.column("attention_mask").flatten()).reshape(B, L),
-        "pixel_values": np.concatenate([s["patches"] for s in samples]) if samples else np.zeros((0, PATCH_DIM)),
-        "image_grid_thw": np.array([g for s in samples for g in s["grids"]], dtype=np.int64).reshape(-1, 3),
+        "pixel_values": np.concatenate([s["patches"] for s in samples])
+        if samples
+        else np.zeros((0, PATCH_DIM)),
+        "image_grid_thw": np.array(
+            [g for s in samples for g in s["grids"]], dtype=np.int64
+        ).reshape(-1, 3),
         "sample_index": np.array([s["index"] for s in samples], dtype=np.int64),
         "source": [s["source"] for s in samples],
     }
@@ -37,13 +49,20 @@ def test_shapes_dtypes_and_values_follow_batch_schema(shm_root):
     for b in batches:
         exp = _expected_arrays(written[(b.step, 1)])
         B, L = exp["input_ids"].shape
-        dims = {"B": B, "L": L, "P": exp["pixel_values"].shape[0], "D": PATCH_DIM,
-                "I": exp["image_grid_thw"].shape[0]}
+        dims = {
+            "B": B,
+            "L": L,
+            "P": exp["pixel_values"].shape[0],
+            "D": PATCH_DIM,
+            "I": exp["image_grid_thw"].shape[0],
+        }
         for name, col in spec.items():
             got = getattr(b, name)
             want_shape = tuple(dims.get(d, d) for d in col["reader_shape"])
             if col["reader_dtype"] == "str":
-                assert isinstance(got, list) and len(got) == B and all(isinstance(x, str) for x in got)
+                assert (
+                    isinstance(got, list) and len(got) == B and all(isinstance(x, str) for x in got)
+                )
                 assert got == exp[name]
             else:
                 assert got.dtype == np.dtype(col["reader_dtype"]), name
@@ -134,7 +153,9 @@ def test_timeout_names_the_missing_file(shm_root):
 @pytest.mark.parametrize("seq_len", [0, 4])
 def test_empty_batch_b0(shm_root, seq_len):
     write_manifest(shm_root, world_size=1, num_steps=2)
-    write_batch(shm_root, 0, 0, pa.RecordBatch.from_pylist([], schema=arrow_schema(seq_len, PATCH_DIM)))
+    write_batch(
+        shm_root, 0, 0, pa.RecordBatch.from_pylist([], schema=arrow_schema(seq_len, PATCH_DIM))
+    )
     write_batch(shm_root, 1, 0, build_record_batch(make_samples(1, 0, 1)))
     reader = BatchReader(shm_root, 0, timeout_s=5)
     b = next(reader)
@@ -156,7 +177,11 @@ def test_file_with_no_record_batch_reads_as_empty(shm_root):
     with pa.OSFile(str(p), "wb") as sink, pa.ipc.new_file(sink, arrow_schema(3, PATCH_DIM)):
         pass
     b = next(BatchReader(shm_root, 0, timeout_s=5))
-    assert b.num_samples == 0 and b.input_ids.shape == (0, 3) and b.pixel_values.shape == (0, PATCH_DIM)
+    assert (
+        b.num_samples == 0
+        and b.input_ids.shape == (0, 3)
+        and b.pixel_values.shape == (0, PATCH_DIM)
+    )
 
 
 def test_two_record_batches_is_an_error(shm_root):
@@ -196,22 +221,29 @@ def test_sliced_arrays_respect_offsets(shm_root):
     np.testing.assert_array_equal(b.input_ids, exp["input_ids"][2:5])
     assert b.input_ids.shape == (3, L)
     np.testing.assert_array_equal(b.sample_index, exp["sample_index"][2:5])
-    np.testing.assert_array_equal(b.pixel_values, np.concatenate([s["patches"] for s in samples[2:5]]))
     np.testing.assert_array_equal(
-        b.image_grid_thw, np.array([g for s in samples[2:5] for g in s["grids"]], np.int64).reshape(-1, 3))
+        b.pixel_values, np.concatenate([s["patches"] for s in samples[2:5]])
+    )
+    np.testing.assert_array_equal(
+        b.image_grid_thw,
+        np.array([g for s in samples[2:5] for g in s["grids"]], np.int64).reshape(-1, 3),
+    )
     assert b.source == exp["source"][2:5]
 
 
 def test_in_memory_offsets_are_respected_without_copy():
     """Directly exercise the offset arithmetic on in-memory sliced arrays (buffers not rewritten)."""
     from stoker.reader import _fixed_rows, _list_of_fixed
+
     samples = make_samples(1, 0, 5)
     rb = build_record_batch(samples).slice(1, 3)
     assert rb.column("input_ids").offset == 1
     ids = _fixed_rows(rb.column("input_ids"), "mem", "input_ids", "int64")
     exp = _expected_arrays(samples)
     np.testing.assert_array_equal(ids, exp["input_ids"][1:4])
-    assert np.shares_memory(ids, np.frombuffer(rb.column("input_ids").values.buffers()[1], np.int64))
+    assert np.shares_memory(
+        ids, np.frombuffer(rb.column("input_ids").values.buffers()[1], np.int64)
+    )
     pv = _list_of_fixed(rb.column("pixel_values"), "mem", "pixel_values", "float32")
     np.testing.assert_array_equal(pv, np.concatenate([s["patches"] for s in samples[1:4]]))
 
@@ -221,11 +253,19 @@ def test_wrong_schema_raises_clear_error_naming_file(shm_root):
     rb = build_record_batch(make_samples(0, 0, 2))
     # input_ids as int32 and pixel_values missing
     bad = pa.RecordBatch.from_arrays(
-        [rb.column("sample_index"), rb.column("source"),
-         pa.FixedSizeListArray.from_arrays(rb.column("input_ids").flatten().cast(pa.int32()),
-                                           rb.schema.field("input_ids").type.list_size),
-         rb.column("labels"), rb.column("attention_mask"), rb.column("image_grid_thw")],
-        names=["sample_index", "source", "input_ids", "labels", "attention_mask", "image_grid_thw"])
+        [
+            rb.column("sample_index"),
+            rb.column("source"),
+            pa.FixedSizeListArray.from_arrays(
+                rb.column("input_ids").flatten().cast(pa.int32()),
+                rb.schema.field("input_ids").type.list_size,
+            ),
+            rb.column("labels"),
+            rb.column("attention_mask"),
+            rb.column("image_grid_thw"),
+        ],
+        names=["sample_index", "source", "input_ids", "labels", "attention_mask", "image_grid_thw"],
+    )
     path = write_batch(shm_root, 0, 0, bad)
     with pytest.raises(BatchFormatError) as ei:
         next(BatchReader(shm_root, 0, timeout_s=5))
@@ -237,14 +277,18 @@ def test_wrong_schema_raises_clear_error_naming_file(shm_root):
 
 def test_patch_dim_mismatch_with_manifest_is_an_error(shm_root):
     write_manifest(shm_root, world_size=1, num_steps=1, patch_dim=1176)
-    write_batch(shm_root, 0, 0, build_record_batch(make_samples(0, 0, 2, patch_dim=588), patch_dim=588))
+    write_batch(
+        shm_root, 0, 0, build_record_batch(make_samples(0, 0, 2, patch_dim=588), patch_dim=588)
+    )
     with pytest.raises(BatchFormatError, match="patch_dim=1176"):
         next(BatchReader(shm_root, 0, timeout_s=5))
 
 
 def test_step_metadata_must_match_file_name(shm_root):
     write_manifest(shm_root, world_size=1, num_steps=1)
-    write_batch(shm_root, 0, 0, build_record_batch(make_samples(0, 0, 1)), metadata={"stoker.step": "7"})
+    write_batch(
+        shm_root, 0, 0, build_record_batch(make_samples(0, 0, 1)), metadata={"stoker.step": "7"}
+    )
     with pytest.raises(BatchFormatError, match="stoker.step"):
         next(BatchReader(shm_root, 0, timeout_s=5))
 

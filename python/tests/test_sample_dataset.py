@@ -11,8 +11,12 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "make_sample_dataset.
 
 
 def _run(outdir: Path, *extra: str) -> dict:
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(outdir), *extra],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), str(outdir), *extra],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -52,8 +56,9 @@ def test_generator_produces_the_records_and_images_it_claims(dataset):
     all_recs = llava + msgs
     n_images = [len(_image_refs(r)) for r in all_recs]
     assert max(n_images) == 3 and n_images.count(0) == 1  # multi-image, exactly one text-only
-    turns = [len(r["conversations"]) // 2 for r in llava] + \
-            [sum(m["role"] == "user" for m in r["messages"]) for r in msgs]
+    turns = [len(r["conversations"]) // 2 for r in llava] + [
+        sum(m["role"] == "user" for m in r["messages"]) for r in msgs
+    ]
     assert max(turns) == 3 and min(turns) == 1
     assert sum(any(m["role"] == "system" for m in r["messages"]) for r in msgs) >= 2
 
@@ -80,8 +85,11 @@ def test_generator_is_deterministic(tmp_path):
     _run(b, "--records", "6")
 
     def digest(d: Path) -> dict:
-        return {str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest()
-                for p in sorted(d.rglob("*")) if p.is_file()}
+        return {
+            str(p.relative_to(d)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(d.rglob("*"))
+            if p.is_file()
+        }
 
     da = digest(a)
     assert da == digest(b)
@@ -89,6 +97,10 @@ def test_generator_is_deterministic(tmp_path):
 
 
 def test_generator_rejects_too_few_records(tmp_path):
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "x"), "--records", "1"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), str(tmp_path / "x"), "--records", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "--records must be >= 2" in proc.stderr

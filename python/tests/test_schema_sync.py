@@ -1,9 +1,9 @@
 import json
 
 import pyarrow as pa
+from conftest import SCHEMA_JSON
 
 from stoker import schema
-from conftest import SCHEMA_JSON
 
 
 def test_schema_py_agrees_with_batch_schema_json():
@@ -24,8 +24,9 @@ def test_arrow_schema_builder_matches_every_json_column():
     s = schema.arrow_schema(seq_len=7, patch_dim=1176)
     assert s.names == [c["name"] for c in spec["columns"]]
     for c in spec["columns"]:
-        bound = schema.match_column(next(x for x in schema.COLUMNS if x.name == c["name"]),
-                                    s.field(c["name"]).type)
+        bound = schema.match_column(
+            next(x for x in schema.COLUMNS if x.name == c["name"]), s.field(c["name"]).type
+        )
         assert bound is not None, c["name"]
         if "[L]" in c["arrow_type"]:
             assert bound == {"L": 7}

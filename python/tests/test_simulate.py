@@ -2,8 +2,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from stoker.simulate import flink_job_status, main
 from conftest import make_job
+
+from stoker.simulate import flink_job_status, main
 
 PYTHON_DIR = Path(__file__).resolve().parents[1]
 
@@ -13,9 +14,24 @@ def test_simulate_two_ranks_exits_0_with_summary(shm_root):
     total = sum(len(v) for v in written.values())
     images = sum(len(s["grids"]) for v in written.values() for s in v)
     proc = subprocess.run(
-        [sys.executable, "-m", "stoker.simulate", "--root", str(shm_root), "--ranks", "0,1",
-         "--step-time-ms", "5", "--timeout-s", "20"],
-        capture_output=True, text=True, timeout=60, cwd=PYTHON_DIR)
+        [
+            sys.executable,
+            "-m",
+            "stoker.simulate",
+            "--root",
+            str(shm_root),
+            "--ranks",
+            "0,1",
+            "--step-time-ms",
+            "5",
+            "--timeout-s",
+            "20",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=PYTHON_DIR,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     assert "rank 0: steps=5/5" in out and "rank 1: steps=5/5" in out
@@ -50,15 +66,31 @@ def test_flink_status_reads_records_read_from_the_source_operator_metric():
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):
             if self.path == "/jobs/overview":
-                body = {"jobs": [{"jid": "old", "name": "other", "state": "FINISHED"},
-                                 {"jid": "abc123", "name": "test-job", "state": "RUNNING"}]}
+                body = {
+                    "jobs": [
+                        {"jid": "old", "name": "other", "state": "FINISHED"},
+                        {"jid": "abc123", "name": "test-job", "state": "RUNNING"},
+                    ]
+                }
             elif self.path == "/jobs/abc123":
-                body = {"jid": "abc123", "name": "test-job", "state": "RUNNING",
-                        "vertices": [{"id": "v1", "name": "Source", "metrics": {"write-records": 7}},
-                                     {"id": "v2", "name": "Sink", "metrics": {"write-records": 0}}]}
+                body = {
+                    "jid": "abc123",
+                    "name": "test-job",
+                    "state": "RUNNING",
+                    "vertices": [
+                        {"id": "v1", "name": "Source", "metrics": {"write-records": 7}},
+                        {"id": "v2", "name": "Sink", "metrics": {"write-records": 0}},
+                    ],
+                }
             elif self.path == "/jobs/abc123/vertices/v1/subtasks/metrics":
-                body = [{"id": "Source__jsonl-source.numRecordsIn"}, {"id": "Source__jsonl-source.numRecordsOut"}]
-            elif self.path == "/jobs/abc123/vertices/v1/subtasks/metrics?get=Source__jsonl-source.numRecordsOut&agg=sum":
+                body = [
+                    {"id": "Source__jsonl-source.numRecordsIn"},
+                    {"id": "Source__jsonl-source.numRecordsOut"},
+                ]
+            elif (
+                self.path
+                == "/jobs/abc123/vertices/v1/subtasks/metrics?get=Source__jsonl-source.numRecordsOut&agg=sum"
+            ):
                 body = [{"id": "Source__jsonl-source.numRecordsOut", "sum": 42.0}]
             else:
                 self.send_response(404)

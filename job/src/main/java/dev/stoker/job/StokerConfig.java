@@ -16,7 +16,9 @@ final class StokerConfig {
 
     private StokerConfig() {}
 
-    /** {@code --key value} arguments (parsed by Flink's {@link ParameterTool}) as a Configuration. */
+    /**
+     * {@code --key value} arguments (parsed by Flink's {@link ParameterTool}) as a Configuration.
+     */
     static Configuration fromArgs(String[] args) {
         return Configuration.fromMap(ParameterTool.fromArgs(args).toMap());
     }
@@ -26,11 +28,18 @@ final class StokerConfig {
      *     unknown {@code stoker.*} key (typos) or a value out of range
      */
     static void validate(Configuration conf) {
-        Set<String> known = OPTIONS.stream().map(ConfigOption::key).collect(Collectors.toCollection(TreeSet::new));
+        Set<String> known =
+                OPTIONS.stream()
+                        .map(ConfigOption::key)
+                        .collect(Collectors.toCollection(TreeSet::new));
         List<String> unknown =
-                conf.keySet().stream().filter(k -> k.startsWith("stoker.") && !known.contains(k)).sorted().toList();
+                conf.keySet().stream()
+                        .filter(k -> k.startsWith("stoker.") && !known.contains(k))
+                        .sorted()
+                        .toList();
         if (!unknown.isEmpty()) {
-            throw new IllegalConfigurationException("Unknown Stoker option(s): " + unknown + "; known: " + known);
+            throw new IllegalConfigurationException(
+                    "Unknown Stoker option(s): " + unknown + "; known: " + known);
         }
         require(conf, StokerOptions.DATASET_PATH);
         require(conf, StokerOptions.TOKENIZER_PATH);
@@ -40,15 +49,23 @@ final class StokerConfig {
         positive(conf, StokerOptions.FETCH_THREADS);
         positive(conf, StokerOptions.S3_MAX_ATTEMPTS);
         if (conf.contains(StokerOptions.S3_REQUEST_TIMEOUT)
-                && conf.get(StokerOptions.S3_REQUEST_TIMEOUT).compareTo(conf.get(StokerOptions.FETCH_TIMEOUT)) >= 0) {
+                && conf.get(StokerOptions.S3_REQUEST_TIMEOUT)
+                                .compareTo(conf.get(StokerOptions.FETCH_TIMEOUT))
+                        >= 0) {
             throw new IllegalConfigurationException(
-                    StokerOptions.S3_REQUEST_TIMEOUT.key() + " (" + conf.get(StokerOptions.S3_REQUEST_TIMEOUT)
-                            + ") must be below " + StokerOptions.FETCH_TIMEOUT.key() + " ("
-                            + conf.get(StokerOptions.FETCH_TIMEOUT) + ")");
+                    StokerOptions.S3_REQUEST_TIMEOUT.key()
+                            + " ("
+                            + conf.get(StokerOptions.S3_REQUEST_TIMEOUT)
+                            + ") must be below "
+                            + StokerOptions.FETCH_TIMEOUT.key()
+                            + " ("
+                            + conf.get(StokerOptions.FETCH_TIMEOUT)
+                            + ")");
         }
         if (!conf.get(StokerOptions.JOB_NAME).matches("[A-Za-z0-9._-]+")) {
             throw new IllegalConfigurationException(
-                    StokerOptions.JOB_NAME.key() + " must match [A-Za-z0-9._-]+ (it names a directory): "
+                    StokerOptions.JOB_NAME.key()
+                            + " must match [A-Za-z0-9._-]+ (it names a directory): "
                             + conf.get(StokerOptions.JOB_NAME));
         }
     }
@@ -60,19 +77,20 @@ final class StokerConfig {
 
     /** The configured dead-letter directory, or {@code <job-dir>/dead-letters}. */
     static String deadLetterDir(Configuration conf) {
-        return conf.getOptional(StokerOptions.DEAD_LETTER_PATH).orElse(jobDir(conf) + "/dead-letters");
+        return conf.getOptional(StokerOptions.DEAD_LETTER_PATH)
+                .orElse(jobDir(conf) + "/dead-letters");
     }
 
     private static void require(Configuration conf, ConfigOption<String> option) {
         if (!conf.contains(option)) {
-            throw new IllegalConfigurationException(
-                    "Missing required option --" + option.key());
+            throw new IllegalConfigurationException("Missing required option --" + option.key());
         }
     }
 
     private static void positive(Configuration conf, ConfigOption<Integer> option) {
         if (conf.get(option) < 1) {
-            throw new IllegalConfigurationException(option.key() + " must be >= 1, got " + conf.get(option));
+            throw new IllegalConfigurationException(
+                    option.key() + " must be >= 1, got " + conf.get(option));
         }
     }
 

@@ -19,8 +19,8 @@ import org.slf4j.LoggerFactory;
 
 /**
  * Entry point. Submitted with {@code flink run stoker-job.jar --stoker.dataset.path ...} it runs on
- * the cluster; started with plain {@code java} it runs on an embedded local Flink (MiniCluster) with
- * the web UI on {@code rest.port} (default 8081).
+ * the cluster; started with plain {@code java} it runs on an embedded local Flink (MiniCluster)
+ * with the web UI on {@code rest.port} (default 8081).
  *
  * <p>Arguments are {@code --key value} pairs of {@link StokerOptions} or any Flink option.
  */
@@ -35,7 +35,8 @@ public final class StokerJob {
         StreamExecutionEnvironment env = environment(conf);
         BatchPlan plan = build(env, conf);
         JobExecutionResult result = env.execute(conf.get(StokerOptions.JOB_NAME));
-        if (result.isJobExecutionResult()) { // attached run: the epoch is over, check its accounting
+        if (result
+                .isJobExecutionResult()) { // attached run: the epoch is over, check its accounting
             LOG.info("Epoch finished: {}", AccountingCheck.verify(result, plan));
         }
     }
@@ -46,11 +47,16 @@ public final class StokerJob {
         if (env instanceof LocalStreamEnvironment) {
             if (!conf.contains(CheckpointingOptions.CHECKPOINTS_DIRECTORY)) {
                 // Pending batches exceed the JobManager's 5 MB in-memory checkpoint limit.
-                Path dir = Path.of(System.getProperty("java.io.tmpdir"), "stoker-checkpoints", conf.get(StokerOptions.JOB_NAME));
+                Path dir =
+                        Path.of(
+                                System.getProperty("java.io.tmpdir"),
+                                "stoker-checkpoints",
+                                conf.get(StokerOptions.JOB_NAME));
                 conf.set(CheckpointingOptions.CHECKPOINTS_DIRECTORY, dir.toUri().toString());
             }
             // Flink filesystem plugins (e.g. s3-fs-presto for s3:// datasets and checkpoints) from
-            // FLINK_PLUGINS_DIR (default ./plugins), configured with this configuration's s3.* keys.
+            // FLINK_PLUGINS_DIR (default ./plugins), configured with this configuration's s3.*
+            // keys.
             FileSystem.initialize(conf, PluginUtils.createPluginManagerFromRootFolder(conf));
             env = StreamExecutionEnvironment.createLocalEnvironmentWithWebUI(conf);
         }
@@ -66,7 +72,8 @@ public final class StokerJob {
      *
      * @return the batch plan, so callers can check what the run must produce
      */
-    public static BatchPlan build(StreamExecutionEnvironment env, Configuration conf) throws Exception {
+    public static BatchPlan build(StreamExecutionEnvironment env, Configuration conf)
+            throws Exception {
         StokerConfig.validate(conf);
         conf.set(PipelineOptions.NAME, conf.get(StokerOptions.JOB_NAME));
         env.configure(conf);
@@ -79,21 +86,34 @@ public final class StokerJob {
                         maxLine);
         BatchPlan plan =
                 new BatchPlan(
-                        listing.numRecords(), conf.get(StokerOptions.DP_WORLD_SIZE), conf.get(StokerOptions.MICRO_BATCH_SIZE));
+                        listing.numRecords(),
+                        conf.get(StokerOptions.DP_WORLD_SIZE),
+                        conf.get(StokerOptions.MICRO_BATCH_SIZE));
         long padTokenId;
-        try (ChatTokenizer tokenizer = ChatTokenizer.open(Path.of(conf.get(StokerOptions.TOKENIZER_PATH)))) {
+        try (ChatTokenizer tokenizer =
+                ChatTokenizer.open(Path.of(conf.get(StokerOptions.TOKENIZER_PATH)))) {
             padTokenId = tokenizer.padTokenId();
         }
         LOG.info(
                 "Dataset {}: {} files, {} records -> {} steps of {} ranks x {} samples",
-                listing.root(), listing.files().size(), listing.numRecords(), plan.numSteps(),
-                plan.worldSize(), plan.microBatchSize());
+                listing.root(),
+                listing.files().size(),
+                listing.numRecords(),
+                plan.numSteps(),
+                plan.worldSize(),
+                plan.microBatchSize());
 
         StokerPipeline.Outputs outputs = StokerPipeline.build(env, conf, listing, plan);
         String jobDir = StokerConfig.jobDir(conf);
         int patchDim = StokerPipeline.visionConfig(conf).patchDim();
         outputs.batches
-                .sinkTo(new ArrowBatchSink(jobDir, conf.get(StokerOptions.JOB_NAME), plan, patchDim, padTokenId))
+                .sinkTo(
+                        new ArrowBatchSink(
+                                jobDir,
+                                conf.get(StokerOptions.JOB_NAME),
+                                plan,
+                                patchDim,
+                                padTokenId))
                 .name("arrow-shm-sink")
                 .uid("arrow-shm-sink");
         outputs.deadLetters

@@ -25,7 +25,8 @@ public final class StokerOptions {
             ConfigOptions.key("stoker.dataset.glob")
                     .stringType()
                     .defaultValue("*.jsonl")
-                    .withDescription("File-name glob of the JSONL files under the dataset root (searched recursively).");
+                    .withDescription(
+                            "File-name glob of the JSONL files under the dataset root (searched recursively).");
 
     public static final ConfigOption<String> TOKENIZER_PATH =
             ConfigOptions.key("stoker.tokenizer.path")
@@ -39,7 +40,8 @@ public final class StokerOptions {
             ConfigOptions.key("stoker.job-name")
                     .stringType()
                     .defaultValue("stoker")
-                    .withDescription("Name of the job; also the name of its batch directory under the output root.");
+                    .withDescription(
+                            "Name of the job; also the name of its batch directory under the output root.");
 
     public static final ConfigOption<String> OUTPUT_ROOT =
             ConfigOptions.key("stoker.output.root")
@@ -65,7 +67,8 @@ public final class StokerOptions {
             ConfigOptions.key("stoker.micro-batch-size")
                     .intType()
                     .defaultValue(4)
-                    .withDescription("Samples per rank per step; the global batch is dp-world-size x micro-batch-size.");
+                    .withDescription(
+                            "Samples per rank per step; the global batch is dp-world-size x micro-batch-size.");
 
     public static final ConfigOption<Integer> FETCH_CAPACITY =
             ConfigOptions.key("stoker.fetch.capacity")
@@ -87,31 +90,36 @@ public final class StokerOptions {
             ConfigOptions.key("stoker.fetch.timeout")
                     .durationType()
                     .defaultValue(Duration.ofSeconds(60))
-                    .withDescription("Time after which a record's image fetch is abandoned and dead-lettered.");
+                    .withDescription(
+                            "Time after which a record's image fetch is abandoned and dead-lettered.");
 
     public static final ConfigOption<MemorySize> MAX_OBJECT_SIZE =
             ConfigOptions.key("stoker.fetch.max-object-size")
                     .memoryType()
                     .defaultValue(MemorySize.ofMebiBytes(64))
-                    .withDescription("Largest image object accepted; larger ones are dead-lettered before reading.");
+                    .withDescription(
+                            "Largest image object accepted; larger ones are dead-lettered before reading.");
 
     public static final ConfigOption<MemorySize> MAX_LINE_LENGTH =
             ConfigOptions.key("stoker.source.max-line-length")
                     .memoryType()
                     .defaultValue(MemorySize.ofMebiBytes(8))
-                    .withDescription("Longest JSONL line accepted; longer records are dead-lettered (LINE_TOO_LONG).");
+                    .withDescription(
+                            "Longest JSONL line accepted; longer records are dead-lettered (LINE_TOO_LONG).");
 
     public static final ConfigOption<Long> MIN_PIXELS =
             ConfigOptions.key("stoker.image.min-pixels")
                     .longType()
                     .defaultValue(3136L)
-                    .withDescription("smart_resize min_pixels: images are scaled up to at least this many pixels.");
+                    .withDescription(
+                            "smart_resize min_pixels: images are scaled up to at least this many pixels.");
 
     public static final ConfigOption<Long> MAX_PIXELS =
             ConfigOptions.key("stoker.image.max-pixels")
                     .longType()
                     .defaultValue(12845056L)
-                    .withDescription("smart_resize max_pixels: images are scaled down to at most this many pixels.");
+                    .withDescription(
+                            "smart_resize max_pixels: images are scaled down to at most this many pixels.");
 
     public static final ConfigOption<Long> MAX_SOURCE_PIXELS =
             ConfigOptions.key("stoker.image.max-source-pixels")
@@ -120,7 +128,8 @@ public final class StokerOptions {
                     .withDescription(
                             "Largest decoded image (width x height, read from the header before decoding);"
                                     + " larger ones are dead-lettered as decompression bombs.");
-    // ---- S3 (image fetch from s3:// dataset roots; the JSONL and checkpoints go through Flink's S3 plugin) ----
+    // ---- S3 (image fetch from s3:// dataset roots; the JSONL and checkpoints go through Flink's
+    // S3 plugin) ----
 
     public static final ConfigOption<String> S3_ENDPOINT =
             ConfigOptions.key("stoker.s3.endpoint")
@@ -136,7 +145,8 @@ public final class StokerOptions {
             ConfigOptions.key("stoker.s3.region")
                     .stringType()
                     .defaultValue("us-east-1")
-                    .withDescription("AWS region of the image bucket (signing region for S3-compatible servers).");
+                    .withDescription(
+                            "AWS region of the image bucket (signing region for S3-compatible servers).");
 
     public static final ConfigOption<Boolean> S3_PATH_STYLE_ACCESS =
             ConfigOptions.key("stoker.s3.path-style-access")

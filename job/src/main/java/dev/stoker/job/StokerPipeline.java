@@ -7,9 +7,9 @@ import dev.stoker.connectors.fetch.S3ImageFetchFunction;
 import dev.stoker.connectors.fetch.S3ImageStore;
 import dev.stoker.connectors.source.DatasetListing;
 import dev.stoker.connectors.source.JsonlSource;
+import dev.stoker.operators.accounting.DeadLetterAccounting;
 import dev.stoker.operators.batch.BatchAssembler;
 import dev.stoker.operators.batch.BatchPlan;
-import dev.stoker.operators.accounting.DeadLetterAccounting;
 import dev.stoker.operators.image.PreprocessImagesFunction;
 import dev.stoker.operators.image.QwenVisionConfig;
 import dev.stoker.operators.model.DeadLetter;
@@ -72,10 +72,16 @@ public final class StokerPipeline {
      * @param plan the batch plan derived from the listing
      */
     public static Outputs build(
-            StreamExecutionEnvironment env, Configuration conf, DatasetListing listing, BatchPlan plan) {
+            StreamExecutionEnvironment env,
+            Configuration conf,
+            DatasetListing listing,
+            BatchPlan plan) {
         int maxLine = (int) conf.get(StokerOptions.MAX_LINE_LENGTH).getBytes();
         DataStream<dev.stoker.operators.model.JsonlLine> lines =
-                env.fromSource(JsonlSource.forListing(listing, maxLine), WatermarkStrategy.noWatermarks(), "jsonl-source")
+                env.fromSource(
+                                JsonlSource.forListing(listing, maxLine),
+                                WatermarkStrategy.noWatermarks(),
+                                "jsonl-source")
                         .uid("jsonl-source");
 
         SingleOutputStreamOperator<SftRecord> records =
@@ -86,7 +92,10 @@ public final class StokerPipeline {
         RichAsyncFunction<SftRecord, Either<DeadLetter, FetchedRecord>> fetch =
                 S3ImageStore.isS3(listing.root())
                         ? new S3ImageFetchFunction(
-                                listing.root(), maxObjectBytes, s3Settings(conf), conf.get(StokerOptions.FETCH_TIMEOUT))
+                                listing.root(),
+                                maxObjectBytes,
+                                s3Settings(conf),
+                                conf.get(StokerOptions.FETCH_TIMEOUT))
                         : new ImageFetchFunction(
                                 new ImageStore(listing.root(), maxObjectBytes),
                                 conf.get(StokerOptions.FETCH_THREADS),
@@ -103,17 +112,23 @@ public final class StokerPipeline {
 
         QwenVisionConfig vision = visionConfig(conf);
         SingleOutputStreamOperator<PreprocessedRecord> preprocessed =
-                fetched.process(new PreprocessImagesFunction(vision)).name("preprocess-images").uid("preprocess-images");
+                fetched.process(new PreprocessImagesFunction(vision))
+                        .name("preprocess-images")
+                        .uid("preprocess-images");
 
         SingleOutputStreamOperator<TokenizedSample> tokenized =
                 preprocessed
-                        .process(new TokenizeFunction(conf.get(StokerOptions.TOKENIZER_PATH), vision.mergeSize))
+                        .process(
+                                new TokenizeFunction(
+                                        conf.get(StokerOptions.TOKENIZER_PATH), vision.mergeSize))
                         .name("tokenize")
                         .uid("tokenize");
 
         DataStream<DeadLetter> deadLetters =
                 records.getSideOutput(DeadLetters.TAG)
-                        .union(preprocessed.getSideOutput(DeadLetters.TAG), tokenized.getSideOutput(DeadLetters.TAG));
+                        .union(
+                                preprocessed.getSideOutput(DeadLetters.TAG),
+                                tokenized.getSideOutput(DeadLetters.TAG));
 
         TypeInformation<SlotResult> slotType = TypeInformation.of(SlotResult.class);
         DataStream<SlotResult> slots =
@@ -131,7 +146,9 @@ public final class StokerPipeline {
         if (plan.numPaddingSlots() > 0) {
             slots =
                     slots.union(
-                            env.fromSequence(plan.numRecords(), plan.numRecords() + plan.numPaddingSlots() - 1)
+                            env.fromSequence(
+                                            plan.numRecords(),
+                                            plan.numRecords() + plan.numPaddingSlots() - 1)
                                     .uid("padding-slots")
                                     .map(SlotResult::empty)
                                     .returns(slotType)
@@ -160,7 +177,8 @@ public final class StokerPipeline {
         s.maxAttempts = conf.get(StokerOptions.S3_MAX_ATTEMPTS);
         s.requestTimeout = conf.get(StokerOptions.S3_REQUEST_TIMEOUT);
         if (!conf.contains(StokerOptions.S3_REQUEST_TIMEOUT)) {
-            // keep the client's give-up inside the operator's timeout so the client frees the connection
+            // keep the client's give-up inside the operator's timeout so the client frees the
+            // connection
             Duration limit = conf.get(StokerOptions.FETCH_TIMEOUT).multipliedBy(9).dividedBy(10);
             s.requestTimeout = s.requestTimeout.compareTo(limit) < 0 ? s.requestTimeout : limit;
         }

@@ -26,8 +26,8 @@ import org.junit.jupiter.api.extension.RegisterExtension;
  * One end-to-end test per case of {@code ../shared/data/bad-inputs} that runs without S3: the whole
  * job with its production sinks on a MiniCluster (restart strategy none, so a failure or a restart
  * fails the test), then the exact record-level outcome the case's README states: which record ids
- * are in batches (with their {@code image_grid_thw} where the README gives sizes) and which are dead
- * letters with which stage, reason and message, and samples emitted + dead letters = records.
+ * are in batches (with their {@code image_grid_thw} where the README gives sizes) and which are
+ * dead letters with which stage, reason and message, and samples emitted + dead letters = records.
  *
  * <p>Pixel content (colours, orientation, compositing) is checked per image in the operator unit
  * tests ({@code ImageDecoderTest}); here the grid of the oriented size stands for it.
@@ -56,7 +56,9 @@ class BadInputsITCase {
     void deleteOutputAndCheckEveryDeadLetterWasAsserted() throws IOException {
         JobRun.deleteOutputRoot(outputRoot);
         if (outcome != null) {
-            assertThat(outcome.checkedDead).as("dead letters the test asserted").isEqualTo(outcome.dead.keySet());
+            assertThat(outcome.checkedDead)
+                    .as("dead letters the test asserted")
+                    .isEqualTo(outcome.dead.keySet());
         }
     }
 
@@ -64,13 +66,39 @@ class BadInputsITCase {
     void truncatedFiles() throws Exception {
         Outcome o = run("truncated-files");
         o.assertBatched("trunc-0", "trunc-3");
-        o.assertDead("trunc-1", RejectReason.CORRUPT_IMAGE, "images/truncated_60pct.jpg", "truncated JPEG 320x214");
-        o.assertDead("trunc-2", RejectReason.CORRUPT_IMAGE, "images/truncated_progressive_50pct.jpg", "truncated JPEG 320x214");
-        o.assertDead("trunc-4", RejectReason.CORRUPT_IMAGE, "images/truncated_in_idat.png", "truncated in chunk IDAT");
-        o.assertDead("trunc-5", RejectReason.CORRUPT_IMAGE, "images/idat_crc_mismatch.png", "CRC mismatch in chunk IDAT");
-        o.assertDead("trunc-6", RejectReason.CORRUPT_IMAGE, "images/empty.jpg", "empty image file (0 bytes)");
-        o.assertDead("trunc-7", RejectReason.UNSUPPORTED_IMAGE, "images/s3_error_body.jpg", "not a supported image", "<?xml");
-        o.assertDead("trunc-8", RejectReason.IMAGE_NOT_FOUND, "images/does_not_exist.jpg", "not found");
+        o.assertDead(
+                "trunc-1",
+                RejectReason.CORRUPT_IMAGE,
+                "images/truncated_60pct.jpg",
+                "truncated JPEG 320x214");
+        o.assertDead(
+                "trunc-2",
+                RejectReason.CORRUPT_IMAGE,
+                "images/truncated_progressive_50pct.jpg",
+                "truncated JPEG 320x214");
+        o.assertDead(
+                "trunc-4",
+                RejectReason.CORRUPT_IMAGE,
+                "images/truncated_in_idat.png",
+                "truncated in chunk IDAT");
+        o.assertDead(
+                "trunc-5",
+                RejectReason.CORRUPT_IMAGE,
+                "images/idat_crc_mismatch.png",
+                "CRC mismatch in chunk IDAT");
+        o.assertDead(
+                "trunc-6",
+                RejectReason.CORRUPT_IMAGE,
+                "images/empty.jpg",
+                "empty image file (0 bytes)");
+        o.assertDead(
+                "trunc-7",
+                RejectReason.UNSUPPORTED_IMAGE,
+                "images/s3_error_body.jpg",
+                "not a supported image",
+                "<?xml");
+        o.assertDead(
+                "trunc-8", RejectReason.IMAGE_NOT_FOUND, "images/does_not_exist.jpg", "not found");
         assertThat(o.run.deadLetters()).as("skip counters add up to 7").hasSize(7);
         // missing_eoi.jpg decodes like ok.jpg: same oriented size, so the same grid
         assertThat(o.grids("trunc-3")).containsExactlyElementsOf(o.grids("trunc-0"));
@@ -80,20 +108,42 @@ class BadInputsITCase {
     void decompressionBomb() throws Exception {
         Outcome o = run("decompression-bomb");
         o.assertBatched("bomb-0");
-        String limit = "> limit 178956970"; // StokerOptions.MAX_SOURCE_PIXELS default, Pillow's hard limit
-        o.assertDead("bomb-1", RejectReason.IMAGE_TOO_MANY_PIXELS,
-                "images/png_20000x20000_1bit.png", "image too large: PNG 20000x20000", limit);
-        o.assertDead("bomb-2", RejectReason.IMAGE_TOO_MANY_PIXELS,
-                "images/gif_65535x65535_header.gif", "image too large: GIF 65535x65535", limit);
-        o.assertDead("bomb-3", RejectReason.IMAGE_TOO_MANY_PIXELS,
-                "images/jpeg_sof_60000x60000.jpg", "image too large: JPEG 60000x60000", limit);
+        String limit =
+                "> limit 178956970"; // StokerOptions.MAX_SOURCE_PIXELS default, Pillow's hard limit
+        o.assertDead(
+                "bomb-1",
+                RejectReason.IMAGE_TOO_MANY_PIXELS,
+                "images/png_20000x20000_1bit.png",
+                "image too large: PNG 20000x20000",
+                limit);
+        o.assertDead(
+                "bomb-2",
+                RejectReason.IMAGE_TOO_MANY_PIXELS,
+                "images/gif_65535x65535_header.gif",
+                "image too large: GIF 65535x65535",
+                limit);
+        o.assertDead(
+                "bomb-3",
+                RejectReason.IMAGE_TOO_MANY_PIXELS,
+                "images/jpeg_sof_60000x60000.jpg",
+                "image too large: JPEG 60000x60000",
+                limit);
     }
 
     @Test
     void exifOrientation() throws Exception {
         Outcome o = run("exif-orientation");
-        List<String> ids = List.of(
-                "exif-1", "exif-2", "exif-3", "exif-4", "exif-5", "exif-6", "exif-7", "exif-8", "exif-png6");
+        List<String> ids =
+                List.of(
+                        "exif-1",
+                        "exif-2",
+                        "exif-3",
+                        "exif-4",
+                        "exif-5",
+                        "exif-6",
+                        "exif-7",
+                        "exif-8",
+                        "exif-png6");
         o.assertBatched(ids.toArray(String[]::new));
         // oriented 60x40 -> smart_resize 84 wide x 56 high: grid (1, 4, 6), 6 image tokens;
         // (1, 6, 4) would mean the Orientation tag was ignored
@@ -105,7 +155,8 @@ class BadInputsITCase {
     @Test
     void alphaCompositing() throws Exception {
         Outcome o = run("alpha-compositing");
-        o.assertBatched("alpha-0", "alpha-1", "alpha-2", "alpha-3", "alpha-4", "alpha-5", "alpha-6");
+        o.assertBatched(
+                "alpha-0", "alpha-1", "alpha-2", "alpha-3", "alpha-4", "alpha-5", "alpha-6");
         for (String id : o.batchedIds()) {
             assertThat(o.grids(id)).as("%s has one image", id).hasSize(1);
         }
@@ -129,8 +180,12 @@ class BadInputsITCase {
     void placeholderMismatch() throws Exception {
         Outcome o = run("placeholder-mismatch");
         o.assertBatched(
-                "ph-0-ok", "ph-5-same-image-twice", "ph-6-placeholder-later-turn", "ph-8-text-only",
-                "phm-0-ok", "phm-1-literal-image-tag-in-text");
+                "ph-0-ok",
+                "ph-5-same-image-twice",
+                "ph-6-placeholder-later-turn",
+                "ph-8-text-only",
+                "phm-0-ok",
+                "phm-1-literal-image-tag-in-text");
         RejectReason mismatch = RejectReason.PLACEHOLDER_MISMATCH;
         o.assertDead("ph-1-no-placeholder", mismatch, "0 placeholders vs 1 images");
         o.assertDead("ph-2-two-placeholders-one-image", mismatch, "2 placeholders vs 1 images");
@@ -153,10 +208,23 @@ class BadInputsITCase {
     void tinyImages() throws Exception {
         Outcome o = run("tiny-images");
         o.assertBatched(
-                "tiny-w1_h1", "tiny-w10_h10", "tiny-w27_h27", "tiny-w28_h28",
-                "tiny-w300_h27", "tiny-w27_h300", "tiny-w56_h56", "tiny-w29_h29");
+                "tiny-w1_h1",
+                "tiny-w10_h10",
+                "tiny-w27_h27",
+                "tiny-w28_h28",
+                "tiny-w300_h27",
+                "tiny-w27_h300",
+                "tiny-w56_h56",
+                "tiny-w29_h29");
         long[] square56 = {1, 4, 4}; // 56x56, 4 tokens
-        for (String id : List.of("tiny-w1_h1", "tiny-w10_h10", "tiny-w27_h27", "tiny-w28_h28", "tiny-w56_h56", "tiny-w29_h29")) {
+        for (String id :
+                List.of(
+                        "tiny-w1_h1",
+                        "tiny-w10_h10",
+                        "tiny-w27_h27",
+                        "tiny-w28_h28",
+                        "tiny-w56_h56",
+                        "tiny-w29_h29")) {
             o.assertGrids(id, square56);
         }
         o.assertGrids("tiny-w300_h27", new long[] {1, 2, 22}); // 308x28, 11 tokens
@@ -167,16 +235,26 @@ class BadInputsITCase {
     void extremeAspect() throws Exception {
         Outcome o = run("extreme-aspect");
         o.assertBatched(
-                "aspect-w14_h2800", "aspect-w2800_h14", "aspect-w690_h15420-max1003520",
-                "aspect-w690_h15420", "aspect-w4000_h21");
-        o.assertDead("aspect-w10_h2100", RejectReason.EXTREME_ASPECT_RATIO,
-                "images/w10_h2100.png", "aspect ratio 210.0 > 200", "10x2100");
+                "aspect-w14_h2800",
+                "aspect-w2800_h14",
+                "aspect-w690_h15420-max1003520",
+                "aspect-w690_h15420",
+                "aspect-w4000_h21");
+        o.assertDead(
+                "aspect-w10_h2100",
+                RejectReason.EXTREME_ASPECT_RATIO,
+                "images/w10_h2100.png",
+                "aspect ratio 210.0 > 200",
+                "10x2100");
         o.assertGrids("aspect-w14_h2800", new long[] {1, 200, 2}); // 28x2800, 100 tokens
         o.assertGrids("aspect-w2800_h14", new long[] {1, 2, 200}); // 2800x28, 100 tokens
-        o.assertGrids("aspect-w690_h15420-max1003520", new long[] {1, 338, 14}); // 196x4732, 1183 tokens
+        o.assertGrids(
+                "aspect-w690_h15420-max1003520", new long[] {1, 338, 14}); // 196x4732, 1183 tokens
         o.assertGrids("aspect-w690_h15420", new long[] {1, 1102, 50}); // 700x15428, 13775 tokens
         o.assertGrids("aspect-w4000_h21", new long[] {1, 2, 286}); // 4004x28, 143 tokens
-        assertThat(o.sample("aspect-w690_h15420").tokens()).as("sequence holds the 13775 image tokens").isGreaterThan(13775);
+        assertThat(o.sample("aspect-w690_h15420").tokens())
+                .as("sequence holds the 13775 image tokens")
+                .isGreaterThan(13775);
     }
 
     @Test
@@ -184,8 +262,15 @@ class BadInputsITCase {
         Outcome o = run("empty-turns");
         o.assertBatched("empty-0-ok", "empty-11-messages-empty-text-part");
         RejectReason invalid = RejectReason.INVALID_RECORD;
-        o.assertDead("empty-1-assistant-empty-string", invalid, "assistant turn 2 is empty", "no trainable assistant tokens");
-        o.assertDead("empty-2-assistant-whitespace", invalid, "assistant turn 2 is empty or whitespace-only");
+        o.assertDead(
+                "empty-1-assistant-empty-string",
+                invalid,
+                "assistant turn 2 is empty",
+                "no trainable assistant tokens");
+        o.assertDead(
+                "empty-2-assistant-whitespace",
+                invalid,
+                "assistant turn 2 is empty or whitespace-only");
         o.assertDead("empty-3-ends-with-user", invalid, "ends with user turn 3");
         o.assertDead("empty-4-no-conversations", invalid, "'conversations' is missing");
         o.assertDead("empty-5-empty-list", invalid, "no messages");
@@ -202,18 +287,40 @@ class BadInputsITCase {
     void badEncodingJsonl() throws Exception {
         Outcome o = run("bad-encoding-jsonl");
         o.assertBatched("enc-1-ok", "enc-5-crlf", "enc-10-cjk-ok", "enc-11-last-line-no-newline");
-        o.assertDead("enc-2-latin1", RejectReason.INVALID_UTF8, "invalid UTF-8 at byte offset", "0xE9");
-        o.assertDead("enc-3-invalid-continuation", RejectReason.INVALID_UTF8, "invalid UTF-8 at byte offset", "0xC3");
-        o.assertDead("enc-6-lone-surrogate-escape", RejectReason.INVALID_RECORD, "invalid Unicode scalar", "\\ud800");
-        o.assertDead("enc-8-nul-byte", RejectReason.MALFORMED_JSON, "Illegal unquoted character ((CTRL-CHAR, code 0))");
+        o.assertDead(
+                "enc-2-latin1", RejectReason.INVALID_UTF8, "invalid UTF-8 at byte offset", "0xE9");
+        o.assertDead(
+                "enc-3-invalid-continuation",
+                RejectReason.INVALID_UTF8,
+                "invalid UTF-8 at byte offset",
+                "0xC3");
+        o.assertDead(
+                "enc-6-lone-surrogate-escape",
+                RejectReason.INVALID_RECORD,
+                "invalid Unicode scalar",
+                "\\ud800");
+        o.assertDead(
+                "enc-8-nul-byte",
+                RejectReason.MALFORMED_JSON,
+                "Illegal unquoted character ((CTRL-CHAR, code 0))");
         o.assertDead("enc-9-truncated-json", RejectReason.MALFORMED_JSON, "malformed JSON");
         // blank (line 4) and whitespace-only (line 7) lines are not records
         assertThat(o.run.plan().numRecords()).isEqualTo(9);
         Map<String, Long> lines = new HashMap<>();
         o.run.deadLetters().forEach(dl -> lines.put(o.idOf(dl), dl.get("line").asLong()));
-        assertThat(lines).containsExactlyInAnyOrderEntriesOf(Map.of(
-                "enc-2-latin1", 2L, "enc-3-invalid-continuation", 3L, "enc-6-lone-surrogate-escape", 6L,
-                "enc-8-nul-byte", 8L, "enc-9-truncated-json", 9L));
+        assertThat(lines)
+                .containsExactlyInAnyOrderEntriesOf(
+                        Map.of(
+                                "enc-2-latin1",
+                                2L,
+                                "enc-3-invalid-continuation",
+                                3L,
+                                "enc-6-lone-surrogate-escape",
+                                6L,
+                                "enc-8-nul-byte",
+                                8L,
+                                "enc-9-truncated-json",
+                                9L));
         assertThat(o.sample("enc-5-crlf").line()).isEqualTo(5);
         assertThat(o.sample("enc-11-last-line-no-newline").line()).isEqualTo(11);
     }
@@ -224,9 +331,15 @@ class BadInputsITCase {
         conf.set(StokerOptions.MAX_LINE_LENGTH, MemorySize.ofMebiBytes(8));
         Outcome o = run("long-lines", conf);
         o.assertBatched("long-0-ok", "long-1-5.2M-chars", "long-3-ok-after");
-        o.assertDead("long-2-9M-chars", RejectReason.LINE_TOO_LONG,
-                "record larger than 8 MiB", "line of 9000164 bytes", "maximum line length of 8388608 bytes");
-        assertThat(o.sample("long-1-5.2M-chars").tokens()).as("the 5.2M-char answer is kept whole").isGreaterThan(500_000);
+        o.assertDead(
+                "long-2-9M-chars",
+                RejectReason.LINE_TOO_LONG,
+                "record larger than 8 MiB",
+                "line of 9000164 bytes",
+                "maximum line length of 8388608 bytes");
+        assertThat(o.sample("long-1-5.2M-chars").tokens())
+                .as("the 5.2M-char answer is kept whole")
+                .isGreaterThan(500_000);
     }
 
     @Test
@@ -254,7 +367,9 @@ class BadInputsITCase {
         return outcome;
     }
 
-    /** A run's samples and dead letters by record id (read from the JSONL independently of the job). */
+    /**
+     * A run's samples and dead letters by record id (read from the JSONL independently of the job).
+     */
     private static final class Outcome {
         final JobRun.Result run;
         final Map<String, JobRun.Sample> batched = new HashMap<>();
@@ -286,7 +401,11 @@ class BadInputsITCase {
         private String id(String file, long line) throws IOException {
             Map<Long, String> ids = idsByFile.get(file);
             if (ids == null) {
-                ids = JobRun.idsByLine(Path.of(URI.create(file.startsWith("file:") ? file : "file:" + file)));
+                ids =
+                        JobRun.idsByLine(
+                                Path.of(
+                                        URI.create(
+                                                file.startsWith("file:") ? file : "file:" + file)));
                 idsByFile.put(file, ids);
             }
             String id = ids.get(line);
@@ -310,9 +429,14 @@ class BadInputsITCase {
          */
         void assertDead(String id, RejectReason reason, String... fragments) {
             JsonNode dl = dead.get(id);
-            assertThat(dl).as("dead letter for %s (dead letters: %s)", id, run.deadLetters()).isNotNull();
-            assertThat(dl.get("reason").asText()).as("reason of %s: %s", id, dl).isEqualTo(reason.name());
-            assertThat(dl.get("stage").asText()).as("stage of %s", id)
+            assertThat(dl)
+                    .as("dead letter for %s (dead letters: %s)", id, run.deadLetters())
+                    .isNotNull();
+            assertThat(dl.get("reason").asText())
+                    .as("reason of %s: %s", id, dl)
+                    .isEqualTo(reason.name());
+            assertThat(dl.get("stage").asText())
+                    .as("stage of %s", id)
                     .isEqualTo(reason.stage().name().toLowerCase(Locale.ROOT));
             for (String fragment : fragments) {
                 assertThat(dl.get("message").asText()).as("message of %s", id).contains(fragment);
@@ -330,7 +454,9 @@ class BadInputsITCase {
                 assertThat(dl.get("file").asText()).endsWith(".jsonl");
                 assertThat(dl.get("line").asLong()).isPositive();
                 assertThat(dl.get("message").asText()).isNotBlank();
-                assertThat(dl.get("record_id").asText()).as("record_id of %s", dl).isEqualTo(e.getKey());
+                assertThat(dl.get("record_id").asText())
+                        .as("record_id of %s", dl)
+                        .isEqualTo(e.getKey());
             }
         }
 

@@ -30,8 +30,8 @@ import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 /**
  * Test helper: runs the whole job with its production sinks (on the MiniCluster the calling test
  * registers) over one dataset root and reads back what it wrote: the samples of every batch file
- * and the dead letters. The run itself fails the test if the job fails (restart strategy none, so
- * a restart is a failure too) or if the job's accounting check does not hold; {@link
+ * and the dead letters. The run itself fails the test if the job fails (restart strategy none, so a
+ * restart is a failure too) or if the job's accounting check does not hold; {@link
  * Result#assertAccounted()} checks the files on disk against the batch plan.
  */
 final class JobRun {
@@ -39,10 +39,22 @@ final class JobRun {
     private static final Pattern SOURCE_LINE = Pattern.compile(":(\\d+)$");
 
     /** One row of a batch file. */
-    record Sample(long sampleIndex, String source, long line, int rank, long step, List<long[]> gridThw, int tokens) {}
+    record Sample(
+            long sampleIndex,
+            String source,
+            long line,
+            int rank,
+            long step,
+            List<long[]> gridThw,
+            int tokens) {}
 
     /** What one run wrote. */
-    record Result(Path jobDir, BatchPlan plan, String counts, List<Sample> samples, List<JsonNode> deadLetters) {
+    record Result(
+            Path jobDir,
+            BatchPlan plan,
+            String counts,
+            List<Sample> samples,
+            List<JsonNode> deadLetters) {
         /** Sample index -> batched sample. */
         Map<Long, Sample> samplesByIndex() {
             Map<Long, Sample> out = new HashMap<>();
@@ -57,8 +69,12 @@ final class JobRun {
         void assertAccounted() {
             List<Long> all = new ArrayList<>();
             for (Sample s : samples) {
-                assertThat(plan.rankOf(s.sampleIndex())).as("rank of sample %d", s.sampleIndex()).isEqualTo(s.rank());
-                assertThat(plan.stepOf(s.sampleIndex())).as("step of sample %d", s.sampleIndex()).isEqualTo(s.step());
+                assertThat(plan.rankOf(s.sampleIndex()))
+                        .as("rank of sample %d", s.sampleIndex())
+                        .isEqualTo(s.rank());
+                assertThat(plan.stepOf(s.sampleIndex()))
+                        .as("step of sample %d", s.sampleIndex())
+                        .isEqualTo(s.step());
                 all.add(s.sampleIndex());
             }
             for (JsonNode dl : deadLetters) {
@@ -79,40 +95,67 @@ final class JobRun {
      *
      * @param extra options applied last (e.g. {@link StokerOptions#MAX_PIXELS})
      */
-    static Result run(Path datasetRoot, Path outputRoot, int worldSize, int microBatchSize, Configuration extra)
+    static Result run(
+            Path datasetRoot,
+            Path outputRoot,
+            int worldSize,
+            int microBatchSize,
+            Configuration extra)
             throws Exception {
         return run(datasetRoot.toString(), outputRoot, worldSize, microBatchSize, extra);
     }
 
-    /** As {@link #run(Path, Path, int, int, Configuration)} for a dataset URI such as {@code s3://bucket/prefix}. */
-    static Result run(String datasetRoot, Path outputRoot, int worldSize, int microBatchSize, Configuration extra)
+    /**
+     * As {@link #run(Path, Path, int, int, Configuration)} for a dataset URI such as {@code
+     * s3://bucket/prefix}.
+     */
+    static Result run(
+            String datasetRoot,
+            Path outputRoot,
+            int worldSize,
+            int microBatchSize,
+            Configuration extra)
             throws Exception {
         Configuration conf = new Configuration();
         conf.set(StokerOptions.DATASET_PATH, datasetRoot);
-        conf.set(StokerOptions.TOKENIZER_PATH, SharedData.dataDir().resolve("tokenizers/qwen3").toString());
+        conf.set(
+                StokerOptions.TOKENIZER_PATH,
+                SharedData.dataDir().resolve("tokenizers/qwen3").toString());
         conf.set(StokerOptions.OUTPUT_ROOT, outputRoot.toString());
         conf.set(StokerOptions.JOB_NAME, "itcase");
         conf.set(StokerOptions.DP_WORLD_SIZE, worldSize);
         conf.set(StokerOptions.MICRO_BATCH_SIZE, microBatchSize);
-        conf.set(CheckpointingOptions.CHECKPOINTS_DIRECTORY, outputRoot.resolve("checkpoints").toUri().toString());
-        conf.set(RestartStrategyOptions.RESTART_STRATEGY, "none"); // any failure or restart fails the test
+        conf.set(
+                CheckpointingOptions.CHECKPOINTS_DIRECTORY,
+                outputRoot.resolve("checkpoints").toUri().toString());
+        conf.set(
+                RestartStrategyOptions.RESTART_STRATEGY,
+                "none"); // any failure or restart fails the test
         conf.addAll(extra);
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment();
         env.setParallelism(2);
         env.enableCheckpointing(500);
         BatchPlan plan = StokerJob.build(env, conf);
-        String counts = AccountingCheck.verify(env.execute("stoker-itcase-" + datasetRoot.substring(datasetRoot.lastIndexOf('/') + 1)), plan);
+        String counts =
+                AccountingCheck.verify(
+                        env.execute(
+                                "stoker-itcase-"
+                                        + datasetRoot.substring(datasetRoot.lastIndexOf('/') + 1)),
+                        plan);
         Path jobDir = outputRoot.resolve("itcase");
 
         List<Sample> samples = new ArrayList<>();
         for (int rank = 0; rank < worldSize; rank++) {
             for (long step = 0; step < plan.numSteps(); step++) {
-                Path file = jobDir.resolve("rank-" + rank).resolve(String.format("step-%010d.arrow", step));
+                Path file =
+                        jobDir.resolve("rank-" + rank)
+                                .resolve(String.format("step-%010d.arrow", step));
                 assertThat(file).as("batch (step %d, rank %d)", step, rank).exists();
                 readSamples(file, rank, step, samples);
             }
         }
-        return new Result(jobDir, plan, counts, samples, readDeadLetters(jobDir.resolve("dead-letters")));
+        return new Result(
+                jobDir, plan, counts, samples, readDeadLetters(jobDir.resolve("dead-letters")));
     }
 
     /** Creates a fresh output root in /dev/shm. */
@@ -155,7 +198,8 @@ final class JobRun {
         return ids;
     }
 
-    private static void readSamples(Path file, int rank, long step, List<Sample> out) throws IOException {
+    private static void readSamples(Path file, int rank, long step, List<Sample> out)
+            throws IOException {
         try (RootAllocator allocator = new RootAllocator();
                 ArrowFileReader reader = new ArrowFileReader(FileChannel.open(file), allocator)) {
             while (reader.loadNextBatch()) {
@@ -168,15 +212,26 @@ final class JobRun {
                     List<long[]> grids = new ArrayList<>();
                     for (Object g : (List<?>) root.getVector("image_grid_thw").getObject(r)) {
                         List<?> thw = (List<?>) g;
-                        grids.add(new long[] {
-                            ((Number) thw.get(0)).longValue(), ((Number) thw.get(1)).longValue(), ((Number) thw.get(2)).longValue()
-                        });
+                        grids.add(
+                                new long[] {
+                                    ((Number) thw.get(0)).longValue(),
+                                    ((Number) thw.get(1)).longValue(),
+                                    ((Number) thw.get(2)).longValue()
+                                });
                     }
                     int tokens = 0;
                     for (Object v : (List<?>) root.getVector("attention_mask").getObject(r)) {
                         tokens += ((Number) v).intValue();
                     }
-                    out.add(new Sample(index.get(r), source, Long.parseLong(m.group(1)), rank, step, grids, tokens));
+                    out.add(
+                            new Sample(
+                                    index.get(r),
+                                    source,
+                                    Long.parseLong(m.group(1)),
+                                    rank,
+                                    step,
+                                    grids,
+                                    tokens));
                 }
             }
         }
@@ -189,7 +244,9 @@ final class JobRun {
         }
         try (Stream<Path> files = Files.walk(dir)) {
             for (Path p : files.filter(Files::isRegularFile).toList()) {
-                assertThat(p.getFileName().toString()).as("committed part file").startsWith("dead-letters");
+                assertThat(p.getFileName().toString())
+                        .as("committed part file")
+                        .startsWith("dead-letters");
                 for (String line : Files.readAllLines(p)) {
                     if (!line.isBlank()) {
                         letters.add(JSON.readTree(line));

@@ -65,8 +65,10 @@ class S3JobITCase {
         S3.uploadDirectory(local, BUCKET, "complete");
         S3.uploadDirectory(local, BUCKET, "missing-images");
         S3.uploadDirectory(local, BUCKET, "flaky");
-        // As on a cluster: the S3 plugin from FLINK_PLUGINS_DIR (target/plugins), given the s3.* keys.
-        FileSystem.initialize(s3Config(), PluginUtils.createPluginManagerFromRootFolder(s3Config()));
+        // As on a cluster: the S3 plugin from FLINK_PLUGINS_DIR (target/plugins), given the s3.*
+        // keys.
+        FileSystem.initialize(
+                s3Config(), PluginUtils.createPluginManagerFromRootFolder(s3Config()));
     }
 
     @AfterAll
@@ -88,7 +90,10 @@ class S3JobITCase {
         JobRun.deleteOutputRoot(outputRoot);
     }
 
-    /** Runs the job over {@code s3://sft/<prefix>} with checkpoints on S3, and checks the accounting. */
+    /**
+     * Runs the job over {@code s3://sft/<prefix>} with checkpoints on S3, and checks the
+     * accounting.
+     */
     private JobRun.Result runJob(String prefix) throws Exception {
         return runJob(prefix, new Configuration());
     }
@@ -97,26 +102,44 @@ class S3JobITCase {
         Configuration extra = s3Config();
         extra.addAll(options);
         extra.set(StokerOptions.MAX_PIXELS, 1003520L);
-        extra.set(CheckpointingOptions.CHECKPOINTS_DIRECTORY, "s3://" + BUCKET + "/checkpoints/" + prefix);
+        extra.set(
+                CheckpointingOptions.CHECKPOINTS_DIRECTORY,
+                "s3://" + BUCKET + "/checkpoints/" + prefix);
         // Flink removes a finished job's checkpoints, so watch for them on S3 while the job runs.
         ScheduledExecutorService watcher = Executors.newSingleThreadScheduledExecutor();
         watcher.scheduleWithFixedDelay(
-                () -> S3.client().listObjectsV2(r -> r.bucket(BUCKET).prefix("checkpoints/" + prefix + "/")).join()
-                        .contents().stream()
-                        .map(o -> o.key())
-                        .filter(k -> k.endsWith("/_metadata"))
-                        .forEach(checkpointsSeen::add),
-                0, 100, TimeUnit.MILLISECONDS);
+                () ->
+                        S3
+                                .client()
+                                .listObjectsV2(
+                                        r -> r.bucket(BUCKET).prefix("checkpoints/" + prefix + "/"))
+                                .join()
+                                .contents()
+                                .stream()
+                                .map(o -> o.key())
+                                .filter(k -> k.endsWith("/_metadata"))
+                                .forEach(checkpointsSeen::add),
+                0,
+                100,
+                TimeUnit.MILLISECONDS);
         JobRun.Result run;
         try {
-            run = JobRun.run("s3://" + BUCKET + "/" + prefix, outputRoot, WORLD_SIZE, MICRO_BATCH_SIZE, extra);
+            run =
+                    JobRun.run(
+                            "s3://" + BUCKET + "/" + prefix,
+                            outputRoot,
+                            WORLD_SIZE,
+                            MICRO_BATCH_SIZE,
+                            extra);
         } finally {
             watcher.shutdownNow();
             watcher.awaitTermination(10, TimeUnit.SECONDS);
         }
         run.assertAccounted();
         for (JsonNode dl : run.deadLetters()) {
-            assertThat(dl.get("file").asText()).startsWith("s3://" + BUCKET + "/" + prefix + "/").endsWith("train.jsonl");
+            assertThat(dl.get("file").asText())
+                    .startsWith("s3://" + BUCKET + "/" + prefix + "/")
+                    .endsWith("train.jsonl");
             assertThat(dl.get("line").asLong()).isPositive();
         }
         return run;
@@ -139,17 +162,22 @@ class S3JobITCase {
         records.forEach(
                 (index, images) -> {
                     if (StokerJobITCase.isPlainPhotoRecord(DATASET, images)) {
-                        assertThat(batched).as("plain photo record %d (%s) is written", index, images).contains(index);
+                        assertThat(batched)
+                                .as("plain photo record %d (%s) is written", index, images)
+                                .contains(index);
                     }
                 });
         assertThat(reasons(run))
                 .as("every image object exists, so no record fails in the fetch stage")
                 .doesNotContain("IMAGE_NOT_FOUND", "FETCH_FAILED", "FETCH_TIMEOUT");
-        assertThat(checkpointsSeen).as("completed checkpoints on S3 (chk-N/_metadata)").isNotEmpty();
+        assertThat(checkpointsSeen)
+                .as("completed checkpoints on S3 (chk-N/_metadata)")
+                .isNotEmpty();
     }
 
     @Test
-    void withLatencyAndTenPercentTransientErrorsEverySampleStillArrivesExactlyOnce() throws Exception {
+    void withLatencyAndTenPercentTransientErrorsEverySampleStillArrivesExactlyOnce()
+            throws Exception {
         JobRun.Result run;
         S3.faults().setFaults(new FaultInjectingBlobStore.Faults(50, 20, 0.10, "flaky/images/.*"));
         long errorsBefore = S3.faults().injectedErrors();
@@ -158,7 +186,9 @@ class S3JobITCase {
         } finally {
             S3.faults().setFaults(FaultInjectingBlobStore.Faults.NONE);
         }
-        assertThat(S3.faults().injectedErrors() - errorsBefore).as("injected 503/500 answers").isPositive();
+        assertThat(S3.faults().injectedErrors() - errorsBefore)
+                .as("injected 503/500 answers")
+                .isPositive();
         Map<Long, String> records = records();
         Set<Long> batched = run.samplesByIndex().keySet();
         assertThat(reasons(run))
@@ -167,7 +197,9 @@ class S3JobITCase {
         records.forEach(
                 (index, images) -> {
                     if (StokerJobITCase.isPlainPhotoRecord(DATASET, images)) {
-                        assertThat(batched).as("plain photo record %d (%s) is written", index, images).contains(index);
+                        assertThat(batched)
+                                .as("plain photo record %d (%s) is written", index, images)
+                                .contains(index);
                     }
                 });
     }
@@ -212,20 +244,43 @@ class S3JobITCase {
                     String key = "s3://" + BUCKET + "/" + prefix + "/" + image;
                     switch (image) {
                         case "images/img_004.jpg" ->
-                                assertDeadLetter(deadLetters.get(index), index, "FETCH_FAILED", key, "503", "after 10 attempt(s)");
+                                assertDeadLetter(
+                                        deadLetters.get(index),
+                                        index,
+                                        "FETCH_FAILED",
+                                        key,
+                                        "503",
+                                        "after 10 attempt(s)");
                         case "images/img_005.jpg" ->
-                                assertDeadLetter(deadLetters.get(index), index, "FETCH_FAILED", key, "403", "after 1 attempt(s)");
+                                assertDeadLetter(
+                                        deadLetters.get(index),
+                                        index,
+                                        "FETCH_FAILED",
+                                        key,
+                                        "403",
+                                        "after 1 attempt(s)");
                         case "images/img_006.jpg" ->
-                                assertDeadLetter(deadLetters.get(index), index, "IMAGE_NOT_FOUND", key, "404");
-                        default -> assertThat(batched).as("record %d (%s) is written", index, image).containsKey(index);
+                                assertDeadLetter(
+                                        deadLetters.get(index),
+                                        index,
+                                        "IMAGE_NOT_FOUND",
+                                        key,
+                                        "404");
+                        default ->
+                                assertThat(batched)
+                                        .as("record %d (%s) is written", index, image)
+                                        .containsKey(index);
                     }
                 });
     }
 
-    private static void assertDeadLetter(JsonNode dl, long index, String reason, String... messageParts) {
+    private static void assertDeadLetter(
+            JsonNode dl, long index, String reason, String... messageParts) {
         assertThat(dl).as("dead letter of record %d", index).isNotNull();
         assertThat(dl.get("reason").asText()).as("reason of record %d", index).isEqualTo(reason);
-        assertThat(dl.get("message").asText()).as("message of record %d", index).contains(messageParts);
+        assertThat(dl.get("message").asText())
+                .as("message of record %d", index)
+                .contains(messageParts);
     }
 
     @Test
@@ -252,15 +307,22 @@ class S3JobITCase {
                     run.deadLetters().stream()
                             .filter(d -> d.get("sample_index").asLong() == index)
                             .findFirst()
-                            .orElseThrow(() -> new AssertionError("no dead letter for record " + index));
+                            .orElseThrow(
+                                    () -> new AssertionError("no dead letter for record " + index));
             assertThat(dl.get("reason").asText()).isEqualTo("IMAGE_NOT_FOUND");
-            String image = deleted.stream().filter(records.get(index)::contains).findFirst().orElseThrow();
-            assertThat(dl.get("message").asText()).contains("s3://" + BUCKET + "/" + prefix + "/" + image).contains("404");
+            String image =
+                    deleted.stream().filter(records.get(index)::contains).findFirst().orElseThrow();
+            assertThat(dl.get("message").asText())
+                    .contains("s3://" + BUCKET + "/" + prefix + "/" + image)
+                    .contains("404");
         }
         records.forEach(
                 (index, images) -> {
-                    if (!expectMissing.contains(index) && StokerJobITCase.isPlainPhotoRecord(DATASET, images)) {
-                        assertThat(batched).as("plain photo record %d (%s) is written", index, images).contains(index);
+                    if (!expectMissing.contains(index)
+                            && StokerJobITCase.isPlainPhotoRecord(DATASET, images)) {
+                        assertThat(batched)
+                                .as("plain photo record %d (%s) is written", index, images)
+                                .contains(index);
                     }
                 });
     }

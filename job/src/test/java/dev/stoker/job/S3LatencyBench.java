@@ -28,12 +28,13 @@ import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
  * least 0.9 when the async fetch hides S3 latency behind preprocessing.
  *
  * <p>All Stoker options are at their defaults except {@code stoker.image.max-pixels = 1003520} (the
- * common fine-tuning setting; it keeps preprocessing from dwarfing the fetch) and a world size of 2.
+ * common fine-tuning setting; it keeps preprocessing from dwarfing the fetch) and a world size of
+ * 2.
  *
  * <p>Arguments: {@code DATASET_DIR REPLICAS ROUNDS}, or {@code --fetch-only [GETS]} for {@link
- * #fetchOnly}. The dataset's JSONL lines are repeated
- * REPLICAS times (images uploaded once), so each run fetches REPLICAS x its image references.
- * images/s = image GETs served / wall time of the job run (job start-up included).
+ * #fetchOnly}. The dataset's JSONL lines are repeated REPLICAS times (images uploaded once), so
+ * each run fetches REPLICAS x its image references. images/s = image GETs served / wall time of the
+ * job run (job start-up included).
  */
 public final class S3LatencyBench {
     private S3LatencyBench() {}
@@ -43,7 +44,11 @@ public final class S3LatencyBench {
             fetchOnly(args.length > 1 ? Integer.parseInt(args[1]) : 3000);
             return;
         }
-        Path dataset = Path.of(args.length > 0 ? args[0] : SharedData.dataDir().resolve("llava-style").toString());
+        Path dataset =
+                Path.of(
+                        args.length > 0
+                                ? args[0]
+                                : SharedData.dataDir().resolve("llava-style").toString());
         int replicas = args.length > 1 ? Integer.parseInt(args[1]) : 8;
         int rounds = args.length > 2 ? Integer.parseInt(args[2]) : 2;
         Path staged = Files.createTempDirectory("stoker-bench-");
@@ -52,19 +57,31 @@ public final class S3LatencyBench {
             s3.uploadDirectory(staged, "bench", "data");
             Configuration s3conf = Configuration.fromMap(s3.flinkS3Options());
             FileSystem.initialize(s3conf, PluginUtils.createPluginManagerFromRootFolder(s3conf));
-            FaultInjectingBlobStore.Faults latency = new FaultInjectingBlobStore.Faults(50, 20, 0, "data/images/.*");
+            FaultInjectingBlobStore.Faults latency =
+                    new FaultInjectingBlobStore.Faults(50, 20, 0, "data/images/.*");
             List<double[]> results = new ArrayList<>();
             for (int round = 0; round < rounds; round++) {
                 double plain = run(s3, s3conf, FaultInjectingBlobStore.Faults.NONE);
                 double delayed = run(s3, s3conf, latency);
                 results.add(new double[] {plain, delayed});
-                System.out.printf(Locale.ROOT, "round %d: no latency %.1f images/s, 50+-20 ms latency %.1f images/s, ratio %.3f%n",
-                        round + 1, plain, delayed, delayed / plain);
+                System.out.printf(
+                        Locale.ROOT,
+                        "round %d: no latency %.1f images/s, 50+-20 ms latency %.1f images/s, ratio %.3f%n",
+                        round + 1,
+                        plain,
+                        delayed,
+                        delayed / plain);
             }
             double sumPlain = results.stream().mapToDouble(r -> r[0]).sum();
             double sumDelayed = results.stream().mapToDouble(r -> r[1]).sum();
-            System.out.printf(Locale.ROOT, "RESULT ratio=%.3f (mean images/s %.1f with latency / %.1f without; %d rounds, %d replicas)%n",
-                    sumDelayed / sumPlain, sumDelayed / rounds, sumPlain / rounds, rounds, replicas);
+            System.out.printf(
+                    Locale.ROOT,
+                    "RESULT ratio=%.3f (mean images/s %.1f with latency / %.1f without; %d rounds, %d replicas)%n",
+                    sumDelayed / sumPlain,
+                    sumDelayed / rounds,
+                    sumPlain / rounds,
+                    rounds,
+                    replicas);
         } finally {
             delete(staged);
         }
@@ -94,17 +111,29 @@ public final class S3LatencyBench {
             S3ClientSettings settings = s3.clientSettings();
             settings.maxConcurrency = capacity;
             S3FetchMetrics metrics = new S3FetchMetrics(new UnregisteredMetricsGroup());
-            try (S3ImageStore store = new S3ImageStore("s3://bench/data", 1 << 20,
-                    settings.createClient(List.of(metrics.retryCounter())), metrics)) {
+            try (S3ImageStore store =
+                    new S3ImageStore(
+                            "s3://bench/data",
+                            1 << 20,
+                            settings.createClient(List.of(metrics.retryCounter())),
+                            metrics)) {
                 fetchRound(store, gets / 4, capacity); // warm-up
                 for (int round = 1; round <= 2; round++) {
                     double plain = fetchRound(store, gets, capacity);
-                    s3.faults().setFaults(new FaultInjectingBlobStore.Faults(50, 20, 0, "data/images/.*"));
+                    s3.faults()
+                            .setFaults(
+                                    new FaultInjectingBlobStore.Faults(
+                                            50, 20, 0, "data/images/.*"));
                     double delayed = fetchRound(store, gets, capacity);
                     s3.faults().setFaults(FaultInjectingBlobStore.Faults.NONE);
-                    System.out.printf(Locale.ROOT,
+                    System.out.printf(
+                            Locale.ROOT,
                             "fetch-only round %d (capacity %d): no latency %.0f GETs/s, 50+-20 ms latency %.0f GETs/s, ratio %.3f%n",
-                            round, capacity, plain, delayed, delayed / plain);
+                            round,
+                            capacity,
+                            plain,
+                            delayed,
+                            delayed / plain);
                 }
             }
         }
@@ -116,30 +145,40 @@ public final class S3LatencyBench {
         long start = System.nanoTime();
         for (int i = 0; i < gets; i++) {
             slots.acquire();
-            store.read("images/" + (i % 64) + ".bin").whenComplete((b, e) -> {
-                slots.release();
-                done.countDown();
-            });
+            store.read("images/" + (i % 64) + ".bin")
+                    .whenComplete(
+                            (b, e) -> {
+                                slots.release();
+                                done.countDown();
+                            });
         }
         done.await();
         return gets / ((System.nanoTime() - start) / 1e9);
     }
 
     /** images/s of one job run under {@code faults}. */
-    private static double run(LocalS3Server s3, Configuration s3conf, FaultInjectingBlobStore.Faults faults)
+    private static double run(
+            LocalS3Server s3, Configuration s3conf, FaultInjectingBlobStore.Faults faults)
             throws Exception {
         Path out = Files.createTempDirectory(Path.of("/dev/shm"), "stoker-bench-");
         try {
             Configuration conf = new Configuration(s3conf);
             conf.set(StokerOptions.DATASET_PATH, "s3://bench/data");
-            conf.set(StokerOptions.TOKENIZER_PATH, SharedData.dataDir().resolve("tokenizers/qwen3").toString());
+            conf.set(
+                    StokerOptions.TOKENIZER_PATH,
+                    SharedData.dataDir().resolve("tokenizers/qwen3").toString());
             conf.set(StokerOptions.OUTPUT_ROOT, out.toString());
             conf.set(StokerOptions.JOB_NAME, "bench");
             conf.set(StokerOptions.DP_WORLD_SIZE, 2);
-            conf.set(StokerOptions.MAX_PIXELS, 1003520L); // the common 1280-token fine-tuning setting
-            conf.set(CheckpointingOptions.CHECKPOINTS_DIRECTORY, out.resolve("checkpoints").toUri().toString());
+            conf.set(
+                    StokerOptions.MAX_PIXELS,
+                    1003520L); // the common 1280-token fine-tuning setting
+            conf.set(
+                    CheckpointingOptions.CHECKPOINTS_DIRECTORY,
+                    out.resolve("checkpoints").toUri().toString());
             conf.set(RestartStrategyOptions.RESTART_STRATEGY, "none");
-            StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(conf);
+            StreamExecutionEnvironment env =
+                    StreamExecutionEnvironment.createLocalEnvironment(conf);
             env.enableCheckpointing(10_000);
             StokerJob.build(env, conf);
             s3.faults().setFaults(faults);

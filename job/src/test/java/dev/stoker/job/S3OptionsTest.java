@@ -16,9 +16,18 @@ class S3OptionsTest {
     void flinkS3KeysAlsoConfigureTheImageFetch() {
         Configuration conf =
                 StokerConfig.fromArgs(
-                        new String[] {"--s3.endpoint", "http://127.0.0.1:9000", "--s3.path.style.access", "true",
-                            "--s3.access-key", "AKIDEXAMPLE", "--s3.secret-key", "wJalrXUtnFEMI-example-secret",
-                            "--stoker.fetch.capacity", "48"});
+                        new String[] {
+                            "--s3.endpoint",
+                            "http://127.0.0.1:9000",
+                            "--s3.path.style.access",
+                            "true",
+                            "--s3.access-key",
+                            "AKIDEXAMPLE",
+                            "--s3.secret-key",
+                            "wJalrXUtnFEMI-example-secret",
+                            "--stoker.fetch.capacity",
+                            "48"
+                        });
         S3ClientSettings s = StokerPipeline.s3Settings(conf);
         assertThat(s.endpoint).isEqualTo("http://127.0.0.1:9000");
         assertThat(s.pathStyleAccess).isTrue();
@@ -32,11 +41,14 @@ class S3OptionsTest {
     void stokerKeysWinAndTheDefaultChainIsUsedWithoutKeys() {
         Configuration conf =
                 StokerConfig.fromArgs(
-                        new String[] {"--s3.endpoint", "http://a:1", "--stoker.s3.endpoint", "http://b:2"});
+                        new String[] {
+                            "--s3.endpoint", "http://a:1", "--stoker.s3.endpoint", "http://b:2"
+                        });
         S3ClientSettings s = StokerPipeline.s3Settings(conf);
         assertThat(s.endpoint).isEqualTo("http://b:2");
         assertThat(s.accessKey).isNull();
-        assertThat(s.credentialsProvider().getClass().getSimpleName()).isEqualTo("DefaultCredentialsProvider");
+        assertThat(s.credentialsProvider().getClass().getSimpleName())
+                .isEqualTo("DefaultCredentialsProvider");
     }
 
     @Test
@@ -49,8 +61,14 @@ class S3OptionsTest {
     void requestTimeoutStaysBelowTheOperatorTimeout() {
         Configuration conf =
                 StokerConfig.fromArgs(
-                        new String[] {"--stoker.dataset.path", "s3://b/p", "--stoker.tokenizer.path", "/t",
-                            "--stoker.fetch.timeout", "5s"});
+                        new String[] {
+                            "--stoker.dataset.path",
+                            "s3://b/p",
+                            "--stoker.tokenizer.path",
+                            "/t",
+                            "--stoker.fetch.timeout",
+                            "5s"
+                        });
         StokerConfig.validate(conf);
         S3ClientSettings s = StokerPipeline.s3Settings(conf);
         assertThat(s.requestTimeout).isEqualTo(Duration.ofMillis(4500));

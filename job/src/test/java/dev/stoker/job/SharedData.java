@@ -15,7 +15,8 @@ final class SharedData {
             }
         }
         throw new IllegalStateException(
-                "../shared/data not found above " + Path.of("").toAbsolutePath()
+                "../shared/data not found above "
+                        + Path.of("").toAbsolutePath()
                         + "; tests need the shared inputs beside the repository");
     }
 }

@@ -62,7 +62,8 @@ class StokerJobITCase {
 
         Map<Long, String> recordImages = readRecords(root.resolve("train.jsonl"));
         long numRecords = recordImages.size();
-        long numSteps = (numRecords + WORLD_SIZE * MICRO_BATCH_SIZE - 1) / (WORLD_SIZE * MICRO_BATCH_SIZE);
+        long numSteps =
+                (numRecords + WORLD_SIZE * MICRO_BATCH_SIZE - 1) / (WORLD_SIZE * MICRO_BATCH_SIZE);
         assertThat(run.plan().numRecords()).isEqualTo(numRecords);
         assertThat(run.plan().numSteps()).isEqualTo(numSteps);
         run.assertAccounted();
@@ -78,7 +79,9 @@ class StokerJobITCase {
         recordImages.forEach(
                 (index, images) -> {
                     if (isPlainPhotoRecord(dataset, images)) {
-                        assertThat(batched).as("plain photo record %d (%s) is written", index, images).contains(index);
+                        assertThat(batched)
+                                .as("plain photo record %d (%s) is written", index, images)
+                                .contains(index);
                     }
                 });
         JsonNode manifest = JSON.readTree(jobDir.resolve("manifest.json").toFile());
@@ -101,7 +104,10 @@ class StokerJobITCase {
         return true;
     }
 
-    /** Sample index -> comma-joined image paths of each non-blank line (read independently of the job). */
+    /**
+     * Sample index -> comma-joined image paths of each non-blank line (read independently of the
+     * job).
+     */
     static Map<Long, String> readRecords(Path jsonl) throws IOException {
         Map<Long, String> records = new HashMap<>();
         long index = 0;

@@ -19,7 +19,9 @@ public final class SharedData {
             }
         }
         throw new IllegalStateException(
-                "shared/data not found in " + start + " or any parent; the test data lives in the folder"
+                "shared/data not found in "
+                        + start
+                        + " or any parent; the test data lives in the folder"
                         + " above the repository root (e.g. /work/shared/data)");
     }
 

@@ -7,8 +7,8 @@ import org.apache.flink.streaming.api.functions.sink.filesystem.OutputFileConfig
 
 /**
  * The dead-letter output: JSONL part files ({@code dead-letters-*.jsonl}) under a directory,
- * written by Flink's {@link FileSink}. Part files are committed on checkpoints and at the end of
- * a bounded run.
+ * written by Flink's {@link FileSink}. Part files are committed on checkpoints and at the end of a
+ * bounded run.
  */
 public final class DeadLetterSinks {
     private DeadLetterSinks() {}
@@ -17,7 +17,10 @@ public final class DeadLetterSinks {
     public static FileSink<DeadLetter> jsonl(String dir) {
         return FileSink.forRowFormat(new Path(dir), new DeadLetterJsonEncoder())
                 .withOutputFileConfig(
-                        OutputFileConfig.builder().withPartPrefix("dead-letters").withPartSuffix(".jsonl").build())
+                        OutputFileConfig.builder()
+                                .withPartPrefix("dead-letters")
+                                .withPartSuffix(".jsonl")
+                                .build())
                 .build();
     }
 }

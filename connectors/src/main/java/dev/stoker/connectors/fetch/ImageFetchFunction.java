@@ -46,13 +46,16 @@ public final class ImageFetchFunction
 
     @Override
     public void open(OpenContext openContext) {
-        executor = Executors.newFixedThreadPool(threads, new ExecutorThreadFactory("stoker-image-fetch"));
+        executor =
+                Executors.newFixedThreadPool(
+                        threads, new ExecutorThreadFactory("stoker-image-fetch"));
         bytesFetched = getRuntimeContext().getMetricGroup().counter("imageBytesFetched");
         imagesFetched = getRuntimeContext().getMetricGroup().counter("imagesFetched");
     }
 
     @Override
-    public void asyncInvoke(SftRecord record, ResultFuture<Either<DeadLetter, FetchedRecord>> result) {
+    public void asyncInvoke(
+            SftRecord record, ResultFuture<Either<DeadLetter, FetchedRecord>> result) {
         CompletableFuture.supplyAsync(() -> fetchAll(record), executor)
                 .whenComplete(
                         (value, error) -> {

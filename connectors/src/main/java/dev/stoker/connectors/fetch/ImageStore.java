@@ -52,7 +52,12 @@ public final class ImageStore implements Serializable {
             if (len > maxObjectBytes) {
                 throw new RejectedRecordException(
                         RejectReason.IMAGE_TOO_LARGE,
-                        "'" + relativePath + "' is " + len + " bytes, above the limit of " + maxObjectBytes);
+                        "'"
+                                + relativePath
+                                + "' is "
+                                + len
+                                + " bytes, above the limit of "
+                                + maxObjectBytes);
             }
             try (InputStream in = fs.open(path)) {
                 return in.readNBytes((int) len);
@@ -84,7 +89,8 @@ public final class ImageStore implements Serializable {
             resolved = rootUri.resolve(new URI(null, null, relativePath, null)).normalize();
         } catch (java.net.URISyntaxException | IllegalArgumentException e) {
             throw new RejectedRecordException(
-                    RejectReason.UNSAFE_PATH, "image path '" + relativePath + "' is not a valid relative path");
+                    RejectReason.UNSAFE_PATH,
+                    "image path '" + relativePath + "' is not a valid relative path");
         }
         if (resolved.isOpaque()
                 || resolved.getPath() == null
@@ -92,7 +98,8 @@ public final class ImageStore implements Serializable {
                 || !java.util.Objects.equals(resolved.getScheme(), rootUri.getScheme())
                 || !java.util.Objects.equals(resolved.getAuthority(), rootUri.getAuthority())) {
             throw new RejectedRecordException(
-                    RejectReason.UNSAFE_PATH, "image path '" + relativePath + "' leaves the dataset root");
+                    RejectReason.UNSAFE_PATH,
+                    "image path '" + relativePath + "' leaves the dataset root");
         }
         return resolved;
     }

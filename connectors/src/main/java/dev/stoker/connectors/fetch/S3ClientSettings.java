@@ -27,11 +27,11 @@ import software.amazon.awssdk.services.s3.S3AsyncClient;
  * default chain (environment, system properties, profile files, web identity, container and
  * instance metadata) is asked. The secret key never appears in {@link #toString()}.
  *
- * <p>Retries use the SDK's standard retry strategy (which retries throttling such as 503
- * SlowDown, 5xx, I/O errors such as connection resets) plus per-attempt timeouts, with
- * exponential backoff and full jitter, at most {@code maxAttempts} attempts; 403 and 404 are never
- * retried. The SDK's retry circuit breaker (token bucket) is off so that every request gets its
- * full attempt budget under a burst of transient errors.
+ * <p>Retries use the SDK's standard retry strategy (which retries throttling such as 503 SlowDown,
+ * 5xx, I/O errors such as connection resets) plus per-attempt timeouts, with exponential backoff
+ * and full jitter, at most {@code maxAttempts} attempts; 403 and 404 are never retried. The SDK's
+ * retry circuit breaker (token bucket) is off so that every request gets its full attempt budget
+ * under a burst of transient errors.
  */
 public final class S3ClientSettings implements Serializable {
     private static final long serialVersionUID = 1L;
@@ -76,7 +76,8 @@ public final class S3ClientSettings implements Serializable {
                 .maxAttempts(maxAttempts)
                 .backoffStrategy(backoff)
                 .throttlingBackoffStrategy(
-                        BackoffStrategy.exponentialDelay(retryBaseDelay.multipliedBy(5), retryMaxDelay))
+                        BackoffStrategy.exponentialDelay(
+                                retryBaseDelay.multipliedBy(5), retryMaxDelay))
                 .retryOnExceptionOrCauseInstanceOf(ApiCallAttemptTimeoutException.class)
                 .circuitBreakerEnabled(false)
                 .build();
@@ -85,15 +86,16 @@ public final class S3ClientSettings implements Serializable {
     /** The credentials provider described in the class comment. */
     public AwsCredentialsProvider credentialsProvider() {
         if (accessKey != null && secretKey != null) {
-            return StaticCredentialsProvider.create(AwsBasicCredentials.create(accessKey, secretKey));
+            return StaticCredentialsProvider.create(
+                    AwsBasicCredentials.create(accessKey, secretKey));
         }
         return DefaultCredentialsProvider.builder().build();
     }
 
     /**
      * Builds a client (Netty HTTP client with {@code maxConcurrency} connections). Checksums are
-     * computed and validated only when S3 requires them, which S3-compatible servers such as S3Proxy
-     * need and which costs nothing on AWS for plain GETs.
+     * computed and validated only when S3 requires them, which S3-compatible servers such as
+     * S3Proxy need and which costs nothing on AWS for plain GETs.
      *
      * @param interceptors SDK interceptors, e.g. for metrics
      */
@@ -124,15 +126,26 @@ public final class S3ClientSettings implements Serializable {
 
     @Override
     public String toString() {
-        return "S3ClientSettings{endpoint=" + (endpoint == null ? "(AWS)" : endpoint)
-                + ", region=" + region
-                + ", pathStyleAccess=" + pathStyleAccess
-                + ", credentials=" + (accessKey != null && secretKey != null ? "static(****)" : "default chain")
-                + ", maxConcurrency=" + maxConcurrency
-                + ", attemptTimeout=" + attemptTimeout
-                + ", requestTimeout=" + requestTimeout
-                + ", maxAttempts=" + maxAttempts
-                + ", retryBaseDelay=" + retryBaseDelay
-                + ", retryMaxDelay=" + retryMaxDelay + "}";
+        return "S3ClientSettings{endpoint="
+                + (endpoint == null ? "(AWS)" : endpoint)
+                + ", region="
+                + region
+                + ", pathStyleAccess="
+                + pathStyleAccess
+                + ", credentials="
+                + (accessKey != null && secretKey != null ? "static(****)" : "default chain")
+                + ", maxConcurrency="
+                + maxConcurrency
+                + ", attemptTimeout="
+                + attemptTimeout
+                + ", requestTimeout="
+                + requestTimeout
+                + ", maxAttempts="
+                + maxAttempts
+                + ", retryBaseDelay="
+                + retryBaseDelay
+                + ", retryMaxDelay="
+                + retryMaxDelay
+                + "}";
     }
 }

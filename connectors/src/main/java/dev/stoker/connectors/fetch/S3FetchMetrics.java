@@ -1,14 +1,14 @@
 package dev.stoker.connectors.fetch;
 
+import com.codahale.metrics.SlidingWindowReservoir;
 import dev.stoker.operators.model.RejectReason;
 import dev.stoker.operators.model.Stage;
 import java.util.EnumMap;
 import java.util.Map;
 import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.flink.dropwizard.metrics.DropwizardHistogramWrapper;
 import org.apache.flink.metrics.Counter;
 import org.apache.flink.metrics.Gauge;
-import com.codahale.metrics.SlidingWindowReservoir;
-import org.apache.flink.dropwizard.metrics.DropwizardHistogramWrapper;
 import org.apache.flink.metrics.Histogram;
 import org.apache.flink.metrics.MeterView;
 import org.apache.flink.metrics.MetricGroup;
@@ -19,8 +19,8 @@ import software.amazon.awssdk.core.interceptor.ExecutionAttributes;
 import software.amazon.awssdk.core.interceptor.ExecutionInterceptor;
 
 /**
- * Flink metrics of S3 image GETs, registered on the fetch operator's metric group (shown in the
- * web UI under the operator, e.g. {@code fetch-images.s3.getLatencyMs}):
+ * Flink metrics of S3 image GETs, registered on the fetch operator's metric group (shown in the web
+ * UI under the operator, e.g. {@code fetch-images.s3.getLatencyMs}):
  *
  * <ul>
  *   <li>{@code requestsInFlight} (gauge): GETs started and not yet finished, retries included;
@@ -32,7 +32,8 @@ import software.amazon.awssdk.core.interceptor.ExecutionInterceptor;
  * </ul>
  */
 public final class S3FetchMetrics {
-    private static final ExecutionAttribute<Boolean> ATTEMPTED = new ExecutionAttribute<>("stoker.attempted");
+    private static final ExecutionAttribute<Boolean> ATTEMPTED =
+            new ExecutionAttribute<>("stoker.attempted");
 
     private final AtomicInteger inFlight = new AtomicInteger();
     private final Histogram latencyMs;
@@ -43,7 +44,12 @@ public final class S3FetchMetrics {
     /** Registers the metrics on {@code group} (typically {@code operatorGroup.addGroup("s3")}). */
     public S3FetchMetrics(MetricGroup group) {
         group.gauge("requestsInFlight", (Gauge<Integer>) inFlight::get);
-        latencyMs = group.histogram("getLatencyMs", new DropwizardHistogramWrapper(new com.codahale.metrics.Histogram(new SlidingWindowReservoir(10_000))));
+        latencyMs =
+                group.histogram(
+                        "getLatencyMs",
+                        new DropwizardHistogramWrapper(
+                                new com.codahale.metrics.Histogram(
+                                        new SlidingWindowReservoir(10_000))));
         bytes = group.counter("bytesFetched", new SimpleCounter());
         group.meter("bytesPerSecond", new MeterView(bytes));
         retries = group.counter("retries", new SimpleCounter());
@@ -59,7 +65,8 @@ public final class S3FetchMetrics {
     public ExecutionInterceptor retryCounter() {
         return new ExecutionInterceptor() {
             @Override
-            public void beforeTransmission(Context.BeforeTransmission context, ExecutionAttributes attributes) {
+            public void beforeTransmission(
+                    Context.BeforeTransmission context, ExecutionAttributes attributes) {
                 if (attributes.getAttribute(ATTEMPTED) != null) {
                     retries.inc();
                 } else {

@@ -26,7 +26,8 @@ import org.apache.flink.types.Either;
  * if any of them is rejected the record becomes a {@link DeadLetter} ({@code Either.Left}) naming
  * the first rejected image (in record order) and its key. A record exceeding the operator timeout
  * becomes a {@link RejectReason#FETCH_TIMEOUT} dead letter; keep {@link
- * S3ClientSettings#requestTimeout} below it so the client gives up (and frees its connection) first.
+ * S3ClientSettings#requestTimeout} below it so the client gives up (and frees its connection)
+ * first.
  *
  * <p>{@link #close()} marks the function closed before closing the client: GETs that fail because
  * of the close are ignored (their records are in the operator's checkpoint), so stop-with-savepoint
@@ -53,7 +54,8 @@ public final class S3ImageFetchFunction
      * @param settings client settings (endpoint, credentials, retries, connections)
      * @param timeout the async operator's timeout, for the dead letter's message
      */
-    public S3ImageFetchFunction(String root, long maxObjectBytes, S3ClientSettings settings, Duration timeout) {
+    public S3ImageFetchFunction(
+            String root, long maxObjectBytes, S3ClientSettings settings, Duration timeout) {
         this.root = root;
         this.maxObjectBytes = maxObjectBytes;
         this.settings = settings;
@@ -63,13 +65,19 @@ public final class S3ImageFetchFunction
     @Override
     public void open(OpenContext openContext) {
         metrics = new S3FetchMetrics(getRuntimeContext().getMetricGroup().addGroup("s3"));
-        store = new S3ImageStore(root, maxObjectBytes, settings.createClient(List.of(metrics.retryCounter())), metrics);
+        store =
+                new S3ImageStore(
+                        root,
+                        maxObjectBytes,
+                        settings.createClient(List.of(metrics.retryCounter())),
+                        metrics);
         bytesFetched = getRuntimeContext().getMetricGroup().counter("imageBytesFetched");
         imagesFetched = getRuntimeContext().getMetricGroup().counter("imagesFetched");
     }
 
     @Override
-    public void asyncInvoke(SftRecord record, ResultFuture<Either<DeadLetter, FetchedRecord>> result) {
+    public void asyncInvoke(
+            SftRecord record, ResultFuture<Either<DeadLetter, FetchedRecord>> result) {
         @SuppressWarnings("unchecked")
         CompletableFuture<byte[]>[] reads = new CompletableFuture[record.images.length];
         for (int i = 0; i < reads.length; i++) {
@@ -90,7 +98,8 @@ public final class S3ImageFetchFunction
                         });
     }
 
-    private Either<DeadLetter, FetchedRecord> toResult(SftRecord record, CompletableFuture<byte[]>[] reads) {
+    private Either<DeadLetter, FetchedRecord> toResult(
+            SftRecord record, CompletableFuture<byte[]>[] reads) {
         byte[][] bytes = new byte[reads.length][];
         for (int i = 0; i < reads.length; i++) {
             try {
@@ -99,8 +108,10 @@ public final class S3ImageFetchFunction
                 RejectedRecordException rejected =
                         e.getCause() instanceof RejectedRecordException r
                                 ? r
-                                : new RejectedRecordException(RejectReason.FETCH_FAILED, String.valueOf(e.getCause()));
-                String msg = "image " + (i + 1) + " of " + reads.length + ": " + rejected.getMessage();
+                                : new RejectedRecordException(
+                                        RejectReason.FETCH_FAILED, String.valueOf(e.getCause()));
+                String msg =
+                        "image " + (i + 1) + " of " + reads.length + ": " + rejected.getMessage();
                 return Either.Left(new DeadLetter(record.ref, rejected.reason(), msg));
             }
         }

@@ -19,15 +19,15 @@ import software.amazon.awssdk.services.s3.model.GetObjectRequest;
  * non-blocking GETs on a shared {@link S3AsyncClient}.
  *
  * <p>Paths are resolved and normalised like {@link ImageStore}'s: a key outside the dataset prefix
- * (or in another bucket) is rejected ({@link RejectReason#UNSAFE_PATH}) before any request. Each GET
- * asks for the range {@code bytes=0-maxObjectBytes}, so an oversized object costs at most that
+ * (or in another bucket) is rejected ({@link RejectReason#UNSAFE_PATH}) before any request. Each
+ * GET asks for the range {@code bytes=0-maxObjectBytes}, so an oversized object costs at most that
  * many bytes and is rejected from its total size ({@link RejectReason#IMAGE_TOO_LARGE}).
  *
  * <p>Outcomes, each naming the {@code s3://} key: 404 is {@link RejectReason#IMAGE_NOT_FOUND}; 403
  * and any error left after the client's retries are {@link RejectReason#FETCH_FAILED} (with the
  * HTTP status, S3 error code and number of attempts); running out of the client's total request
- * time, or every attempt timing out, is {@link RejectReason#FETCH_TIMEOUT}. Retries themselves happen inside the client (see
- * {@link S3ClientSettings}).
+ * time, or every attempt timing out, is {@link RejectReason#FETCH_TIMEOUT}. Retries themselves
+ * happen inside the client (see {@link S3ClientSettings}).
  */
 public final class S3ImageStore implements AutoCloseable {
     private final String root;
@@ -42,7 +42,8 @@ public final class S3ImageStore implements AutoCloseable {
      * @param client the client to use; closed by {@link #close()}
      * @param metrics where to count requests, latency, bytes and failures
      */
-    public S3ImageStore(String root, long maxObjectBytes, S3AsyncClient client, S3FetchMetrics metrics) {
+    public S3ImageStore(
+            String root, long maxObjectBytes, S3AsyncClient client, S3FetchMetrics metrics) {
         if (!isS3(root)) {
             throw new IllegalArgumentException("not an s3:// dataset root: " + root);
         }
@@ -76,7 +77,11 @@ public final class S3ImageStore implements AutoCloseable {
         }
         String where = "s3://" + bucket + "/" + key;
         GetObjectRequest request =
-                GetObjectRequest.builder().bucket(bucket).key(key).range("bytes=0-" + maxObjectBytes).build();
+                GetObjectRequest.builder()
+                        .bucket(bucket)
+                        .key(key)
+                        .range("bytes=0-" + maxObjectBytes)
+                        .build();
         long start = System.nanoTime();
         metrics.started();
         CompletableFuture<byte[]> result;
@@ -90,12 +95,21 @@ public final class S3ImageStore implements AutoCloseable {
                                             return emptyOrThrow(relativePath, where, error);
                                         }
                                         byte[] bytes = response.asByteArrayUnsafe();
-                                        long total = totalSize(response.response().contentRange(), bytes.length);
+                                        long total =
+                                                totalSize(
+                                                        response.response().contentRange(),
+                                                        bytes.length);
                                         if (total > maxObjectBytes) {
                                             throw reject(
                                                     RejectReason.IMAGE_TOO_LARGE,
-                                                    "'" + relativePath + "' (" + where + ") is " + total
-                                                            + " bytes, above the limit of " + maxObjectBytes);
+                                                    "'"
+                                                            + relativePath
+                                                            + "' ("
+                                                            + where
+                                                            + ") is "
+                                                            + total
+                                                            + " bytes, above the limit of "
+                                                            + maxObjectBytes);
                                         }
                                         metrics.fetched(bytes.length);
                                         return bytes;
@@ -113,7 +127,9 @@ public final class S3ImageStore implements AutoCloseable {
                     metrics.failed(RejectReason.FETCH_FAILED);
                     return CompletableFuture.failedFuture(
                             new RejectedRecordException(
-                                    RejectReason.FETCH_FAILED, "GET " + where + " failed: " + cause, cause));
+                                    RejectReason.FETCH_FAILED,
+                                    "GET " + where + " failed: " + cause,
+                                    cause));
                 });
     }
 
@@ -126,19 +142,32 @@ public final class S3ImageStore implements AutoCloseable {
             String statusText = "HTTP " + status + (code != null ? " " + code : "");
             if (status == 404) {
                 throw reject(
-                        RejectReason.IMAGE_NOT_FOUND, "'" + relativePath + "' not found: " + where + " (" + statusText + ")");
+                        RejectReason.IMAGE_NOT_FOUND,
+                        "'" + relativePath + "' not found: " + where + " (" + statusText + ")");
             }
             if (status == 416) {
-                return new byte[0]; // an empty object has no byte 0; the decoder rejects it as corrupt
+                return new byte
+                        [0]; // an empty object has no byte 0; the decoder rejects it as corrupt
             }
-            throw reject(RejectReason.FETCH_FAILED, "GET " + where + " failed with " + statusText + attempts);
+            throw reject(
+                    RejectReason.FETCH_FAILED,
+                    "GET " + where + " failed with " + statusText + attempts);
         }
         if (t instanceof ApiCallTimeoutException || t instanceof ApiCallAttemptTimeoutException) {
-            throw reject(RejectReason.FETCH_TIMEOUT, "GET " + where + " did not complete in time" + attempts);
+            throw reject(
+                    RejectReason.FETCH_TIMEOUT,
+                    "GET " + where + " did not complete in time" + attempts);
         }
         throw reject(
                 RejectReason.FETCH_FAILED,
-                "GET " + where + " failed" + attempts + ": " + t.getClass().getSimpleName() + ": " + t.getMessage());
+                "GET "
+                        + where
+                        + " failed"
+                        + attempts
+                        + ": "
+                        + t.getClass().getSimpleName()
+                        + ": "
+                        + t.getMessage());
     }
 
     private CompletionException reject(RejectReason reason, String message) {
@@ -153,13 +182,19 @@ public final class S3ImageStore implements AutoCloseable {
         return "";
     }
 
-    /** Total object size from a {@code Content-Range: bytes 0-99/1234} header, else {@code received}. */
+    /**
+     * Total object size from a {@code Content-Range: bytes 0-99/1234} header, else {@code
+     * received}.
+     */
     static long totalSize(String contentRange, long received) {
         if (contentRange != null) {
             int slash = contentRange.lastIndexOf('/');
-            if (slash >= 0 && slash < contentRange.length() - 1 && contentRange.charAt(slash + 1) != '*') {
+            if (slash >= 0
+                    && slash < contentRange.length() - 1
+                    && contentRange.charAt(slash + 1) != '*') {
                 try {
-                    return Math.max(received, Long.parseLong(contentRange.substring(slash + 1).trim()));
+                    return Math.max(
+                            received, Long.parseLong(contentRange.substring(slash + 1).trim()));
                 } catch (NumberFormatException ignored) {
                     // fall through to the bytes received
                 }
@@ -169,7 +204,8 @@ public final class S3ImageStore implements AutoCloseable {
     }
 
     private static Throwable unwrap(Throwable t) {
-        while ((t instanceof CompletionException || t instanceof ExecutionException) && t.getCause() != null) {
+        while ((t instanceof CompletionException || t instanceof ExecutionException)
+                && t.getCause() != null) {
             t = t.getCause();
         }
         return t;

@@ -50,7 +50,8 @@ public final class ArrowBatchEncoder {
                         "stoker.slots", String.valueOf(batch.slots),
                         "stoker.pad_token_id", String.valueOf(padTokenId));
         VectorSchemaRoot root =
-                VectorSchemaRoot.create(BatchSchema.forBatch(seqLen, patchDim, metadata), allocator);
+                VectorSchemaRoot.create(
+                        BatchSchema.forBatch(seqLen, patchDim, metadata), allocator);
         BigIntVector index = (BigIntVector) root.getVector(BatchSchema.SAMPLE_INDEX);
         VarCharVector source = (VarCharVector) root.getVector(BatchSchema.SOURCE);
         index.allocateNew(rows);
@@ -75,7 +76,8 @@ public final class ArrowBatchEncoder {
         ATTENTION_MASK
     }
 
-    private void fillTokens(VectorSchemaRoot root, String name, TrainingBatch batch, int seqLen, Column col) {
+    private void fillTokens(
+            VectorSchemaRoot root, String name, TrainingBatch batch, int seqLen, Column col) {
         FixedSizeListVector list = (FixedSizeListVector) root.getVector(name);
         BigIntVector values = (BigIntVector) list.getDataVector();
         int rows = batch.samples.length;
@@ -160,12 +162,20 @@ public final class ArrowBatchEncoder {
     private void check(TokenizedSample s) {
         if (s.labels.length != s.inputIds.length) {
             throw new IllegalArgumentException(
-                    s.ref + ": labels length " + s.labels.length + " != input_ids length " + s.inputIds.length);
+                    s.ref
+                            + ": labels length "
+                            + s.labels.length
+                            + " != input_ids length "
+                            + s.inputIds.length);
         }
         if (s.pixelValues.length % patchDim != 0 || s.imageGridThw.length % 3 != 0) {
             throw new IllegalArgumentException(
-                    s.ref + ": pixel_values length " + s.pixelValues.length + " is not a multiple of "
-                            + patchDim + " or image_grid_thw is not (n, 3)");
+                    s.ref
+                            + ": pixel_values length "
+                            + s.pixelValues.length
+                            + " is not a multiple of "
+                            + patchDim
+                            + " or image_grid_thw is not (n, 3)");
         }
     }
 }

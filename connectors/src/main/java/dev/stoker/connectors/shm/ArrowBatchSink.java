@@ -31,7 +31,8 @@ public final class ArrowBatchSink implements Sink<TrainingBatch> {
      * @param patchDim floats per {@code pixel_values} row
      * @param padTokenId token id used to pad {@code input_ids}
      */
-    public ArrowBatchSink(String jobDir, String jobName, BatchPlan plan, int patchDim, long padTokenId) {
+    public ArrowBatchSink(
+            String jobDir, String jobName, BatchPlan plan, int patchDim, long padTokenId) {
         this.jobDir = jobDir;
         this.jobName = jobName;
         this.plan = plan;
@@ -43,6 +44,9 @@ public final class ArrowBatchSink implements Sink<TrainingBatch> {
     public SinkWriter<TrainingBatch> createWriter(WriterInitContext context) throws IOException {
         Manifest manifest = new Manifest(jobName, plan, patchDim);
         return new ArrowBatchWriter(
-                new ShmLayout(jobDir), manifest, new ArrowBatchEncoder(patchDim, padTokenId), context.metricGroup());
+                new ShmLayout(jobDir),
+                manifest,
+                new ArrowBatchEncoder(patchDim, padTokenId),
+                context.metricGroup());
     }
 }

@@ -21,8 +21,8 @@ import org.apache.flink.metrics.MetricGroup;
 
 /**
  * Writes each batch to {@code rank-<r>/.step-<s>.arrow.tmp} and renames it to {@code
- * step-<s>.arrow}. Exposes per rank {@code batchesWritten} and {@code batchesAhead} (written
- * minus acknowledged by the reader through {@code ack.json}).
+ * step-<s>.arrow}. Exposes per rank {@code batchesWritten} and {@code batchesAhead} (written minus
+ * acknowledged by the reader through {@code ack.json}).
  */
 final class ArrowBatchWriter implements SinkWriter<TrainingBatch> {
     private static final ObjectMapper JSON = new ObjectMapper();
@@ -34,7 +34,8 @@ final class ArrowBatchWriter implements SinkWriter<TrainingBatch> {
     private final Counter bytesWritten;
     private final Map<Integer, RankProgress> ranks = new HashMap<>();
 
-    ArrowBatchWriter(ShmLayout layout, Manifest manifest, ArrowBatchEncoder encoder, MetricGroup metrics)
+    ArrowBatchWriter(
+            ShmLayout layout, Manifest manifest, ArrowBatchEncoder encoder, MetricGroup metrics)
             throws IOException {
         this.layout = layout;
         this.encoder = encoder;

@@ -30,7 +30,8 @@ public final class BatchSchema {
     public static final long IGNORE_INDEX = -100;
 
     private static final ArrowType INT64 = new ArrowType.Int(64, true);
-    private static final ArrowType FLOAT32 = new ArrowType.FloatingPoint(FloatingPointPrecision.SINGLE);
+    private static final ArrowType FLOAT32 =
+            new ArrowType.FloatingPoint(FloatingPointPrecision.SINGLE);
 
     private BatchSchema() {}
 

@@ -28,7 +28,13 @@ final class Manifest {
     /** Writes the manifest atomically (temporary file, then rename); idempotent across subtasks. */
     void writeTo(ShmLayout layout) throws IOException {
         Path target = layout.manifest();
-        Path tmp = target.resolveSibling(".manifest.json." + ProcessHandle.current().pid() + "." + Thread.currentThread().getId() + ".tmp");
+        Path tmp =
+                target.resolveSibling(
+                        ".manifest.json."
+                                + ProcessHandle.current().pid()
+                                + "."
+                                + Thread.currentThread().getId()
+                                + ".tmp");
         Files.deleteIfExists(tmp);
         Files.createFile(tmp, ShmLayout.FILE_PERMISSIONS);
         Files.write(

@@ -28,7 +28,9 @@ public final class ShmLayout implements Serializable {
 
     private final String jobDir;
 
-    /** @param jobDir the job directory, e.g. {@code /dev/shm/stoker/<job-name>} */
+    /**
+     * @param jobDir the job directory, e.g. {@code /dev/shm/stoker/<job-name>}
+     */
     public ShmLayout(String jobDir) {
         this.jobDir = jobDir;
     }
@@ -70,7 +72,11 @@ public final class ShmLayout implements Serializable {
     /** Atomically renames {@code tmp} to {@code target}, replacing it. */
     static void publish(Path tmp, Path target) throws IOException {
         try {
-            Files.move(tmp, target, StandardCopyOption.ATOMIC_MOVE, StandardCopyOption.REPLACE_EXISTING);
+            Files.move(
+                    tmp,
+                    target,
+                    StandardCopyOption.ATOMIC_MOVE,
+                    StandardCopyOption.REPLACE_EXISTING);
         } catch (AtomicMoveNotSupportedException e) {
             throw new IOException("Batch directory does not support atomic rename: " + target, e);
         }

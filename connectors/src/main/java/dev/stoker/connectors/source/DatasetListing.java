@@ -29,7 +29,8 @@ public final class DatasetListing implements Serializable {
     private final Map<String, Long> baseIndex;
     private final long numRecords;
 
-    private DatasetListing(String root, List<String> files, Map<String, Long> baseIndex, long numRecords) {
+    private DatasetListing(
+            String root, List<String> files, Map<String, Long> baseIndex, long numRecords) {
         this.root = root;
         this.files = files;
         this.baseIndex = baseIndex;
@@ -64,7 +65,8 @@ public final class DatasetListing implements Serializable {
             base.put(file.toString(), total);
             total += countRecords(fs, file, maxLineBytes);
         }
-        return new DatasetListing(root.toString(), Collections.unmodifiableList(files), base, total);
+        return new DatasetListing(
+                root.toString(), Collections.unmodifiableList(files), base, total);
     }
 
     private static void collect(FileSystem fs, Path dir, PathMatcher matcher, List<Path> out)
@@ -79,7 +81,8 @@ public final class DatasetListing implements Serializable {
         }
     }
 
-    private static long countRecords(FileSystem fs, Path file, int maxLineBytes) throws IOException {
+    private static long countRecords(FileSystem fs, Path file, int maxLineBytes)
+            throws IOException {
         long n = 0;
         try (JsonlLineReader reader = new JsonlLineReader(fs.open(file), maxLineBytes)) {
             while (reader.next() != null) {

@@ -11,9 +11,9 @@ import org.apache.flink.connector.file.src.util.ArrayResultIterator;
 import org.apache.flink.connector.file.src.util.CheckpointedPosition;
 
 /**
- * A {@link BulkFormat} for the Flink {@code FileSource} that reads JSONL files as {@link JsonlLine}s
- * with provenance: file, 1-based line number and the record's sample index from the {@link
- * DatasetListing}.
+ * A {@link BulkFormat} for the Flink {@code FileSource} that reads JSONL files as {@link
+ * JsonlLine}s with provenance: file, 1-based line number and the record's sample index from the
+ * {@link DatasetListing}.
  *
  * <p>Files are not split. The checkpointed position is the number of records already emitted from
  * the file; on restore the file is re-read and that many records are skipped, so line numbers and
@@ -40,7 +40,10 @@ public final class JsonlFormat implements BulkFormat<JsonlLine, FileSourceSplit>
     @Override
     public Reader<JsonlLine> restoreReader(Configuration config, FileSourceSplit split)
             throws IOException {
-        long skip = split.getReaderPosition().map(CheckpointedPosition::getRecordsAfterOffset).orElse(0L);
+        long skip =
+                split.getReaderPosition()
+                        .map(CheckpointedPosition::getRecordsAfterOffset)
+                        .orElse(0L);
         return new LineBatchReader(split, skip);
     }
 
@@ -63,7 +66,9 @@ public final class JsonlFormat implements BulkFormat<JsonlLine, FileSourceSplit>
         LineBatchReader(FileSourceSplit split, long skip) throws IOException {
             this.file = split.path().toString();
             this.base = listing.baseIndex(file);
-            this.lines = new JsonlLineReader(split.path().getFileSystem().open(split.path()), maxLineBytes);
+            this.lines =
+                    new JsonlLineReader(
+                            split.path().getFileSystem().open(split.path()), maxLineBytes);
             while (emitted < skip && lines.next() != null) {
                 emitted++;
             }

@@ -36,17 +36,26 @@ class ImageStoreTest {
         ImageStore store = store(100);
         assertThatThrownBy(() -> store.read(path))
                 .isInstanceOf(RejectedRecordException.class)
-                .satisfies(e -> assertThat(((RejectedRecordException) e).reason()).isEqualTo(RejectReason.UNSAFE_PATH));
+                .satisfies(
+                        e ->
+                                assertThat(((RejectedRecordException) e).reason())
+                                        .isEqualTo(RejectReason.UNSAFE_PATH));
     }
 
     @Test
     void missingAndOversizedObjectsAreRejectedWithTheirReason() throws Exception {
         ImageStore store = store(2);
         assertThatThrownBy(() -> store.read("images/none.png"))
-                .satisfies(e -> assertThat(((RejectedRecordException) e).reason()).isEqualTo(RejectReason.IMAGE_NOT_FOUND))
+                .satisfies(
+                        e ->
+                                assertThat(((RejectedRecordException) e).reason())
+                                        .isEqualTo(RejectReason.IMAGE_NOT_FOUND))
                 .hasMessageContaining("images/none.png");
         assertThatThrownBy(() -> store.read("images/a.jpg"))
-                .satisfies(e -> assertThat(((RejectedRecordException) e).reason()).isEqualTo(RejectReason.IMAGE_TOO_LARGE))
+                .satisfies(
+                        e ->
+                                assertThat(((RejectedRecordException) e).reason())
+                                        .isEqualTo(RejectReason.IMAGE_TOO_LARGE))
                 .hasMessageContaining("3 bytes");
     }
 }

@@ -44,7 +44,8 @@ class S3ImageStoreITCase {
     }
 
     private static S3ImageStore store(S3ClientSettings settings, S3FetchMetrics metrics) {
-        return new S3ImageStore(ROOT, 100, settings.createClient(List.of(metrics.retryCounter())), metrics);
+        return new S3ImageStore(
+                ROOT, 100, settings.createClient(List.of(metrics.retryCounter())), metrics);
     }
 
     private static RejectedRecordException rejection(S3ImageStore store, String path) {
@@ -101,9 +102,16 @@ class S3ImageStoreITCase {
     void keysOutsideTheDatasetPrefixAreRejectedBeforeAnyRequest() {
         S3FetchMetrics metrics = metrics();
         try (S3ImageStore store = store(S3.clientSettings(), metrics)) {
-            for (String path : List.of("../other/secret.jpg", "images/../../other/secret.jpg", "/other/secret.jpg",
-                    "//images/other/secret.jpg", "s3://images/other/secret.jpg")) {
-                assertThat(rejection(store, path).reason()).as(path).isEqualTo(RejectReason.UNSAFE_PATH);
+            for (String path :
+                    List.of(
+                            "../other/secret.jpg",
+                            "images/../../other/secret.jpg",
+                            "/other/secret.jpg",
+                            "//images/other/secret.jpg",
+                            "s3://images/other/secret.jpg")) {
+                assertThat(rejection(store, path).reason())
+                        .as(path)
+                        .isEqualTo(RejectReason.UNSAFE_PATH);
             }
         }
         assertThat(metrics.latencyMs().getCount()).isZero();
@@ -141,7 +149,10 @@ class S3ImageStoreITCase {
         try (S3ImageStore store = store(settings, metrics)) {
             RejectedRecordException e = rejection(store, "images/a.jpg");
             assertThat(e.reason()).isEqualTo(RejectReason.FETCH_FAILED);
-            assertThat(e.getMessage()).contains("s3://images/data/images/a.jpg").contains("503").contains("after 4 attempt(s)");
+            assertThat(e.getMessage())
+                    .contains("s3://images/data/images/a.jpg")
+                    .contains("503")
+                    .contains("after 4 attempt(s)");
         }
         assertThat(metrics.retries()).isEqualTo(3);
     }
@@ -160,7 +171,9 @@ class S3ImageStoreITCase {
         try (S3ImageStore store = store(settings, metrics)) {
             RejectedRecordException e = rejection(store, "images/a.jpg");
             assertThat(e.reason()).isEqualTo(RejectReason.FETCH_FAILED);
-            assertThat(e.getMessage()).contains("s3://images/data/images/a.jpg").contains("after 3 attempt(s)");
+            assertThat(e.getMessage())
+                    .contains("s3://images/data/images/a.jpg")
+                    .contains("after 3 attempt(s)");
         }
         assertThat(metrics.retries()).isEqualTo(2);
     }
@@ -169,15 +182,17 @@ class S3ImageStoreITCase {
     void silentServerTimesOutEachAttemptThenTheRecordIsAFetchTimeout() throws Exception {
         List<Socket> accepted = new ArrayList<>();
         try (ServerSocket silent = new ServerSocket(0)) {
-            Thread acceptor = new Thread(() -> {
-                try {
-                    while (true) {
-                        accepted.add(silent.accept()); // never answers
-                    }
-                } catch (IOException closed) {
-                    // test over
-                }
-            });
+            Thread acceptor =
+                    new Thread(
+                            () -> {
+                                try {
+                                    while (true) {
+                                        accepted.add(silent.accept()); // never answers
+                                    }
+                                } catch (IOException closed) {
+                                    // test over
+                                }
+                            });
             acceptor.setDaemon(true);
             acceptor.start();
             S3ClientSettings settings = S3.clientSettings();
@@ -190,9 +205,12 @@ class S3ImageStoreITCase {
             try (S3ImageStore store = store(settings, metrics)) {
                 RejectedRecordException e = rejection(store, "images/a.jpg");
                 assertThat(e.reason()).isEqualTo(RejectReason.FETCH_TIMEOUT);
-                assertThat(e.getMessage()).contains("s3://images/data/images/a.jpg").contains("3 attempt(s)");
+                assertThat(e.getMessage())
+                        .contains("s3://images/data/images/a.jpg")
+                        .contains("3 attempt(s)");
             }
-            assertThat(Duration.ofNanos(System.nanoTime() - start)).isLessThan(Duration.ofSeconds(5));
+            assertThat(Duration.ofNanos(System.nanoTime() - start))
+                    .isLessThan(Duration.ofSeconds(5));
             assertThat(metrics.retries()).isEqualTo(2);
         } finally {
             for (Socket s : accepted) {

@@ -20,7 +20,8 @@ import org.jclouds.http.HttpResponseException;
  * ForwardingBlobStore}, the extension point S3Proxy's own read-only, sharded and eventual stores
  * use): object GETs whose key matches a pattern get a time to first byte and answer a share of
  * requests with 503 SlowDown or 500 InternalError; single keys can be scripted to answer given
- * statuses next or always; a request-rate limit answers 503 SlowDown above it. S3Proxy turns the thrown {@link HttpResponseException} into that HTTP status.
+ * statuses next or always; a request-rate limit answers 503 SlowDown above it. S3Proxy turns the
+ * thrown {@link HttpResponseException} into that HTTP status.
  */
 public final class FaultInjectingBlobStore extends ForwardingBlobStore {
 
@@ -55,7 +56,10 @@ public final class FaultInjectingBlobStore extends ForwardingBlobStore {
         this.faults = faults;
     }
 
-    /** The next GETs of {@code bucket/key} answer these HTTP statuses, in order, before any other fault. */
+    /**
+     * The next GETs of {@code bucket/key} answer these HTTP statuses, in order, before any other
+     * fault.
+     */
     public void answerNext(String bucket, String key, int... statuses) {
         Deque<Integer> q = scripted.computeIfAbsent(bucket + "/" + key, k -> new ArrayDeque<>());
         synchronized (q) {
@@ -65,7 +69,9 @@ public final class FaultInjectingBlobStore extends ForwardingBlobStore {
         }
     }
 
-    /** Every GET of {@code bucket/key} answers {@code status} (e.g. 503 SlowDown or 403 forever). */
+    /**
+     * Every GET of {@code bucket/key} answers {@code status} (e.g. 503 SlowDown or 403 forever).
+     */
     public void answerAlways(String bucket, String key, int status) {
         always.put(bucket + "/" + key, status);
     }
@@ -109,7 +115,8 @@ public final class FaultInjectingBlobStore extends ForwardingBlobStore {
 
     private void inject(String container, String name) {
         gets.incrementAndGet();
-        Integer permanent = always.get(container + "/" + name); // e.g. access denied: decided before throttling
+        Integer permanent =
+                always.get(container + "/" + name); // e.g. access denied: decided before throttling
         if (permanent != null) {
             throw error(permanent);
         }
@@ -135,7 +142,11 @@ public final class FaultInjectingBlobStore extends ForwardingBlobStore {
         long delay;
         synchronized (random) {
             errorDraw = random.nextDouble();
-            delay = f.latencyMs() + (f.jitterMs() > 0 ? random.nextLong(-f.jitterMs(), f.jitterMs() + 1) : 0);
+            delay =
+                    f.latencyMs()
+                            + (f.jitterMs() > 0
+                                    ? random.nextLong(-f.jitterMs(), f.jitterMs() + 1)
+                                    : 0);
         }
         if (delay > 0) {
             try {
@@ -151,13 +162,14 @@ public final class FaultInjectingBlobStore extends ForwardingBlobStore {
 
     private HttpResponseException error(int status) {
         injectedErrors.incrementAndGet();
-        String message = switch (status) {
-            case 503 -> "SlowDown";
-            case 500 -> "InternalError";
-            case 403 -> "AccessDenied";
-            case 404 -> "NoSuchKey";
-            default -> "Injected";
-        };
+        String message =
+                switch (status) {
+                    case 503 -> "SlowDown";
+                    case 500 -> "InternalError";
+                    case 403 -> "AccessDenied";
+                    case 404 -> "NoSuchKey";
+                    default -> "Injected";
+                };
         return new HttpResponseException(
                 message, null, HttpResponse.builder().statusCode(status).message(message).build());
     }

@@ -147,7 +147,8 @@ public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback,
      * @return the number of objects uploaded
      */
     public int uploadDirectory(Path dir, String bucket, String prefix) throws IOException {
-        if (!client().listBuckets().join().buckets().stream().anyMatch(b -> b.name().equals(bucket))) {
+        if (!client().listBuckets().join().buckets().stream()
+                .anyMatch(b -> b.name().equals(bucket))) {
             createBucket(bucket);
         }
         String p = prefix.isEmpty() || prefix.endsWith("/") ? prefix : prefix + "/";
@@ -155,7 +156,10 @@ public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback,
         try (Stream<Path> files = Files.walk(dir)) {
             for (Path f : files.filter(Files::isRegularFile).sorted().toList()) {
                 String key = p + dir.relativize(f).toString().replace('\\', '/');
-                puts.add(client().putObject(r -> r.bucket(bucket).key(key), AsyncRequestBody.fromFile(f)));
+                puts.add(
+                        client().putObject(
+                                        r -> r.bucket(bucket).key(key),
+                                        AsyncRequestBody.fromFile(f)));
                 if (puts.size() >= 32) {
                     CompletableFuture.allOf(puts.toArray(new CompletableFuture[0])).join();
                     puts.clear();
@@ -225,13 +229,16 @@ public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback,
             Files.createDirectories(basedir);
         }
         LocalS3Server server = new LocalS3Server(port, basedir).start();
-        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-            try {
-                server.close();
-            } catch (Exception e) {
-                // exiting anyway
-            }
-        }));
+        Runtime.getRuntime()
+                .addShutdownHook(
+                        new Thread(
+                                () -> {
+                                    try {
+                                        server.close();
+                                    } catch (Exception e) {
+                                        // exiting anyway
+                                    }
+                                }));
         if (upload != null) {
             URI uri = URI.create(target);
             String prefix = uri.getPath() == null ? "" : uri.getPath().replaceFirst("^/", "");

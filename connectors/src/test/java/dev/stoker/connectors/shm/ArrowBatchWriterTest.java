@@ -61,7 +61,12 @@ class ArrowBatchWriterTest {
         for (int i = 0; i < px.length; i++) {
             px[i] = index + i / 1000f;
         }
-        return new TokenizedSample(new RecordRef("file:/data/train.jsonl", index + 1, index, "id-" + index), ids, labels, px, thw);
+        return new TokenizedSample(
+                new RecordRef("file:/data/train.jsonl", index + 1, index, "id-" + index),
+                ids,
+                labels,
+                px,
+                thw);
     }
 
     private ArrowBatchWriter writer() throws IOException {
@@ -76,15 +81,24 @@ class ArrowBatchWriterTest {
     @Test
     void batchRoundTripsThroughAnArrowFile() throws Exception {
         TrainingBatch batch =
-                new TrainingBatch(3, 1, 2, new TokenizedSample[] {sample(7, 5, 2, 1, 1, 2), sample(6, 3, 3, 1, 1, 1, 1, 1, 2)});
+                new TrainingBatch(
+                        3,
+                        1,
+                        2,
+                        new TokenizedSample[] {
+                            sample(7, 5, 2, 1, 1, 2), sample(6, 3, 3, 1, 1, 1, 1, 1, 2)
+                        });
         try (ArrowBatchWriter w = writer()) {
             w.write(batch, null);
         }
         Path file = jobDir.resolve("rank-1/step-0000000003.arrow");
         assertThat(file).exists();
         assertThat(jobDir.resolve("rank-1/.step-0000000003.arrow.tmp")).doesNotExist();
-        assertThat(PosixFilePermissions.toString(Files.getPosixFilePermissions(file))).isEqualTo("rw-------");
-        assertThat(PosixFilePermissions.toString(Files.getPosixFilePermissions(jobDir.resolve("rank-1"))))
+        assertThat(PosixFilePermissions.toString(Files.getPosixFilePermissions(file)))
+                .isEqualTo("rw-------");
+        assertThat(
+                        PosixFilePermissions.toString(
+                                Files.getPosixFilePermissions(jobDir.resolve("rank-1"))))
                 .isEqualTo("rwx------");
 
         try (RootAllocator allocator = new RootAllocator();
@@ -97,11 +111,18 @@ class ArrowBatchWriterTest {
                     .containsEntry("stoker.rank", "1")
                     .containsEntry("stoker.pad_token_id", String.valueOf(PAD));
             assertThat(((BigIntVector) root.getVector("sample_index")).get(0)).isEqualTo(7);
-            assertThat(root.getVector("source").getObject(1).toString()).isEqualTo("file:/data/train.jsonl:7");
+            assertThat(root.getVector("source").getObject(1).toString())
+                    .isEqualTo("file:/data/train.jsonl:7");
 
-            BigIntVector ids = (BigIntVector) ((FixedSizeListVector) root.getVector("input_ids")).getDataVector();
-            BigIntVector labels = (BigIntVector) ((FixedSizeListVector) root.getVector("labels")).getDataVector();
-            BigIntVector mask = (BigIntVector) ((FixedSizeListVector) root.getVector("attention_mask")).getDataVector();
+            BigIntVector ids =
+                    (BigIntVector)
+                            ((FixedSizeListVector) root.getVector("input_ids")).getDataVector();
+            BigIntVector labels =
+                    (BigIntVector) ((FixedSizeListVector) root.getVector("labels")).getDataVector();
+            BigIntVector mask =
+                    (BigIntVector)
+                            ((FixedSizeListVector) root.getVector("attention_mask"))
+                                    .getDataVector();
             assertThat(ids.getValueCount()).isEqualTo(2 * 5);
             // row 1 (index 6) has 3 tokens, padded to 5
             assertThat(ids.get(5)).isEqualTo(1060);
@@ -113,19 +134,23 @@ class ArrowBatchWriterTest {
             assertThat(mask.get(8)).isZero();
 
             ListVector pixels = (ListVector) root.getVector("pixel_values");
-            Float4Vector floats = (Float4Vector) ((FixedSizeListVector) pixels.getDataVector()).getDataVector();
+            Float4Vector floats =
+                    (Float4Vector) ((FixedSizeListVector) pixels.getDataVector()).getDataVector();
             assertThat(floats.getValueCount()).isEqualTo(5 * PATCH_DIM);
             assertThat(floats.get(2 * PATCH_DIM)).isEqualTo(6f); // first float of the second sample
             assertThat(pixels.getElementEndIndex(0)).isEqualTo(2);
 
             ListVector grids = (ListVector) root.getVector("image_grid_thw");
-            BigIntVector thw = (BigIntVector) ((FixedSizeListVector) grids.getDataVector()).getDataVector();
+            BigIntVector thw =
+                    (BigIntVector) ((FixedSizeListVector) grids.getDataVector()).getDataVector();
             assertThat(thw.getValueCount()).isEqualTo(9);
             assertThat(thw.get(8)).isEqualTo(2);
             assertThat(grids.getElementEndIndex(1) - grids.getElementStartIndex(1)).isEqualTo(2);
         }
 
-        assertThat(PosixFilePermissions.toString(Files.getPosixFilePermissions(jobDir.resolve("manifest.json"))))
+        assertThat(
+                        PosixFilePermissions.toString(
+                                Files.getPosixFilePermissions(jobDir.resolve("manifest.json"))))
                 .isEqualTo("rw-------");
         JsonNode manifest = new ObjectMapper().readTree(jobDir.resolve("manifest.json").toFile());
         assertThat(manifest.get("num_steps").asLong()).isEqualTo(2);
@@ -139,7 +164,9 @@ class ArrowBatchWriterTest {
         }
         try (RootAllocator allocator = new RootAllocator();
                 ArrowFileReader reader =
-                        new ArrowFileReader(FileChannel.open(jobDir.resolve("rank-0/step-0000000000.arrow")), allocator)) {
+                        new ArrowFileReader(
+                                FileChannel.open(jobDir.resolve("rank-0/step-0000000000.arrow")),
+                                allocator)) {
             assertThat(reader.loadNextBatch()).isTrue();
             assertThat(reader.getVectorSchemaRoot().getRowCount()).isZero();
         }
@@ -154,7 +181,12 @@ class ArrowBatchWriterTest {
         }
         List<String> actual = new ArrayList<>();
         for (Field f : BatchSchema.forBatch(7, PATCH_DIM, java.util.Map.of()).getFields()) {
-            actual.add(f.getName() + ":" + render(f).replace("[7]", "[L]").replace("[" + PATCH_DIM + "]", "[D]"));
+            actual.add(
+                    f.getName()
+                            + ":"
+                            + render(f)
+                                    .replace("[7]", "[L]")
+                                    .replace("[" + PATCH_DIM + "]", "[D]"));
         }
         assertThat(actual).containsExactlyElementsOf(expected);
         assertThat(doc.get("format_version").asInt()).isEqualTo(BatchSchema.FORMAT_VERSION);
@@ -170,8 +202,12 @@ class ArrowBatchWriterTest {
             return "utf8";
         } else if (t instanceof ArrowType.FixedSizeList) {
             Field item = f.getChildren().get(0);
-            return "fixed_size_list<" + render(item) + (item.isNullable() ? "" : " not null") + ">["
-                    + ((ArrowType.FixedSizeList) t).getListSize() + "]";
+            return "fixed_size_list<"
+                    + render(item)
+                    + (item.isNullable() ? "" : " not null")
+                    + ">["
+                    + ((ArrowType.FixedSizeList) t).getListSize()
+                    + "]";
         } else if (t instanceof ArrowType.List) {
             return "list<" + render(f.getChildren().get(0)) + ">";
         }

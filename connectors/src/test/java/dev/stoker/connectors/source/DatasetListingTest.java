@@ -21,7 +21,9 @@ class DatasetListingTest {
         Files.writeString(dir.resolve("sub/c.jsonl"), "{}\n");
         Files.writeString(dir.resolve("notes.txt"), "{}\n");
 
-        DatasetListing listing = DatasetListing.scan(new org.apache.flink.core.fs.Path(dir.toUri()), "*.jsonl", 1024);
+        DatasetListing listing =
+                DatasetListing.scan(
+                        new org.apache.flink.core.fs.Path(dir.toUri()), "*.jsonl", 1024);
 
         assertThat(listing.files()).hasSize(3);
         assertThat(listing.files().get(0)).endsWith("/a.jsonl");
@@ -35,11 +37,21 @@ class DatasetListingTest {
 
     @Test
     void failsClearlyWhenNothingMatches() {
-        assertThatThrownBy(() -> DatasetListing.scan(new org.apache.flink.core.fs.Path(dir.toUri()), "*.jsonl", 1024))
+        assertThatThrownBy(
+                        () ->
+                                DatasetListing.scan(
+                                        new org.apache.flink.core.fs.Path(dir.toUri()),
+                                        "*.jsonl",
+                                        1024))
                 .isInstanceOf(IOException.class)
                 .hasMessageContaining("No file matching '*.jsonl'");
         assertThatThrownBy(
-                        () -> DatasetListing.scan(new org.apache.flink.core.fs.Path(dir.resolve("nope").toUri()), "*.jsonl", 1024))
+                        () ->
+                                DatasetListing.scan(
+                                        new org.apache.flink.core.fs.Path(
+                                                dir.resolve("nope").toUri()),
+                                        "*.jsonl",
+                                        1024))
                 .hasMessageContaining("does not exist");
     }
 }

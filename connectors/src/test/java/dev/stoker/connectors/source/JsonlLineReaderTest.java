@@ -28,15 +28,19 @@ class JsonlLineReaderTest {
 
     @Test
     void skipsBlankLinesButKeepsPhysicalLineNumbers() throws IOException {
-        byte[] data = "{\"a\":1}\n\n   \t\n{\"b\":2}\r\n\r\n{\"c\":3}".getBytes(StandardCharsets.UTF_8);
+        byte[] data =
+                "{\"a\":1}\n\n   \t\n{\"b\":2}\r\n\r\n{\"c\":3}".getBytes(StandardCharsets.UTF_8);
         List<JsonlLineReader.Line> lines = readAll(data, 1024);
-        assertThat(lines).extracting(JsonlLineReaderTest::text).containsExactly("{\"a\":1}", "{\"b\":2}", "{\"c\":3}");
+        assertThat(lines)
+                .extracting(JsonlLineReaderTest::text)
+                .containsExactly("{\"a\":1}", "{\"b\":2}", "{\"c\":3}");
         assertThat(lines).extracting(l -> l.lineNumber).containsExactly(1L, 4L, 6L);
     }
 
     @Test
     void stripsOnlyTheFinalCarriageReturn() throws IOException {
-        List<JsonlLineReader.Line> lines = readAll("x\r\r\n".getBytes(StandardCharsets.UTF_8), 1024);
+        List<JsonlLineReader.Line> lines =
+                readAll("x\r\r\n".getBytes(StandardCharsets.UTF_8), 1024);
         assertThat(lines).hasSize(1);
         assertThat(lines.get(0).bytes).containsExactly('x', '\r');
     }

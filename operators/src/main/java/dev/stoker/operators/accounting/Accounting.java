@@ -5,9 +5,9 @@ import org.apache.flink.api.common.functions.RuntimeContext;
 
 /**
  * Names of the per-epoch accounting counters. Each is both a Flink metric (live, per subtask) and a
- * Flink accumulator (summed over subtasks by the JobManager, shown in the web UI's job
- * accumulators and returned with the job result), so that the invariant {@code samplesEmitted +
- * deadLetters = recordsRead} can be checked for the whole job.
+ * Flink accumulator (summed over subtasks by the JobManager, shown in the web UI's job accumulators
+ * and returned with the job result), so that the invariant {@code samplesEmitted + deadLetters =
+ * recordsRead} can be checked for the whole job.
  */
 public final class Accounting {
     /** Records (non-blank JSONL lines) read by the source and seen by the parser. */

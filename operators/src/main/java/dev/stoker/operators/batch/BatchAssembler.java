@@ -49,13 +49,18 @@ public final class BatchAssembler extends KeyedProcessFunction<Integer, SlotResu
                 getRuntimeContext()
                         .getMapState(
                                 new MapStateDescriptor<>(
-                                        "pending-slots", Types.LONG, TypeInformation.of(SlotResult.class)));
+                                        "pending-slots",
+                                        Types.LONG,
+                                        TypeInformation.of(SlotResult.class)));
         resolvedPerStep =
                 getRuntimeContext()
-                        .getMapState(new MapStateDescriptor<>("resolved-per-step", Types.LONG, Types.INT));
+                        .getMapState(
+                                new MapStateDescriptor<>(
+                                        "resolved-per-step", Types.LONG, Types.INT));
         batchesAssembled = getRuntimeContext().getMetricGroup().counter("batchesAssembled");
         samplesEmitted = getRuntimeContext().getMetricGroup().counter(Accounting.SAMPLES_EMITTED);
-        samplesEmittedTotal = Accounting.accumulator(getRuntimeContext(), Accounting.SAMPLES_EMITTED);
+        samplesEmittedTotal =
+                Accounting.accumulator(getRuntimeContext(), Accounting.SAMPLES_EMITTED);
     }
 
     @Override
@@ -83,7 +88,11 @@ public final class BatchAssembler extends KeyedProcessFunction<Integer, SlotResu
             }
         }
         out.collect(
-                new TrainingBatch(step, rank, plan.microBatchSize(), samples.toArray(new TokenizedSample[0])));
+                new TrainingBatch(
+                        step,
+                        rank,
+                        plan.microBatchSize(),
+                        samples.toArray(new TokenizedSample[0])));
         batchesAssembled.inc();
         samplesEmitted.inc(samples.size());
         samplesEmittedTotal.add(samples.size());

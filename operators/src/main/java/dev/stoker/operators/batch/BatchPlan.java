@@ -5,10 +5,10 @@ import java.io.Serializable;
 /**
  * The fixed mapping from a record's sample index to (step, rank, slot).
  *
- * <p>With world size {@code W} and micro-batch size {@code B}, record {@code i} goes to step
- * {@code i / (W*B)}, rank {@code (i / B) % W}, slot {@code i % B}. The epoch has {@code
- * ceil(N / (W*B))} steps so that every rank gets the same number of steps; slots at or past {@code
- * N} (only in the last step) are padding slots that stay empty.
+ * <p>With world size {@code W} and micro-batch size {@code B}, record {@code i} goes to step {@code
+ * i / (W*B)}, rank {@code (i / B) % W}, slot {@code i % B}. The epoch has {@code ceil(N / (W*B))}
+ * steps so that every rank gets the same number of steps; slots at or past {@code N} (only in the
+ * last step) are padding slots that stay empty.
  */
 public final class BatchPlan implements Serializable {
     private static final long serialVersionUID = 1L;
@@ -24,7 +24,11 @@ public final class BatchPlan implements Serializable {
         if (numRecords < 0 || worldSize < 1 || microBatchSize < 1) {
             throw new IllegalArgumentException(
                     "need numRecords >= 0, worldSize >= 1, microBatchSize >= 1; got "
-                            + numRecords + ", " + worldSize + ", " + microBatchSize);
+                            + numRecords
+                            + ", "
+                            + worldSize
+                            + ", "
+                            + microBatchSize);
         }
         this.numRecords = numRecords;
         this.worldSize = worldSize;
@@ -66,7 +70,9 @@ public final class BatchPlan implements Serializable {
         return step * globalBatchSize() + (long) rank * microBatchSize;
     }
 
-    /** Number of padding slots: {@code numSteps * W * B - N}; their indices are {@code N, N+1, ...}. */
+    /**
+     * Number of padding slots: {@code numSteps * W * B - N}; their indices are {@code N, N+1, ...}.
+     */
     public long numPaddingSlots() {
         return numSteps() * globalBatchSize() - numRecords;
     }

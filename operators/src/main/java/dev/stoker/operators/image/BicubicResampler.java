@@ -34,7 +34,8 @@ public final class BicubicResampler {
      */
     public RgbImage resize(RgbImage src, int outWidth, int outHeight) {
         if (outWidth < 1 || outHeight < 1) {
-            throw new IllegalArgumentException("output size must be positive: " + outWidth + "x" + outHeight);
+            throw new IllegalArgumentException(
+                    "output size must be positive: " + outWidth + "x" + outHeight);
         }
         int inW = src.width();
         int inH = src.height();
@@ -59,7 +60,8 @@ public final class BicubicResampler {
             if (temp.length < needed) {
                 temp = new byte[needed];
             }
-            resampleHorizontal(rows, inW, first, last - first, temp, Coefficients.of(inW, outWidth));
+            resampleHorizontal(
+                    rows, inW, first, last - first, temp, Coefficients.of(inW, outWidth));
             rows = temp;
             rowOffset = first;
         }
@@ -68,7 +70,10 @@ public final class BicubicResampler {
         return new RgbImage(outWidth, outHeight, out);
     }
 
-    /** Resamples rows {@code firstRow .. firstRow+rowCount-1} of {@code in} into rows 0.. of {@code out}. */
+    /**
+     * Resamples rows {@code firstRow .. firstRow+rowCount-1} of {@code in} into rows 0.. of {@code
+     * out}.
+     */
     private static void resampleHorizontal(
             byte[] in, int inW, int firstRow, int rowCount, byte[] out, Coefficients k) {
         int outW = k.outSize;
@@ -146,12 +151,17 @@ public final class BicubicResampler {
         return 0.0;
     }
 
-    /** Per-axis coefficient table: Pillow's {@code precompute_coeffs} plus {@code normalize_coeffs_8bpc}. */
+    /**
+     * Per-axis coefficient table: Pillow's {@code precompute_coeffs} plus {@code
+     * normalize_coeffs_8bpc}.
+     */
     static final class Coefficients {
         final int outSize;
         final int ksize;
+
         /** Pairs (first source index, number of taps) per output index. */
         final int[] bounds;
+
         /** {@code ksize} fixed-point taps per output index. */
         final int[] fixed;
 
@@ -183,8 +193,11 @@ public final class BicubicResampler {
                 }
                 for (int x = 0; x < xmax; x++) {
                     double w = ww != 0.0 ? k[x] / ww : k[x];
-                    fixed[xx * ksize + x] = (int) (w < 0 ? -0.5 + w * (1 << PRECISION_BITS)
-                            : 0.5 + w * (1 << PRECISION_BITS));
+                    fixed[xx * ksize + x] =
+                            (int)
+                                    (w < 0
+                                            ? -0.5 + w * (1 << PRECISION_BITS)
+                                            : 0.5 + w * (1 << PRECISION_BITS));
                 }
                 bounds[xx * 2] = xmin;
                 bounds[xx * 2 + 1] = xmax;

@@ -21,7 +21,8 @@ final class ExifOrientation {
     /** The orientation (1..8) found in the encoded image {@code data}, or 1. */
     static int read(byte[] data) {
         try {
-            Metadata metadata = ImageMetadataReader.readMetadata(new ByteArrayInputStream(data), data.length);
+            Metadata metadata =
+                    ImageMetadataReader.readMetadata(new ByteArrayInputStream(data), data.length);
             for (ExifIFD0Directory dir : metadata.getDirectoriesOfType(ExifIFD0Directory.class)) {
                 if (dir.containsTag(ExifIFD0Directory.TAG_ORIENTATION)) {
                     return dir.getInt(ExifIFD0Directory.TAG_ORIENTATION);
@@ -54,13 +55,34 @@ final class ExifOrientation {
                 int sx;
                 int sy;
                 switch (orientation) {
-                    case 2: sx = w - 1 - x; sy = y; break;
-                    case 3: sx = w - 1 - x; sy = h - 1 - y; break;
-                    case 4: sx = x; sy = h - 1 - y; break;
-                    case 5: sx = y; sy = x; break;
-                    case 6: sx = y; sy = h - 1 - x; break;
-                    case 7: sx = w - 1 - y; sy = h - 1 - x; break;
-                    default: sx = w - 1 - y; sy = x; break;
+                    case 2:
+                        sx = w - 1 - x;
+                        sy = y;
+                        break;
+                    case 3:
+                        sx = w - 1 - x;
+                        sy = h - 1 - y;
+                        break;
+                    case 4:
+                        sx = x;
+                        sy = h - 1 - y;
+                        break;
+                    case 5:
+                        sx = y;
+                        sy = x;
+                        break;
+                    case 6:
+                        sx = y;
+                        sy = h - 1 - x;
+                        break;
+                    case 7:
+                        sx = w - 1 - y;
+                        sy = h - 1 - x;
+                        break;
+                    default:
+                        sx = w - 1 - y;
+                        sy = x;
+                        break;
                 }
                 int s = (sy * w + sx) * 3;
                 int o = (y * ow + x) * 3;
@@ -71,5 +93,4 @@ final class ExifOrientation {
         }
         return new RgbImage(ow, oh, out);
     }
-
 }

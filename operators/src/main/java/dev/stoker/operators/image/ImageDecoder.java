@@ -25,9 +25,9 @@ import org.w3c.dom.Node;
  * {@code ImageOps.exif_transpose} + Hugging Face {@code convert_to_rgb} would.
  *
  * <ul>
- *   <li>Formats, recognised by magic bytes: JPEG (incl. CMYK/YCCK via TwelveMonkeys), PNG (1-16 bit,
- *       grey, palette, alpha, APNG's default image), GIF, WebP (lossy, lossless, alpha, animated) and
- *       BMP, all through ImageIO readers with the disk cache off.
+ *   <li>Formats, recognised by magic bytes: JPEG (incl. CMYK/YCCK via TwelveMonkeys), PNG (1-16
+ *       bit, grey, palette, alpha, APNG's default image), GIF, WebP (lossy, lossless, alpha,
+ *       animated) and BMP, all through ImageIO readers with the disk cache off.
  *   <li>Size guard: the header dimensions (and a GIF's logical screen) are read first; if {@code
  *       width * height > maxSourcePixels} the image is rejected before any pixel buffer exists.
  *   <li>Animations: the first frame only; a GIF frame is placed on its logical screen.
@@ -59,17 +59,20 @@ public final class ImageDecoder {
      */
     public RgbImage decode(byte[] encoded, long maxSourcePixels) throws RejectedRecordException {
         if (encoded == null || encoded.length == 0) {
-            throw new RejectedRecordException(RejectReason.CORRUPT_IMAGE, "empty image file (0 bytes)");
+            throw new RejectedRecordException(
+                    RejectReason.CORRUPT_IMAGE, "empty image file (0 bytes)");
         }
         ImageFormat format = ImageFormat.sniff(encoded);
         if (format == null) {
             throw new RejectedRecordException(
-                    RejectReason.UNSUPPORTED_IMAGE, "not a supported image (" + describeStart(encoded) + ")");
+                    RejectReason.UNSUPPORTED_IMAGE,
+                    "not a supported image (" + describeStart(encoded) + ")");
         }
         if (format == ImageFormat.PNG) {
             String defect = PngIntegrity.firstDefect(encoded);
             if (defect != null) {
-                throw new RejectedRecordException(RejectReason.CORRUPT_IMAGE, "corrupt PNG: " + defect);
+                throw new RejectedRecordException(
+                        RejectReason.CORRUPT_IMAGE, "corrupt PNG: " + defect);
             }
         }
         ImageReader reader = readerFor(format);
@@ -115,6 +118,7 @@ public final class ImageDecoder {
     static final class EofLimitedInputStream extends MemoryCacheImageInputStream {
         /** Reads that hit the end of the data before the decode is abandoned. */
         static final int MAX_READS_AT_EOF = 1024;
+
         private int readsAtEof;
 
         EofLimitedInputStream(byte[] data) {
@@ -141,8 +145,10 @@ public final class ImageDecoder {
 
         private void atEof() throws IIOException {
             if (++readsAtEof > MAX_READS_AT_EOF) {
-                throw new IIOException("data ends early: the decoder read past the end of the file "
-                        + MAX_READS_AT_EOF + " times");
+                throw new IIOException(
+                        "data ends early: the decoder read past the end of the file "
+                                + MAX_READS_AT_EOF
+                                + " times");
             }
         }
     }
@@ -152,8 +158,16 @@ public final class ImageDecoder {
         if ((long) w * h > maxSourcePixels) {
             throw new RejectedRecordException(
                     RejectReason.IMAGE_TOO_MANY_PIXELS,
-                    "image too large: " + format + " " + w + "x" + h + " = " + (long) w * h
-                            + " pixels > limit " + maxSourcePixels);
+                    "image too large: "
+                            + format
+                            + " "
+                            + w
+                            + "x"
+                            + h
+                            + " = "
+                            + (long) w * h
+                            + " pixels > limit "
+                            + maxSourcePixels);
         }
     }
 
@@ -168,9 +182,9 @@ public final class ImageDecoder {
 
     /**
      * libjpeg reports a cut or damaged entropy-coded segment only as a warning ("Corrupt JPEG data:
-     * premature end of data segment") and fills the rest with grey; such a partial image must not be
-     * emitted. Other warnings are tolerated, as Pillow tolerates them: a file that only lacks its
-     * final EOI marker decodes completely, and ICC or extraneous-byte warnings are harmless.
+     * premature end of data segment") and fills the rest with grey; such a partial image must not
+     * be emitted. Other warnings are tolerated, as Pillow tolerates them: a file that only lacks
+     * its final EOI marker decodes completely, and ICC or extraneous-byte warnings are harmless.
      */
     private static void checkWarnings(ImageFormat format, String size, List<String> warnings)
             throws RejectedRecordException {

@@ -29,8 +29,12 @@ enum ImageFormat {
         if (starts(d, 'G', 'I', 'F', '8')) {
             return GIF;
         }
-        if (d.length >= 12 && starts(d, 'R', 'I', 'F', 'F')
-                && d[8] == 'W' && d[9] == 'E' && d[10] == 'B' && d[11] == 'P') {
+        if (d.length >= 12
+                && starts(d, 'R', 'I', 'F', 'F')
+                && d[8] == 'W'
+                && d[9] == 'E'
+                && d[10] == 'B'
+                && d[11] == 'P') {
             return WEBP;
         }
         if (starts(d, 'B', 'M')) {

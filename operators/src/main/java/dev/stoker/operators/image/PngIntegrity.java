@@ -11,7 +11,9 @@ import java.util.zip.CRC32;
 final class PngIntegrity {
     private PngIntegrity() {}
 
-    /** A description of the first defect of {@code d} (a PNG), or {@code null} when it is intact. */
+    /**
+     * A description of the first defect of {@code d} (a PNG), or {@code null} when it is intact.
+     */
     static String firstDefect(byte[] d) {
         int i = 8;
         CRC32 crc = new CRC32();
@@ -19,8 +21,15 @@ final class PngIntegrity {
             long len = u32be(d, i);
             String type = new String(d, i + 4, 4, StandardCharsets.ISO_8859_1);
             if (len > d.length - i - 12L) {
-                return "truncated in chunk " + type + " at byte " + i + " (chunk needs " + (len + 12)
-                        + " bytes, " + (d.length - i) + " left)";
+                return "truncated in chunk "
+                        + type
+                        + " at byte "
+                        + i
+                        + " (chunk needs "
+                        + (len + 12)
+                        + " bytes, "
+                        + (d.length - i)
+                        + " left)";
             }
             crc.reset();
             crc.update(d, i + 4, (int) len + 4);
@@ -36,6 +45,9 @@ final class PngIntegrity {
     }
 
     private static long u32be(byte[] d, int i) {
-        return ((d[i] & 0xFFL) << 24) | ((d[i + 1] & 0xFFL) << 16) | ((d[i + 2] & 0xFFL) << 8) | (d[i + 3] & 0xFFL);
+        return ((d[i] & 0xFFL) << 24)
+                | ((d[i + 1] & 0xFFL) << 16)
+                | ((d[i + 2] & 0xFFL) << 8)
+                | (d[i + 3] & 0xFFL);
     }
 }

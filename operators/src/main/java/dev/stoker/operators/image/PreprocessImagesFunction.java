@@ -55,7 +55,9 @@ public class PreprocessImagesFunction
 
     @Override
     public void processElement(
-            Either<DeadLetter, FetchedRecord> value, Context ctx, Collector<PreprocessedRecord> out) {
+            Either<DeadLetter, FetchedRecord> value,
+            Context ctx,
+            Collector<PreprocessedRecord> out) {
         if (value.isLeft()) {
             ctx.output(DeadLetters.TAG, value.left());
             return;
@@ -71,9 +73,19 @@ public class PreprocessImagesFunction
                 imagesPreprocessed.inc();
             } catch (RejectedRecordException e) {
                 imagesRejected.inc();
-                String message = "image " + (i + 1) + " of " + refs.length + " '" + refs[i].path + "': " + e.getMessage();
-                ctx.output(DeadLetters.TAG,
-                        DeadLetter.of(record.ref, new RejectedRecordException(e.reason(), message, e)));
+                String message =
+                        "image "
+                                + (i + 1)
+                                + " of "
+                                + refs.length
+                                + " '"
+                                + refs[i].path
+                                + "': "
+                                + e.getMessage();
+                ctx.output(
+                        DeadLetters.TAG,
+                        DeadLetter.of(
+                                record.ref, new RejectedRecordException(e.reason(), message, e)));
                 return;
             } finally {
                 preprocessNanos.inc(System.nanoTime() - start);

@@ -19,9 +19,9 @@ import dev.stoker.operators.model.RejectedRecordException;
  *
  * <p>Output: {@link PreprocessedImage} with float32 {@code pixelValues} of shape {@code (grid_h *
  * grid_w, 3 * tps * ps * ps)}, {@code gridT = 1}, {@code gridH = height / ps}, {@code gridW = width
- * / ps}. Each value is computed in float32 as HF does: {@code ((float) (u8 * (1/255.0)) -
- * (float) mean[c]) / (float) std[c]}. Normalisation and the patch reorder are one loop over a
- * 256-entry table per channel.
+ * / ps}. Each value is computed in float32 as HF does: {@code ((float) (u8 * (1/255.0)) - (float)
+ * mean[c]) / (float) std[c]}. Normalisation and the patch reorder are one loop over a 256-entry
+ * table per channel.
  *
  * <p>Not thread-safe (the resampler reuses buffers); use one instance per task thread.
  */
@@ -29,7 +29,10 @@ public final class QwenImageProcessor {
     private final QwenVisionConfig config;
     private final ImageDecoder decoder = new ImageDecoder();
     private final BicubicResampler resampler = new BicubicResampler();
-    /** {@code lut[c * 256 + u]}: the normalised float32 value of channel {@code c} sample {@code u}. */
+
+    /**
+     * {@code lut[c * 256 + u]}: the normalised float32 value of channel {@code c} sample {@code u}.
+     */
     private final float[] lut = new float[3 * 256];
 
     public QwenImageProcessor(QwenVisionConfig config) {
@@ -57,7 +60,9 @@ public final class QwenImageProcessor {
         RgbImage decoded = decoder.decode(encoded, config.maxSourcePixels);
         long minPixels = ref != null && ref.minPixels > 0 ? ref.minPixels : config.minPixels;
         long maxPixels = ref != null && ref.maxPixels > 0 ? ref.maxPixels : config.maxPixels;
-        int[] hw = SmartResize.compute(decoded.height(), decoded.width(), config.factor(), minPixels, maxPixels);
+        int[] hw =
+                SmartResize.compute(
+                        decoded.height(), decoded.width(), config.factor(), minPixels, maxPixels);
         RgbImage resized = resampler.resize(decoded, hw[1], hw[0]);
         return patchify(resized);
     }
@@ -75,7 +80,12 @@ public final class QwenImageProcessor {
         int gridW = width / ps;
         if (gridH * ps != img.height() || gridW * ps != width || gridH % m != 0 || gridW % m != 0) {
             throw new IllegalArgumentException(
-                    "image " + width + "x" + img.height() + " is not a multiple of " + config.factor());
+                    "image "
+                            + width
+                            + "x"
+                            + img.height()
+                            + " is not a multiple of "
+                            + config.factor());
         }
         int patchArea = ps * ps;
         int frameLen = 3 * patchArea;
@@ -96,7 +106,8 @@ public final class QwenImageProcessor {
                             for (int x = 0; x < ps; x++, src += 3) {
                                 out[dst + x] = lut[px[src] & 0xFF];
                                 out[dst + tps * patchArea + x] = lut[256 + (px[src + 1] & 0xFF)];
-                                out[dst + 2 * tps * patchArea + x] = lut[512 + (px[src + 2] & 0xFF)];
+                                out[dst + 2 * tps * patchArea + x] =
+                                        lut[512 + (px[src + 2] & 0xFF)];
                             }
                         }
                         for (int c = 0; c < 3; c++) {

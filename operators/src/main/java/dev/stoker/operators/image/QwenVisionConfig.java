@@ -36,7 +36,9 @@ public class QwenVisionConfig implements Serializable {
         return patchSize * mergeSize;
     }
 
-    /** Length of one {@code pixel_values} row: {@code 3 * temporalPatchSize * patchSize^2} (1176). */
+    /**
+     * Length of one {@code pixel_values} row: {@code 3 * temporalPatchSize * patchSize^2} (1176).
+     */
     public int patchDim() {
         return 3 * temporalPatchSize * patchSize * patchSize;
     }

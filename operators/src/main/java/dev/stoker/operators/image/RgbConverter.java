@@ -25,7 +25,10 @@ final class RgbConverter {
 
     private RgbConverter() {}
 
-    /** Writes {@code img} into {@code out} at ({@code dx}, {@code dy}) of a canvas {@code canvasW} wide. */
+    /**
+     * Writes {@code img} into {@code out} at ({@code dx}, {@code dy}) of a canvas {@code canvasW}
+     * wide.
+     */
     static void convert(BufferedImage img, byte[] out, int canvasW, int dx, int dy) {
         ColorModel cm = img.getColorModel();
         if (cm.isAlphaPremultiplied()) {
@@ -56,8 +59,9 @@ final class RgbConverter {
                 }
                 writeRow(rgba, w, out, ((dy + y) * canvasW + dx) * 3);
             }
-        } else if (integral && ((type == ColorSpace.TYPE_GRAY && colours == 1)
-                || (type == ColorSpace.TYPE_RGB && colours == 3))) {
+        } else if (integral
+                && ((type == ColorSpace.TYPE_GRAY && colours == 1)
+                        || (type == ColorSpace.TYPE_RGB && colours == 3))) {
             int bands = raster.getNumBands();
             int[] max = new int[bands];
             for (int b = 0; b < bands; b++) {
@@ -97,16 +101,21 @@ final class RgbConverter {
      * Fast path for the common decoder outputs (8-bit interleaved RGB/BGR or grey without alpha,
      * e.g. {@code TYPE_3BYTE_BGR}, {@code TYPE_BYTE_GRAY}): copies straight from the data buffer.
      */
-    private static boolean copyOpaqueBytes(BufferedImage img, byte[] out, int canvasW, int dx, int dy) {
+    private static boolean copyOpaqueBytes(
+            BufferedImage img, byte[] out, int canvasW, int dx, int dy) {
         ColorModel cm = img.getColorModel();
         Raster raster = img.getRaster();
         int type = cm.getColorSpace().getType();
         int colours = cm.getNumColorComponents();
-        if (!(cm instanceof ComponentColorModel) || cm.hasAlpha() || cm.getPixelSize() != 8 * colours
+        if (!(cm instanceof ComponentColorModel)
+                || cm.hasAlpha()
+                || cm.getPixelSize() != 8 * colours
                 || !(raster.getSampleModel() instanceof PixelInterleavedSampleModel)
                 || !(raster.getDataBuffer() instanceof DataBufferByte)
-                || raster.getSampleModelTranslateX() != 0 || raster.getSampleModelTranslateY() != 0
-                || !(type == ColorSpace.TYPE_RGB && colours == 3 || type == ColorSpace.TYPE_GRAY && colours == 1)) {
+                || raster.getSampleModelTranslateX() != 0
+                || raster.getSampleModelTranslateY() != 0
+                || !(type == ColorSpace.TYPE_RGB && colours == 3
+                        || type == ColorSpace.TYPE_GRAY && colours == 1)) {
             return false;
         }
         PixelInterleavedSampleModel sm = (PixelInterleavedSampleModel) raster.getSampleModel();
@@ -155,9 +164,9 @@ final class RgbConverter {
     }
 
     /**
-     * One channel of Pillow's {@code ImagingAlphaComposite} (src over an opaque white dst):
-     * {@code coef1 = a*255*255*2^7 / (a*255 + 255*(255-a))}, result {@code SHIFTFORDIV255(src*coef1
-     * + 255*coef2 + (0x80 << 7)) >> 7}.
+     * One channel of Pillow's {@code ImagingAlphaComposite} (src over an opaque white dst): {@code
+     * coef1 = a*255*255*2^7 / (a*255 + 255*(255-a))}, result {@code SHIFTFORDIV255(src*coef1 +
+     * 255*coef2 + (0x80 << 7)) >> 7}.
      */
     static int overWhite(int src, int a) {
         int outa255 = a * 255 + 255 * (255 - a);

@@ -4,9 +4,9 @@ package dev.stoker.operators.image;
  * A decoded 8-bit RGB image.
  *
  * <p>{@code pixels} is interleaved uint8 RGB, row-major: the sample of channel {@code c} (0 = red,
- * 1 = green, 2 = blue) at column {@code x}, row {@code y} is {@code pixels[(y * width + x) * 3 + c] &
- * 0xFF}; its length is {@code width * height * 3}. Width and height are in pixels, both at least 1.
- * The array is shared, not copied.
+ * 1 = green, 2 = blue) at column {@code x}, row {@code y} is {@code pixels[(y * width + x) * 3 + c]
+ * & 0xFF}; its length is {@code width * height * 3}. Width and height are in pixels, both at least
+ * 1. The array is shared, not copied.
  */
 public final class RgbImage {
     private final int width;
@@ -21,12 +21,19 @@ public final class RgbImage {
      */
     public RgbImage(int width, int height, byte[] pixels) {
         if (width < 1 || height < 1) {
-            throw new IllegalArgumentException("image size must be positive: " + width + "x" + height);
+            throw new IllegalArgumentException(
+                    "image size must be positive: " + width + "x" + height);
         }
         if (pixels.length != (long) width * height * 3) {
             throw new IllegalArgumentException(
-                    "expected " + (long) width * height * 3 + " bytes for " + width + "x" + height
-                            + " RGB, got " + pixels.length);
+                    "expected "
+                            + (long) width * height * 3
+                            + " bytes for "
+                            + width
+                            + "x"
+                            + height
+                            + " RGB, got "
+                            + pixels.length);
         }
         this.width = width;
         this.height = height;

@@ -30,19 +30,28 @@ public final class SmartResize {
      * @param minPixels smallest output area in pixels
      * @param maxPixels largest output area in pixels
      * @return {@code {height, width}} of the output in pixels
-     * @throws RejectedRecordException with {@link RejectReason#EXTREME_ASPECT_RATIO} when the aspect
-     *     ratio exceeds 200
+     * @throws RejectedRecordException with {@link RejectReason#EXTREME_ASPECT_RATIO} when the
+     *     aspect ratio exceeds 200
      */
     public static int[] compute(int height, int width, int factor, long minPixels, long maxPixels)
             throws RejectedRecordException {
         if (height < 1 || width < 1) {
-            throw new IllegalArgumentException("image size must be positive: " + width + "x" + height);
+            throw new IllegalArgumentException(
+                    "image size must be positive: " + width + "x" + height);
         }
         double ratio = (double) Math.max(height, width) / Math.min(height, width);
         if (ratio > MAX_ASPECT_RATIO) {
             throw new RejectedRecordException(
                     RejectReason.EXTREME_ASPECT_RATIO,
-                    "aspect ratio " + ratio + " > " + (int) MAX_ASPECT_RATIO + " (" + width + "x" + height + ")");
+                    "aspect ratio "
+                            + ratio
+                            + " > "
+                            + (int) MAX_ASPECT_RATIO
+                            + " ("
+                            + width
+                            + "x"
+                            + height
+                            + ")");
         }
         long hBar = Math.max(factor, (long) Math.rint((double) height / factor) * factor);
         long wBar = Math.max(factor, (long) Math.rint((double) width / factor) * factor);

@@ -14,8 +14,8 @@ public class ContentPart {
     public String text;
 
     /**
-     * For an image part: the index into {@link SftRecord#imagePaths} (and, later, into the
-     * record's fetched images). {@code -1} for text parts.
+     * For an image part: the index into {@link SftRecord#imagePaths} (and, later, into the record's
+     * fetched images). {@code -1} for text parts.
      */
     public int imageIndex = -1;
 

@@ -1,6 +1,9 @@
 package dev.stoker.operators.model;
 
-/** A record together with the encoded bytes of each of its images (same order as {@link SftRecord#images}). */
+/**
+ * A record together with the encoded bytes of each of its images (same order as {@link
+ * SftRecord#images}).
+ */
 public class FetchedRecord {
     public SftRecord record;
 

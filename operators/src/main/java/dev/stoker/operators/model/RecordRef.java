@@ -3,8 +3,8 @@ package dev.stoker.operators.model;
 import java.util.Objects;
 
 /**
- * Provenance of one dataset record: where it came from and its position in the deterministic
- * sample order. Every sample and every dead letter carries one, so any error names its source.
+ * Provenance of one dataset record: where it came from and its position in the deterministic sample
+ * order. Every sample and every dead letter carries one, so any error names its source.
  *
  * <p>Flink POJO: public fields, public no-argument constructor.
  */

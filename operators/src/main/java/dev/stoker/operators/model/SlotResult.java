@@ -1,8 +1,8 @@
 package dev.stoker.operators.model;
 
 /**
- * What fills one slot of the batch plan: the sample for record {@code sampleIndex}, or nothing
- * (the record was dead-lettered, or the slot lies past the end of the dataset in the last step).
+ * What fills one slot of the batch plan: the sample for record {@code sampleIndex}, or nothing (the
+ * record was dead-lettered, or the slot lies past the end of the dataset in the last step).
  */
 public class SlotResult {
     public long sampleIndex;

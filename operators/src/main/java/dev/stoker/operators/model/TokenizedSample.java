@@ -10,12 +10,15 @@ public class TokenizedSample {
     /** Token ids of the rendered chat, length L (int64 in the batch). */
     public long[] inputIds;
 
-    /** Same length as {@link #inputIds}: the id on assistant tokens that are trained, -100 elsewhere. */
+    /**
+     * Same length as {@link #inputIds}: the id on assistant tokens that are trained, -100
+     * elsewhere.
+     */
     public long[] labels;
 
     /**
-     * All images' patches concatenated in image order: float32, row-major, shape
-     * {@code (sum of grid_t*grid_h*grid_w, patchDim)}.
+     * All images' patches concatenated in image order: float32, row-major, shape {@code (sum of
+     * grid_t*grid_h*grid_w, patchDim)}.
      */
     public float[] pixelValues;
 
@@ -25,7 +28,11 @@ public class TokenizedSample {
     public TokenizedSample() {}
 
     public TokenizedSample(
-            RecordRef ref, long[] inputIds, long[] labels, float[] pixelValues, long[] imageGridThw) {
+            RecordRef ref,
+            long[] inputIds,
+            long[] labels,
+            float[] pixelValues,
+            long[] imageGridThw) {
         this.ref = ref;
         this.inputIds = inputIds;
         this.labels = labels;

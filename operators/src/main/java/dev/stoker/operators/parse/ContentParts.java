@@ -8,20 +8,31 @@ import dev.stoker.operators.model.RejectedRecordException;
 /**
  * Reads one messages-style content part: {@code {type: text, text}}, {@code {type: image, image:
  * path, min_pixels?, max_pixels?}} or {@code {type: image_url, image_url: {url}}} (as qwen-vl-utils
- * and the Qwen2-VL chat template accept them; a part without {@code type} is recognised by its key).
+ * and the Qwen2-VL chat template accept them; a part without {@code type} is recognised by its
+ * key).
  */
 final class ContentParts {
     private ContentParts() {}
 
-    static void add(ConversationBuilder builder, JsonNode part, String where) throws RejectedRecordException {
+    static void add(ConversationBuilder builder, JsonNode part, String where)
+            throws RejectedRecordException {
         switch (typeOf(part, where)) {
             case "text" -> builder.addText(RecordFormats.requireText(part, "text", where));
             case "image" -> builder.addImage(image(part, source(part.get("image")), where));
             case "image_url" -> {
                 JsonNode url = part.get("image_url");
-                builder.addImage(image(part, source(url != null && url.isObject() ? url.get("url") : url), where));
+                builder.addImage(
+                        image(
+                                part,
+                                source(url != null && url.isObject() ? url.get("url") : url),
+                                where));
             }
-            default -> throw RecordFormats.invalid(where + ": unsupported content part type '" + part.get("type").asText() + "'");
+            default ->
+                    throw RecordFormats.invalid(
+                            where
+                                    + ": unsupported content part type '"
+                                    + part.get("type").asText()
+                                    + "'");
         }
     }
 
@@ -39,29 +50,37 @@ final class ContentParts {
     }
 
     private static String source(JsonNode node) {
-        return node != null && node.isTextual() && !node.textValue().isBlank() ? node.textValue() : null;
+        return node != null && node.isTextual() && !node.textValue().isBlank()
+                ? node.textValue()
+                : null;
     }
 
-    private static ImageRef image(JsonNode part, String path, String where) throws RejectedRecordException {
+    private static ImageRef image(JsonNode part, String path, String where)
+            throws RejectedRecordException {
         if (path == null) {
-            throw new RejectedRecordException(RejectReason.PLACEHOLDER_MISMATCH,
-                    where + ": image part without source (no non-empty path in 'image' or 'image_url')");
+            throw new RejectedRecordException(
+                    RejectReason.PLACEHOLDER_MISMATCH,
+                    where
+                            + ": image part without source (no non-empty path in 'image' or 'image_url')");
         }
         long minPixels = pixels(part, "min_pixels", where);
         long maxPixels = pixels(part, "max_pixels", where);
         if (minPixels > 0 && maxPixels > 0 && minPixels > maxPixels) {
-            throw RecordFormats.invalid(where + ": min_pixels " + minPixels + " > max_pixels " + maxPixels);
+            throw RecordFormats.invalid(
+                    where + ": min_pixels " + minPixels + " > max_pixels " + maxPixels);
         }
         return new ImageRef(ImagePaths.requireSafe(path, where), minPixels, maxPixels);
     }
 
-    private static long pixels(JsonNode part, String field, String where) throws RejectedRecordException {
+    private static long pixels(JsonNode part, String field, String where)
+            throws RejectedRecordException {
         JsonNode value = part.get(field);
         if (value == null || value.isNull()) {
             return 0;
         }
         if (!value.isIntegralNumber() || !value.canConvertToLong() || value.longValue() <= 0) {
-            throw RecordFormats.invalid(where + ": '" + field + "' must be a positive integer, got " + value);
+            throw RecordFormats.invalid(
+                    where + ": '" + field + "' must be a positive integer, got " + value);
         }
         return value.longValue();
     }

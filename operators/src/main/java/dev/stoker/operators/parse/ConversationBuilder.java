@@ -14,8 +14,8 @@ import java.util.List;
  * Accumulates turns and images of one record in order of occurrence.
  *
  * <p>Two image sources exist: {@code <image>} placeholders in string content, which take the
- * record's top-level image list in order (LLaVA, LLaMA-Factory/ShareGPT), and explicit image parts of
- * messages-style content lists, which carry their own path. Both end up as image parts whose
+ * record's top-level image list in order (LLaVA, LLaMA-Factory/ShareGPT), and explicit image parts
+ * of messages-style content lists, which carry their own path. Both end up as image parts whose
  * {@link ContentPart#imageIndex} points into one image array ordered by occurrence.
  */
 final class ConversationBuilder {
@@ -29,7 +29,10 @@ final class ConversationBuilder {
     private String role;
     private int placeholders;
 
-    /** @param placeholderImages the record's top-level images, consumed by {@code <image>} placeholders */
+    /**
+     * @param placeholderImages the record's top-level images, consumed by {@code <image>}
+     *     placeholders
+     */
     ConversationBuilder(List<ImageRef> placeholderImages) {
         this.placeholderImages = placeholderImages;
     }
@@ -72,7 +75,8 @@ final class ConversationBuilder {
     /** Builds the record from the turns added so far. */
     SftRecord build(RecordRef ref) {
         finishTurn();
-        return new SftRecord(ref, messages.toArray(new ChatMessage[0]), images.toArray(new ImageRef[0]));
+        return new SftRecord(
+                ref, messages.toArray(new ChatMessage[0]), images.toArray(new ImageRef[0]));
     }
 
     /**
@@ -83,9 +87,15 @@ final class ConversationBuilder {
      */
     void checkPlaceholders() throws RejectedRecordException {
         if (placeholders != placeholderImages.size()) {
-            throw new RejectedRecordException(RejectReason.PLACEHOLDER_MISMATCH,
-                    placeholders + " placeholders vs " + placeholderImages.size() + " images"
-                            + " (each " + PLACEHOLDER + " in the text needs exactly one entry in the image list)");
+            throw new RejectedRecordException(
+                    RejectReason.PLACEHOLDER_MISMATCH,
+                    placeholders
+                            + " placeholders vs "
+                            + placeholderImages.size()
+                            + " images"
+                            + " (each "
+                            + PLACEHOLDER
+                            + " in the text needs exactly one entry in the image list)");
         }
     }
 

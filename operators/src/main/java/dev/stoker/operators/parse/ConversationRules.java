@@ -20,9 +20,16 @@ import java.util.List;
  * </ul>
  */
 final class ConversationRules {
-    /** Token strings that the tokenizer would turn into vision ids if they appeared in dataset text. */
-    static final List<String> VISION_TOKENS = List.of(
-            "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>");
+    /**
+     * Token strings that the tokenizer would turn into vision ids if they appeared in dataset text.
+     */
+    static final List<String> VISION_TOKENS =
+            List.of(
+                    "<|vision_start|>",
+                    "<|vision_end|>",
+                    "<|vision_pad|>",
+                    "<|image_pad|>",
+                    "<|video_pad|>");
 
     private ConversationRules() {}
 
@@ -45,8 +52,14 @@ final class ConversationRules {
         for (int i = start; i < messages.length; i++) {
             String expected = (i - start) % 2 == 0 ? ChatMessage.USER : ChatMessage.ASSISTANT;
             if (!expected.equals(messages[i].role)) {
-                throw invalid("roles out of order: turn " + (i + 1) + " is " + messages[i].role
-                        + " but " + expected + " was expected (optional system first, then user/assistant alternating)");
+                throw invalid(
+                        "roles out of order: turn "
+                                + (i + 1)
+                                + " is "
+                                + messages[i].role
+                                + " but "
+                                + expected
+                                + " was expected (optional system first, then user/assistant alternating)");
             }
         }
         String lastRole = messages[messages.length - 1].role;
@@ -54,8 +67,12 @@ final class ConversationRules {
             throw invalid("conversation has no assistant turn (no trainable assistant tokens)");
         }
         if (!ChatMessage.ASSISTANT.equals(lastRole)) {
-            throw invalid("conversation ends with " + lastRole + " turn " + messages.length
-                    + " that has no assistant answer");
+            throw invalid(
+                    "conversation ends with "
+                            + lastRole
+                            + " turn "
+                            + messages.length
+                            + " that has no assistant answer");
         }
     }
 
@@ -64,21 +81,34 @@ final class ConversationRules {
         for (ContentPart part : message.content) {
             if (part.isImage()) {
                 if (!ChatMessage.USER.equals(message.role)) {
-                    throw new RejectedRecordException(RejectReason.PLACEHOLDER_MISMATCH,
-                            "image in " + message.role + " turn " + turn + " (images are only allowed in user turns)");
+                    throw new RejectedRecordException(
+                            RejectReason.PLACEHOLDER_MISMATCH,
+                            "image in "
+                                    + message.role
+                                    + " turn "
+                                    + turn
+                                    + " (images are only allowed in user turns)");
                 }
                 continue;
             }
             for (String token : VISION_TOKENS) {
                 if (part.text.contains(token)) {
-                    throw new RejectedRecordException(RejectReason.PLACEHOLDER_MISMATCH,
-                            message.role + " turn " + turn + " text contains the reserved vision token " + token);
+                    throw new RejectedRecordException(
+                            RejectReason.PLACEHOLDER_MISMATCH,
+                            message.role
+                                    + " turn "
+                                    + turn
+                                    + " text contains the reserved vision token "
+                                    + token);
                 }
             }
             text.append(part.text);
         }
         if (ChatMessage.ASSISTANT.equals(message.role) && text.toString().isBlank()) {
-            throw invalid("assistant turn " + turn + " is empty or whitespace-only (no trainable assistant tokens)");
+            throw invalid(
+                    "assistant turn "
+                            + turn
+                            + " is empty or whitespace-only (no trainable assistant tokens)");
         }
     }
 

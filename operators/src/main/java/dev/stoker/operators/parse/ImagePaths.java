@@ -9,7 +9,10 @@ import java.util.regex.Pattern;
  * root, so that no record can make the job read outside it.
  */
 final class ImagePaths {
-    /** An RFC 3986 scheme followed by a colon: {@code http:}, {@code s3:}, {@code file:}, {@code data:}, {@code C:}. */
+    /**
+     * An RFC 3986 scheme followed by a colon: {@code http:}, {@code s3:}, {@code file:}, {@code
+     * data:}, {@code C:}.
+     */
     private static final Pattern SCHEME = Pattern.compile("^[A-Za-z][A-Za-z0-9+.-]*:");
 
     private ImagePaths() {}
@@ -17,13 +20,14 @@ final class ImagePaths {
     /**
      * Validates {@code path}; {@code where} names its place in the record for the message.
      *
-     * @throws RejectedRecordException {@link RejectReason#INVALID_RECORD} for an empty path,
-     *     {@link RejectReason#UNSAFE_PATH} for an absolute path, a URL scheme, a backslash, a
-     *     control character or {@code ..} segments that leave the dataset root
+     * @throws RejectedRecordException {@link RejectReason#INVALID_RECORD} for an empty path, {@link
+     *     RejectReason#UNSAFE_PATH} for an absolute path, a URL scheme, a backslash, a control
+     *     character or {@code ..} segments that leave the dataset root
      */
     static String requireSafe(String path, String where) throws RejectedRecordException {
         if (path.isBlank()) {
-            throw new RejectedRecordException(RejectReason.INVALID_RECORD, where + ": empty image path");
+            throw new RejectedRecordException(
+                    RejectReason.INVALID_RECORD, where + ": empty image path");
         }
         if (path.indexOf('\\') >= 0) {
             throw unsafe(path, where, "contains a backslash");
@@ -32,10 +36,16 @@ final class ImagePaths {
             throw unsafe(path, where, "contains a control character");
         }
         if (SCHEME.matcher(path).find()) {
-            throw unsafe(path, where, "has a URL scheme or drive prefix; only paths relative to the dataset root are allowed");
+            throw unsafe(
+                    path,
+                    where,
+                    "has a URL scheme or drive prefix; only paths relative to the dataset root are allowed");
         }
         if (path.startsWith("/")) {
-            throw unsafe(path, where, "is absolute; only paths relative to the dataset root are allowed");
+            throw unsafe(
+                    path,
+                    where,
+                    "is absolute; only paths relative to the dataset root are allowed");
         }
         int depth = 0;
         for (String segment : path.split("/", -1)) {
@@ -52,7 +62,7 @@ final class ImagePaths {
     }
 
     private static RejectedRecordException unsafe(String path, String where, String why) {
-        return new RejectedRecordException(RejectReason.UNSAFE_PATH,
-                where + ": image path '" + path + "' " + why);
+        return new RejectedRecordException(
+                RejectReason.UNSAFE_PATH, where + ": image path '" + path + "' " + why);
     }
 }

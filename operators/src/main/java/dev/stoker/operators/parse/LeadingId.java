@@ -13,6 +13,7 @@ import java.io.IOException;
  */
 final class LeadingId {
     private static final JsonFactory JSON = new JsonFactory();
+
     /** Ids longer than this are not ids; stop instead of buffering a huge string. */
     private static final int MAX_ID_CHARS = 1024;
 
@@ -46,7 +47,9 @@ final class LeadingId {
     private static boolean isScalars(String s) {
         for (int i = 0; i < s.length(); i++) {
             char c = s.charAt(i);
-            if (Character.isHighSurrogate(c) && i + 1 < s.length() && Character.isLowSurrogate(s.charAt(i + 1))) {
+            if (Character.isHighSurrogate(c)
+                    && i + 1 < s.length()
+                    && Character.isLowSurrogate(s.charAt(i + 1))) {
                 i++;
             } else if (Character.isSurrogate(c)) {
                 return false;

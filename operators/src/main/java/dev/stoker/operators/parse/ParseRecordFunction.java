@@ -1,11 +1,11 @@
 package dev.stoker.operators.parse;
 
+import dev.stoker.operators.accounting.Accounting;
 import dev.stoker.operators.model.DeadLetter;
 import dev.stoker.operators.model.DeadLetters;
 import dev.stoker.operators.model.JsonlLine;
 import dev.stoker.operators.model.RejectedRecordException;
 import dev.stoker.operators.model.SftRecord;
-import dev.stoker.operators.accounting.Accounting;
 import org.apache.flink.api.common.accumulators.LongCounter;
 import org.apache.flink.api.common.functions.OpenContext;
 import org.apache.flink.metrics.Counter;
@@ -14,8 +14,8 @@ import org.apache.flink.util.Collector;
 
 /**
  * Flink operator wrapping {@link SftRecordParser}: valid lines are emitted as {@link SftRecord}s,
- * rejected ones go to the {@link DeadLetters#TAG} side output as {@link DeadLetter}s (with the record
- * id when it could be read). Every line it sees counts as a record read ({@link
+ * rejected ones go to the {@link DeadLetters#TAG} side output as {@link DeadLetter}s (with the
+ * record id when it could be read). Every line it sees counts as a record read ({@link
  * Accounting#RECORDS_READ}); rejections are counted downstream by {@code DeadLetterAccounting}.
  */
 public class ParseRecordFunction extends ProcessFunction<JsonlLine, SftRecord> {
@@ -38,7 +38,8 @@ public class ParseRecordFunction extends ProcessFunction<JsonlLine, SftRecord> {
         try {
             out.collect(parser.parse(line));
         } catch (RejectedRecordException e) {
-            DeadLetter letter = DeadLetter.of(e instanceof RecordParseException p ? p.ref() : line.ref, e);
+            DeadLetter letter =
+                    DeadLetter.of(e instanceof RecordParseException p ? p.ref() : line.ref, e);
             ctx.output(DeadLetters.TAG, letter);
         }
     }

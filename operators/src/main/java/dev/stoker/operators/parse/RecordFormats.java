@@ -16,19 +16,20 @@ import java.util.Map;
  *   <li>LLaVA: {@code image} (string or array) or {@code images} (array) and {@code conversations}
  *       of {@code {from, value}} with {@code <image>} placeholders;
  *   <li>messages (OpenAI/Qwen): {@code messages} of {@code {role, content}} where content is a list
- *       of {@code {type: text|image|image_url}} parts (text is literal; {@code <image>} in it is not
- *       a placeholder);
+ *       of {@code {type: text|image|image_url}} parts (text is literal; {@code <image>} in it is
+ *       not a placeholder);
  *   <li>LLaMA-Factory/ShareGPT: {@code messages} whose content is a string with {@code <image>}
  *       placeholders, plus a top-level {@code images} array.
  * </ul>
  */
 final class RecordFormats {
-    private static final Map<String, String> ROLES = Map.of(
-            "system", ChatMessage.SYSTEM,
-            "human", ChatMessage.USER,
-            "user", ChatMessage.USER,
-            "gpt", ChatMessage.ASSISTANT,
-            "assistant", ChatMessage.ASSISTANT);
+    private static final Map<String, String> ROLES =
+            Map.of(
+                    "system", ChatMessage.SYSTEM,
+                    "human", ChatMessage.USER,
+                    "user", ChatMessage.USER,
+                    "gpt", ChatMessage.ASSISTANT,
+                    "assistant", ChatMessage.ASSISTANT);
 
     private RecordFormats() {}
 
@@ -64,7 +65,9 @@ final class RecordFormats {
                 builder.addTextWithPlaceholders(content.textValue());
             } else if (content.isArray()) {
                 for (int p = 0; p < content.size(); p++) {
-                    ContentParts.add(builder, requireObject(content.get(p), where + " content[" + p + "]"),
+                    ContentParts.add(
+                            builder,
+                            requireObject(content.get(p), where + " content[" + p + "]"),
                             where + " content[" + p + "]");
                 }
             } else {
@@ -74,21 +77,25 @@ final class RecordFormats {
         return builder;
     }
 
-    private static List<ImageRef> topLevelImages(JsonNode root, String field) throws RejectedRecordException {
+    private static List<ImageRef> topLevelImages(JsonNode root, String field)
+            throws RejectedRecordException {
         JsonNode node = root.get(field);
         List<ImageRef> images = new ArrayList<>();
         if (node == null || node.isNull()) {
             return images;
         }
         if (node.isTextual()) {
-            images.add(new ImageRef(ImagePaths.requireSafe(node.textValue(), "'" + field + "'"), 0, 0));
+            images.add(
+                    new ImageRef(
+                            ImagePaths.requireSafe(node.textValue(), "'" + field + "'"), 0, 0));
         } else if (node.isArray()) {
             for (int i = 0; i < node.size(); i++) {
                 String where = "'" + field + "'[" + i + "]";
                 if (!node.get(i).isTextual()) {
                     throw invalid(where + " must be a string path");
                 }
-                images.add(new ImageRef(ImagePaths.requireSafe(node.get(i).textValue(), where), 0, 0));
+                images.add(
+                        new ImageRef(ImagePaths.requireSafe(node.get(i).textValue(), where), 0, 0));
             }
         } else {
             throw invalid("'" + field + "' must be a string or an array of string paths");
@@ -96,7 +103,8 @@ final class RecordFormats {
         return images;
     }
 
-    private static String role(JsonNode turn, String field, String where) throws RejectedRecordException {
+    private static String role(JsonNode turn, String field, String where)
+            throws RejectedRecordException {
         String raw = requireText(turn, field, where);
         String role = ROLES.get(raw);
         if (role == null) {
@@ -123,7 +131,8 @@ final class RecordFormats {
         return node;
     }
 
-    static String requireText(JsonNode node, String field, String where) throws RejectedRecordException {
+    static String requireText(JsonNode node, String field, String where)
+            throws RejectedRecordException {
         JsonNode value = node.get(field);
         if (value == null || value.isNull()) {
             throw invalid(where + ": '" + field + "' is " + (value == null ? "missing" : "null"));

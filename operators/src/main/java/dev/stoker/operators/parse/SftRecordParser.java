@@ -20,28 +20,33 @@ import java.io.Serializable;
  *
  * <p>Steps: reject a line the source cut ({@link RejectReason#LINE_TOO_LONG}); decode strict UTF-8
  * ({@link RejectReason#INVALID_UTF8} with the byte offset; a leading BOM is stripped); parse JSON
- * with Jackson ({@link RejectReason#MALFORMED_JSON} with Jackson's message and column: syntax errors,
- * unescaped control characters, duplicate keys, trailing content); reject lone surrogate escapes such
- * as {@code \ud800} ({@link RejectReason#INVALID_RECORD}, "invalid Unicode scalar"); read the LLaVA,
- * messages or LLaMA-Factory/ShareGPT layout ({@link RecordFormats}); check placeholders against
- * images ({@link RejectReason#PLACEHOLDER_MISMATCH}), image paths ({@link RejectReason#UNSAFE_PATH})
- * and conversation structure ({@link ConversationRules}).
+ * with Jackson ({@link RejectReason#MALFORMED_JSON} with Jackson's message and column: syntax
+ * errors, unescaped control characters, duplicate keys, trailing content); reject lone surrogate
+ * escapes such as {@code \ud800} ({@link RejectReason#INVALID_RECORD}, "invalid Unicode scalar");
+ * read the LLaVA, messages or LLaMA-Factory/ShareGPT layout ({@link RecordFormats}); check
+ * placeholders against images ({@link RejectReason#PLACEHOLDER_MISMATCH}), image paths ({@link
+ * RejectReason#UNSAFE_PATH}) and conversation structure ({@link ConversationRules}).
  *
- * <p>Jackson's default maximum string length (20,000,000 chars) is lifted: the only record size limit
- * is the source's configured maximum line length, reported as {@code LINE_TOO_LONG}.
+ * <p>Jackson's default maximum string length (20,000,000 chars) is lifted: the only record size
+ * limit is the source's configured maximum line length, reported as {@code LINE_TOO_LONG}.
  *
- * <p>Every rejection is a {@link RecordParseException} carrying the line's {@link RecordRef} (with the
- * record id when it could be read: from the parsed record, or for a line that is cut, not UTF-8 or
- * not JSON, from a top-level {@code "id"} that precedes the defect, see {@link LeadingId}).
+ * <p>Every rejection is a {@link RecordParseException} carrying the line's {@link RecordRef} (with
+ * the record id when it could be read: from the parsed record, or for a line that is cut, not UTF-8
+ * or not JSON, from a top-level {@code "id"} that precedes the defect, see {@link LeadingId}).
  */
 public class SftRecordParser implements Serializable {
     private static final long serialVersionUID = 1L;
 
-    private static final ObjectMapper MAPPER = new ObjectMapper(JsonFactory.builder()
-            .streamReadConstraints(StreamReadConstraints.builder().maxStringLength(Integer.MAX_VALUE).build())
-            .enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION)
-            .build())
-            .enable(DeserializationFeature.FAIL_ON_TRAILING_TOKENS);
+    private static final ObjectMapper MAPPER =
+            new ObjectMapper(
+                            JsonFactory.builder()
+                                    .streamReadConstraints(
+                                            StreamReadConstraints.builder()
+                                                    .maxStringLength(Integer.MAX_VALUE)
+                                                    .build())
+                                    .enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION)
+                                    .build())
+                    .enable(DeserializationFeature.FAIL_ON_TRAILING_TOKENS);
 
     /**
      * Parses and validates one line.
@@ -53,9 +58,15 @@ public class SftRecordParser implements Serializable {
         RecordRef ref = line.ref;
         try {
             if (line.isTruncated()) {
-                throw new RejectedRecordException(RejectReason.LINE_TOO_LONG, "record larger than "
-                        + size(line.bytes.length) + ": line of " + line.originalLength
-                        + " bytes is longer than the maximum line length of " + line.bytes.length + " bytes");
+                throw new RejectedRecordException(
+                        RejectReason.LINE_TOO_LONG,
+                        "record larger than "
+                                + size(line.bytes.length)
+                                + ": line of "
+                                + line.originalLength
+                                + " bytes is longer than the maximum line length of "
+                                + line.bytes.length
+                                + " bytes");
             }
             JsonNode root = readJson(StrictUtf8.decode(line.bytes));
             ref = withId(ref, root);
@@ -76,7 +87,8 @@ public class SftRecordParser implements Serializable {
             throw e;
         } catch (RejectedRecordException e) {
             if (ref.recordId == null) {
-                // a line that is cut, not UTF-8 or not JSON further on may still name itself early on
+                // a line that is cut, not UTF-8 or not JSON further on may still name itself early
+                // on
                 ref = ref.withRecordId(LeadingId.read(line.bytes));
             }
             throw new RecordParseException(ref, e);
@@ -94,8 +106,10 @@ public class SftRecordParser implements Serializable {
         } catch (JsonProcessingException e) {
             JsonLocation at = e.getLocation();
             String column = at == null ? "" : " at column " + at.getColumnNr();
-            throw new RejectedRecordException(RejectReason.MALFORMED_JSON,
-                    "malformed JSON" + column + ": " + e.getOriginalMessage(), e);
+            throw new RejectedRecordException(
+                    RejectReason.MALFORMED_JSON,
+                    "malformed JSON" + column + ": " + e.getOriginalMessage(),
+                    e);
         }
         if (root == null || !root.isObject()) {
             throw RecordFormats.invalid("record is not a JSON object");

@@ -25,9 +25,11 @@ final class StrictUtf8 {
      *     the offending bytes
      */
     static String decode(byte[] bytes) throws RejectedRecordException {
-        CharsetDecoder decoder = StandardCharsets.UTF_8.newDecoder()
-                .onMalformedInput(CodingErrorAction.REPORT)
-                .onUnmappableCharacter(CodingErrorAction.REPORT);
+        CharsetDecoder decoder =
+                StandardCharsets.UTF_8
+                        .newDecoder()
+                        .onMalformedInput(CodingErrorAction.REPORT)
+                        .onUnmappableCharacter(CodingErrorAction.REPORT);
         ByteBuffer in = ByteBuffer.wrap(bytes);
         CharBuffer out = CharBuffer.allocate(bytes.length);
         CoderResult result = decoder.decode(in, out, true);
@@ -36,8 +38,12 @@ final class StrictUtf8 {
         }
         if (result.isError()) {
             int offset = in.position();
-            throw new RejectedRecordException(RejectReason.INVALID_UTF8,
-                    "invalid UTF-8 at byte offset " + offset + ": " + hex(bytes, offset, result.length()));
+            throw new RejectedRecordException(
+                    RejectReason.INVALID_UTF8,
+                    "invalid UTF-8 at byte offset "
+                            + offset
+                            + ": "
+                            + hex(bytes, offset, result.length()));
         }
         out.flip();
         if (out.hasRemaining() && out.charAt(0) == BOM) {

@@ -8,8 +8,8 @@ import java.util.Map;
 
 /**
  * Rejects strings that are not sequences of Unicode scalar values. Strict UTF-8 decoding already
- * excludes encoded surrogates, but JSON escapes such as {@code \ud800} can still produce an unpaired
- * surrogate, which cannot be encoded to UTF-8 and would reach the tokenizer as garbage.
+ * excludes encoded surrogates, but JSON escapes such as {@code \ud800} can still produce an
+ * unpaired surrogate, which cannot be encoded to UTF-8 and would reach the tokenizer as garbage.
  */
 final class UnicodeScalars {
     private UnicodeScalars() {}
@@ -44,11 +44,16 @@ final class UnicodeScalars {
     private static void requireScalars(String s, String path) throws RejectedRecordException {
         for (int i = 0; i < s.length(); i++) {
             char c = s.charAt(i);
-            if (Character.isHighSurrogate(c) && i + 1 < s.length() && Character.isLowSurrogate(s.charAt(i + 1))) {
+            if (Character.isHighSurrogate(c)
+                    && i + 1 < s.length()
+                    && Character.isLowSurrogate(s.charAt(i + 1))) {
                 i++;
             } else if (Character.isSurrogate(c)) {
-                throw new RejectedRecordException(RejectReason.INVALID_RECORD, String.format(
-                        "invalid Unicode scalar: lone surrogate \\u%04x at char %d of %s", (int) c, i, path));
+                throw new RejectedRecordException(
+                        RejectReason.INVALID_RECORD,
+                        String.format(
+                                "invalid Unicode scalar: lone surrogate \\u%04x at char %d of %s",
+                                (int) c, i, path));
             }
         }
     }

@@ -13,8 +13,8 @@ import java.util.Map;
  *
  * <p>Encoding matches HF {@code tokenizer(text, add_special_tokens=False)}: no special tokens are
  * added, added tokens such as {@code <|im_start|>} are recognised in the text, and truncation is
- * off (DJL otherwise silently truncates to 512 tokens). Image blocks are appended as ids
- * ({@code 151652}, N x {@code 151655}, {@code 151653}) instead of encoding N pad strings.
+ * off (DJL otherwise silently truncates to 512 tokens). Image blocks are appended as ids ({@code
+ * 151652}, N x {@code 151655}, {@code 151653}) instead of encoding N pad strings.
  *
  * <p>Not thread-safe to close while in use; one instance per operator subtask.
  */
@@ -25,12 +25,24 @@ public final class ChatTokenizer implements AutoCloseable {
     public static final long VISION_START = 151652;
     public static final long VISION_END = 151653;
     public static final long IMAGE_PAD = 151655;
+
     /** Label value of tokens that are not trained (PyTorch's cross-entropy ignore_index). */
     public static final long IGNORE_INDEX = -100;
 
-    private static final Map<String, Long> EXPECTED_IDS = Map.of(
-            "<|endoftext|>", ENDOFTEXT, "<|im_start|>", IM_START, "<|im_end|>", IM_END,
-            "<|vision_start|>", VISION_START, "<|vision_end|>", VISION_END, "<|image_pad|>", IMAGE_PAD);
+    private static final Map<String, Long> EXPECTED_IDS =
+            Map.of(
+                    "<|endoftext|>",
+                    ENDOFTEXT,
+                    "<|im_start|>",
+                    IM_START,
+                    "<|im_end|>",
+                    IM_END,
+                    "<|vision_start|>",
+                    VISION_START,
+                    "<|vision_end|>",
+                    VISION_END,
+                    "<|image_pad|>",
+                    IMAGE_PAD);
 
     private final HuggingFaceTokenizer tokenizer;
 
@@ -45,18 +57,29 @@ public final class ChatTokenizer implements AutoCloseable {
      * @throws IllegalStateException when a vision or chat token does not map to its Qwen2-VL id
      */
     public static ChatTokenizer open(Path directory) throws IOException {
-        HuggingFaceTokenizer tokenizer = HuggingFaceTokenizer.newInstance(directory.resolve("tokenizer.json"), Map.of(
-                "addSpecialTokens", "false",
-                "truncation", "false",
-                "padding", "false",
-                "modelMaxLength", String.valueOf(Integer.MAX_VALUE)));
+        HuggingFaceTokenizer tokenizer =
+                HuggingFaceTokenizer.newInstance(
+                        directory.resolve("tokenizer.json"),
+                        Map.of(
+                                "addSpecialTokens", "false",
+                                "truncation", "false",
+                                "padding", "false",
+                                "modelMaxLength", String.valueOf(Integer.MAX_VALUE)));
         ChatTokenizer chat = new ChatTokenizer(tokenizer);
         for (Map.Entry<String, Long> token : EXPECTED_IDS.entrySet()) {
             long[] ids = chat.encode(token.getKey());
             if (ids.length != 1 || ids[0] != token.getValue()) {
                 chat.close();
-                throw new IllegalStateException("tokenizer in " + directory + " encodes " + token.getKey() + " as "
-                        + Arrays.toString(ids) + ", expected [" + token.getValue() + "]; not a Qwen2-VL compatible tokenizer");
+                throw new IllegalStateException(
+                        "tokenizer in "
+                                + directory
+                                + " encodes "
+                                + token.getKey()
+                                + " as "
+                                + Arrays.toString(ids)
+                                + ", expected ["
+                                + token.getValue()
+                                + "]; not a Qwen2-VL compatible tokenizer");
             }
         }
         return chat;

@@ -21,12 +21,13 @@ import java.util.List;
  * {@code grid_t*grid_h*grid_w / merge_size^2} of that image (Qwen2VLProcessor's expansion). No
  * generation prompt is added.
  *
- * <p>Label masking follows the official Qwen2.5-VL fine-tuning code (QwenLM/Qwen2.5-VL,
- * {@code qwen-vl-finetune/qwenvl/data/data_qwen.py}, {@code preprocess_qwen_2_visual}): each turn is
+ * <p>Label masking follows the official Qwen2.5-VL fine-tuning code (QwenLM/Qwen2.5-VL, {@code
+ * qwen-vl-finetune/qwenvl/data/data_qwen.py}, {@code preprocess_qwen_2_visual}): each turn is
  * tokenized on its own; system and user turns are entirely -100; in an assistant turn the first
- * {@value #ASSISTANT_HEADER_TOKENS} tokens ({@code <|im_start|>}, {@code assistant}, {@code \n}) are
- * -100 and the rest (content, {@code <|im_end|>}, {@code \n}) are labels. Turns start with the special
- * token {@code <|im_start|>}, so tokenizing per turn gives the same ids as tokenizing the whole text.
+ * {@value #ASSISTANT_HEADER_TOKENS} tokens ({@code <|im_start|>}, {@code assistant}, {@code \n})
+ * are -100 and the rest (content, {@code <|im_end|>}, {@code \n}) are labels. Turns start with the
+ * special token {@code <|im_start|>}, so tokenizing per turn gives the same ids as tokenizing the
+ * whole text.
  *
  * <p>Text is passed to the tokenizer as is. Like the Hugging Face tokenizer, it recognises
  * special-token strings inside dataset text (for example a literal {@code <|im_end|>} becomes id
@@ -37,21 +38,31 @@ public final class QwenChatTemplate implements Serializable {
     private static final long serialVersionUID = 1L;
 
     public static final String DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant.";
-    /** Tokens of an assistant turn's header ({@code <|im_start|>assistant\n}) that are not trained. */
+
+    /**
+     * Tokens of an assistant turn's header ({@code <|im_start|>assistant\n}) that are not trained.
+     */
     public static final int ASSISTANT_HEADER_TOKENS = 3;
 
     /**
      * Renders the record.
      *
-     * @param imagePads number of {@code <|image_pad|>} tokens per image, indexed like
-     *     {@link SftRecord#images}
+     * @param imagePads number of {@code <|image_pad|>} tokens per image, indexed like {@link
+     *     SftRecord#images}
      * @throws IllegalArgumentException when an image part refers to an image without a pad count
      */
     public List<TemplateTurn> render(SftRecord record, int[] imagePads) {
         List<TemplateTurn> turns = new ArrayList<>();
         if (record.messages.length == 0 || !ChatMessage.SYSTEM.equals(record.messages[0].role)) {
-            turns.add(new TemplateTurn(ChatMessage.SYSTEM, List.of(TemplateTurn.Segment.text(
-                    "<|im_start|>system\n" + DEFAULT_SYSTEM_PROMPT + "<|im_end|>\n")), false));
+            turns.add(
+                    new TemplateTurn(
+                            ChatMessage.SYSTEM,
+                            List.of(
+                                    TemplateTurn.Segment.text(
+                                            "<|im_start|>system\n"
+                                                    + DEFAULT_SYSTEM_PROMPT
+                                                    + "<|im_end|>\n")),
+                            false));
         }
         for (ChatMessage message : record.messages) {
             turns.add(renderTurn(message, imagePads));
@@ -64,8 +75,15 @@ public final class QwenChatTemplate implements Serializable {
         long patches = (long) gridT * gridH * gridW;
         long mergeArea = (long) mergeSize * mergeSize;
         if (patches <= 0 || patches % mergeArea != 0) {
-            throw new IllegalArgumentException("image grid (" + gridT + ", " + gridH + ", " + gridW
-                    + ") is not a positive multiple of merge_size^2 = " + mergeArea);
+            throw new IllegalArgumentException(
+                    "image grid ("
+                            + gridT
+                            + ", "
+                            + gridH
+                            + ", "
+                            + gridW
+                            + ") is not a positive multiple of merge_size^2 = "
+                            + mergeArea);
         }
         return Math.toIntExact(patches / mergeArea);
     }
@@ -76,8 +94,12 @@ public final class QwenChatTemplate implements Serializable {
         for (ContentPart part : message.content) {
             if (part.isImage()) {
                 if (part.imageIndex < 0 || part.imageIndex >= imagePads.length) {
-                    throw new IllegalArgumentException("image part refers to image " + part.imageIndex
-                            + " but " + imagePads.length + " images are available");
+                    throw new IllegalArgumentException(
+                            "image part refers to image "
+                                    + part.imageIndex
+                                    + " but "
+                                    + imagePads.length
+                                    + " images are available");
                 }
                 if (text.length() > 0) {
                     segments.add(TemplateTurn.Segment.text(text.toString()));

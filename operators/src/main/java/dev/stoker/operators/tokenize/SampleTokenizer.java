@@ -8,10 +8,10 @@ import dev.stoker.operators.model.SftRecord;
 import dev.stoker.operators.model.TokenizedSample;
 
 /**
- * Turns a {@link PreprocessedRecord} into a {@link TokenizedSample}: renders the chat with
- * {@link QwenChatTemplate}, encodes it with {@link ChatTokenizer}, and concatenates the images'
- * {@code pixel_values} (float32, {@code (sum of t*h*w, patchDim)} row-major) and
- * {@code image_grid_thw} (int64, {@code (num_images, 3)} flattened) in image order.
+ * Turns a {@link PreprocessedRecord} into a {@link TokenizedSample}: renders the chat with {@link
+ * QwenChatTemplate}, encodes it with {@link ChatTokenizer}, and concatenates the images' {@code
+ * pixel_values} (float32, {@code (sum of t*h*w, patchDim)} row-major) and {@code image_grid_thw}
+ * (int64, {@code (num_images, 3)} flattened) in image order.
  */
 public final class SampleTokenizer {
     private final ChatTokenizer tokenizer;
@@ -27,15 +27,20 @@ public final class SampleTokenizer {
     /**
      * Tokenizes one record.
      *
-     * @throws RejectedRecordException {@link RejectReason#TOKENIZATION_FAILED} when the images do not
-     *     match the record (count, grid not divisible by merge_size^2, pixel array size) or the
+     * @throws RejectedRecordException {@link RejectReason#TOKENIZATION_FAILED} when the images do
+     *     not match the record (count, grid not divisible by merge_size^2, pixel array size) or the
      *     tokenizer fails
      */
     public TokenizedSample tokenize(PreprocessedRecord input) throws RejectedRecordException {
         SftRecord record = input.record;
         PreprocessedImage[] images = input.images == null ? new PreprocessedImage[0] : input.images;
         if (images.length != record.images.length) {
-            throw failed(record.images.length + " images referenced but " + images.length + " preprocessed", null);
+            throw failed(
+                    record.images.length
+                            + " images referenced but "
+                            + images.length
+                            + " preprocessed",
+                    null);
         }
         int[] pads = new int[images.length];
         long[] gridThw = new long[images.length * 3];
@@ -44,18 +49,32 @@ public final class SampleTokenizer {
         for (int i = 0; i < images.length; i++) {
             PreprocessedImage image = images[i];
             try {
-                pads[i] = QwenChatTemplate.imagePadCount(image.gridT, image.gridH, image.gridW, mergeSize);
+                pads[i] =
+                        QwenChatTemplate.imagePadCount(
+                                image.gridT, image.gridH, image.gridW, mergeSize);
             } catch (IllegalArgumentException e) {
-                throw failed("image " + i + " (" + record.images[i].path + "): " + e.getMessage(), e);
+                throw failed(
+                        "image " + i + " (" + record.images[i].path + "): " + e.getMessage(), e);
             }
             int rows = image.numPatches();
             if (image.pixelValues == null) {
-                throw failed("image " + i + " (" + record.images[i].path + ") has no pixel values", null);
+                throw failed(
+                        "image " + i + " (" + record.images[i].path + ") has no pixel values",
+                        null);
             }
             if (image.pixelValues.length % rows != 0
                     || (patchDim >= 0 && image.pixelValues.length / rows != patchDim)) {
-                throw failed("image " + i + " (" + record.images[i].path + ") has " + image.pixelValues.length
-                        + " pixel values for " + rows + " patches; expected a multiple shared by all images", null);
+                throw failed(
+                        "image "
+                                + i
+                                + " ("
+                                + record.images[i].path
+                                + ") has "
+                                + image.pixelValues.length
+                                + " pixel values for "
+                                + rows
+                                + " patches; expected a multiple shared by all images",
+                        null);
             }
             patchDim = image.pixelValues.length / rows;
             gridThw[3 * i] = image.gridT;
@@ -75,7 +94,8 @@ public final class SampleTokenizer {
             System.arraycopy(image.pixelValues, 0, pixels, offset, image.pixelValues.length);
             offset += image.pixelValues.length;
         }
-        return new TokenizedSample(record.ref, encoded.inputIds(), encoded.labels(), pixels, gridThw);
+        return new TokenizedSample(
+                record.ref, encoded.inputIds(), encoded.labels(), pixels, gridThw);
     }
 
     private static RejectedRecordException failed(String message, Throwable cause) {

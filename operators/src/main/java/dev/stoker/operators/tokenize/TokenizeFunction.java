@@ -12,8 +12,8 @@ import org.apache.flink.util.Collector;
 
 /**
  * Flink operator that renders the Qwen2-VL chat template, tokenizes it with label masking and
- * attaches the images' {@code pixel_values} and {@code image_grid_thw} (see {@link SampleTokenizer}).
- * The tokenizer is loaded in {@link #open(OpenContext)} from a directory holding
+ * attaches the images' {@code pixel_values} and {@code image_grid_thw} (see {@link
+ * SampleTokenizer}). The tokenizer is loaded in {@link #open(OpenContext)} from a directory holding
  * {@code tokenizer.json} and closed in {@link #close()}. Records that cannot be tokenized go to the
  * {@link DeadLetters#TAG} side output with {@code TOKENIZATION_FAILED}.
  */
@@ -26,7 +26,8 @@ public class TokenizeFunction extends ProcessFunction<PreprocessedRecord, Tokeni
     private transient SampleTokenizer samples;
 
     /**
-     * @param tokenizerDir directory containing {@code tokenizer.json}, readable on every TaskManager
+     * @param tokenizerDir directory containing {@code tokenizer.json}, readable on every
+     *     TaskManager
      * @param mergeSize the vision merge size (2 for Qwen2-VL, Qwen2.5-VL and Qwen3-VL)
      */
     public TokenizeFunction(String tokenizerDir, int mergeSize) {
@@ -44,7 +45,8 @@ public class TokenizeFunction extends ProcessFunction<PreprocessedRecord, Tokeni
     }
 
     @Override
-    public void processElement(PreprocessedRecord record, Context ctx, Collector<TokenizedSample> out) {
+    public void processElement(
+            PreprocessedRecord record, Context ctx, Collector<TokenizedSample> out) {
         try {
             out.collect(samples.tokenize(record));
         } catch (RejectedRecordException e) {

@@ -27,7 +27,8 @@ class BatchAssemblerTest {
                 new long[0]);
     }
 
-    private static List<TrainingBatch> run(BatchPlan plan, List<SlotResult> input) throws Exception {
+    private static List<TrainingBatch> run(BatchPlan plan, List<SlotResult> input)
+            throws Exception {
         try (KeyedOneInputStreamOperatorTestHarness<Integer, SlotResult, TrainingBatch> harness =
                 new KeyedOneInputStreamOperatorTestHarness<>(
                         new KeyedProcessOperator<>(new BatchAssembler(plan)),
@@ -38,7 +39,9 @@ class BatchAssemblerTest {
             for (SlotResult slot : input) {
                 harness.processElement(slot, t++);
             }
-            assertThat(harness.numKeyedStateEntries()).as("state is cleared once every batch is out").isZero();
+            assertThat(harness.numKeyedStateEntries())
+                    .as("state is cleared once every batch is out")
+                    .isZero();
             return harness.extractOutputValues();
         }
     }
@@ -52,7 +55,10 @@ class BatchAssemblerTest {
         BatchPlan plan = new BatchPlan(10, 2, 3); // 2 steps, 2 padding slots (10, 11)
         List<SlotResult> input = new ArrayList<>();
         for (long i = 0; i < 10; i++) {
-            input.add(i == 4 ? SlotResult.empty(i) : SlotResult.of(sample(i))); // record 4 was dead-lettered
+            input.add(
+                    i == 4
+                            ? SlotResult.empty(i)
+                            : SlotResult.of(sample(i))); // record 4 was dead-lettered
         }
         input.add(SlotResult.empty(10));
         input.add(SlotResult.empty(11));
@@ -61,7 +67,11 @@ class BatchAssemblerTest {
         List<TrainingBatch> out = run(plan, input);
 
         assertThat(out).hasSize(4);
-        out.sort((a, b) -> a.step != b.step ? Long.compare(a.step, b.step) : Integer.compare(a.rank, b.rank));
+        out.sort(
+                (a, b) ->
+                        a.step != b.step
+                                ? Long.compare(a.step, b.step)
+                                : Integer.compare(a.rank, b.rank));
         assertThat(indices(out.get(0))).containsExactly(0, 1, 2);
         assertThat(indices(out.get(1))).containsExactly(3, 5); // slot of record 4 stays empty
         assertThat(indices(out.get(2))).containsExactly(6, 7, 8);
@@ -74,7 +84,14 @@ class BatchAssemblerTest {
     @Test
     void aBatchIsEmittedOnlyWhenAllItsSlotsAreResolved() throws Exception {
         BatchPlan plan = new BatchPlan(4, 1, 2);
-        List<TrainingBatch> out = run(plan, List.of(SlotResult.of(sample(1)), SlotResult.of(sample(2)), SlotResult.of(sample(0)), SlotResult.empty(3)));
+        List<TrainingBatch> out =
+                run(
+                        plan,
+                        List.of(
+                                SlotResult.of(sample(1)),
+                                SlotResult.of(sample(2)),
+                                SlotResult.of(sample(0)),
+                                SlotResult.empty(3)));
         assertThat(out).extracting(b -> b.step).containsExactly(0L, 1L);
         assertThat(indices(out.get(1))).containsExactly(2);
     }

@@ -13,7 +13,8 @@ class BatchPlanTest {
     void mapsIndicesRankMajorWithinAStep() {
         BatchPlan plan = new BatchPlan(10, 2, 3); // 6 samples per step
         assertThat(plan.numSteps()).isEqualTo(2);
-        // step 0: rank 0 slots 0..2 = indices 0..2, rank 1 = 3..5; step 1: rank 0 = 6..8, rank 1 = 9..11
+        // step 0: rank 0 slots 0..2 = indices 0..2, rank 1 = 3..5; step 1: rank 0 = 6..8, rank 1 =
+        // 9..11
         assertThat(plan.stepOf(5)).isZero();
         assertThat(plan.rankOf(5)).isEqualTo(1);
         assertThat(plan.stepOf(6)).isEqualTo(1);
@@ -48,7 +49,9 @@ class BatchPlanTest {
 
     @Test
     void rejectsNonPositiveSizes() {
-        assertThatThrownBy(() -> new BatchPlan(10, 0, 3)).isInstanceOf(IllegalArgumentException.class);
-        assertThatThrownBy(() -> new BatchPlan(10, 2, 0)).isInstanceOf(IllegalArgumentException.class);
+        assertThatThrownBy(() -> new BatchPlan(10, 0, 3))
+                .isInstanceOf(IllegalArgumentException.class);
+        assertThatThrownBy(() -> new BatchPlan(10, 2, 0))
+                .isInstanceOf(IllegalArgumentException.class);
     }
 }

@@ -32,7 +32,8 @@ class BicubicResamplerTest {
     @Test
     void halvingAStepMatchesHandComputedPillowWeights() {
         // Output x=0: centre 1.0, taps at source 0..3 with weights k((x+0.5-1)/2) =
-        // {0.8671875, 0.8671875, 0.2265625, -0.0703125} (sum 1.890625): 255 * 0.15625 / 1.890625 = 21.07.
+        // {0.8671875, 0.8671875, 0.2265625, -0.0703125} (sum 1.890625): 255 * 0.15625 / 1.890625 =
+        // 21.07.
         // Output x=1 mirrors it: 255 * 1.734375 / 1.890625 = 233.93.
         RgbImage src = gray(new int[] {0, 0, 255, 255}, 4, 1);
         RgbImage out = resampler.resize(src, 2, 1);
@@ -102,12 +103,16 @@ class BicubicResamplerTest {
                 }
             }
         }
-        assertThat(maxDiff).as("max diff %dx%d -> %dx%d", src.width(), src.height(), w, h).isLessThanOrEqualTo(1);
+        assertThat(maxDiff)
+                .as("max diff %dx%d -> %dx%d", src.width(), src.height(), w, h)
+                .isLessThanOrEqualTo(1);
         // Exact .5 ties (common on the synthetic checker) may round either way in fixed point.
         assertThat((double) totalDiff / (w * h * 3)).as("mean diff").isLessThan(0.05);
     }
 
-    /** Dense weight matrix [out][in] of Pillow's antialiased bicubic filter, normalised per output. */
+    /**
+     * Dense weight matrix [out][in] of Pillow's antialiased bicubic filter, normalised per output.
+     */
     private static double[][] weights(int in, int out) {
         double scale = (double) in / out;
         double fs = Math.max(1.0, scale);
@@ -118,7 +123,8 @@ class BicubicResamplerTest {
             for (int i = 0; i < in; i++) {
                 double dist = Math.abs(i + 0.5 - center) / fs;
                 // Pillow takes taps from round(center - support) to round(center + support) only.
-                boolean inWindow = i >= (int) (center - 2 * fs + 0.5) && i < (int) (center + 2 * fs + 0.5);
+                boolean inWindow =
+                        i >= (int) (center - 2 * fs + 0.5) && i < (int) (center + 2 * fs + 0.5);
                 k[o][i] = inWindow ? cubic(dist) : 0;
                 sum += k[o][i];
             }

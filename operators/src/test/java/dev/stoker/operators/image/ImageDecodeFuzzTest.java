@@ -29,8 +29,11 @@ class ImageDecodeFuzzTest {
 
     @FuzzTest(maxDuration = "60s")
     void process(byte[] bytes) {
-        PreprocessedImage image = FuzzContract.call(
-                Duration.ofSeconds(10), () -> PROCESSOR.process(bytes, null), RejectedRecordException.class);
+        PreprocessedImage image =
+                FuzzContract.call(
+                        Duration.ofSeconds(10),
+                        () -> PROCESSOR.process(bytes, null),
+                        RejectedRecordException.class);
         if (image != null) {
             assertThat(image.gridT).isEqualTo(1);
             assertThat(image.gridH).isPositive().isEven();

@@ -33,16 +33,30 @@ class ImageDecoderTest {
             JsonNode row = mapper.readTree(line);
             String file = row.get("dataset").asText() + "/" + row.get("path").asText();
             RgbImage img = decode(file);
-            assertThat(img.width()).as(file + " width").isEqualTo(row.get("width_after_exif").asInt());
-            assertThat(img.height()).as(file + " height").isEqualTo(row.get("height_after_exif").asInt());
+            assertThat(img.width())
+                    .as(file + " width")
+                    .isEqualTo(row.get("width_after_exif").asInt());
+            assertThat(img.height())
+                    .as(file + " height")
+                    .isEqualTo(row.get("height_after_exif").asInt());
             decoded++;
         }
         assertThat(decoded).isEqualTo(51);
     }
 
     @ParameterizedTest
-    @ValueSource(strings = {"orient_1.jpg", "orient_2.jpg", "orient_3.jpg", "orient_4.jpg", "orient_5.jpg",
-        "orient_6.jpg", "orient_7.jpg", "orient_8.jpg", "orient_6_in_png_exif.png"})
+    @ValueSource(
+            strings = {
+                "orient_1.jpg",
+                "orient_2.jpg",
+                "orient_3.jpg",
+                "orient_4.jpg",
+                "orient_5.jpg",
+                "orient_6.jpg",
+                "orient_7.jpg",
+                "orient_8.jpg",
+                "orient_6_in_png_exif.png"
+            })
     void exifOrientationIsApplied(String name) throws Exception {
         RgbImage img = decode("bad-inputs/exif-orientation/images/" + name);
         assertThat(img.width()).isEqualTo(60);
@@ -54,7 +68,12 @@ class ImageDecoderTest {
     }
 
     @ParameterizedTest
-    @ValueSource(strings = {"rgba_hidden_green.png", "rgba_black_transparent.png", "rgba_hidden_green.webp"})
+    @ValueSource(
+            strings = {
+                "rgba_hidden_green.png",
+                "rgba_black_transparent.png",
+                "rgba_hidden_green.webp"
+            })
     void transparentPixelsBecomeWhiteAndOpaqueCentreStaysRed(String name) throws Exception {
         RgbImage img = decode("bad-inputs/alpha-compositing/images/" + name);
         assertColour(img, 0, 0, 255, 255, 255, 0);
@@ -62,15 +81,24 @@ class ImageDecoderTest {
         assertColour(img, img.width() / 2, img.height() / 2, 255, 0, 0, 0);
         for (int y = 0; y < img.height(); y++) {
             for (int x = 0; x < img.width(); x++) {
-                boolean white = img.get(x, y, 0) == 255 && img.get(x, y, 1) == 255 && img.get(x, y, 2) == 255;
-                boolean red = img.get(x, y, 0) == 255 && img.get(x, y, 1) == 0 && img.get(x, y, 2) == 0;
+                boolean white =
+                        img.get(x, y, 0) == 255
+                                && img.get(x, y, 1) == 255
+                                && img.get(x, y, 2) == 255;
+                boolean red =
+                        img.get(x, y, 0) == 255 && img.get(x, y, 1) == 0 && img.get(x, y, 2) == 0;
                 assertThat(white || red).as("%s pixel %d,%d is white or red", name, x, y).isTrue();
             }
         }
     }
 
     @ParameterizedTest
-    @ValueSource(strings = {"la_transparent_border.png", "palette_trns.png", "gif_transparent_index.gif"})
+    @ValueSource(
+            strings = {
+                "la_transparent_border.png",
+                "palette_trns.png",
+                "gif_transparent_index.gif"
+            })
     void otherTransparencyKindsCompositeOnWhite(String name) throws Exception {
         RgbImage img = decode("bad-inputs/alpha-compositing/images/" + name);
         assertColour(img, 0, 0, 255, 255, 255, 0);
@@ -93,7 +121,8 @@ class ImageDecoderTest {
     void grayscaleBecomesThreeEqualChannelsAtFullRange() throws Exception {
         String dir = "bad-inputs/grayscale-variants/images/";
         assertThat(grayLevels(decode(dir + "gray1bit_checker.png"))).containsExactly(0, 255);
-        assertThat(grayLevels(decode(dir + "gray2bit_levels.png"))).containsExactly(0, 85, 170, 255);
+        assertThat(grayLevels(decode(dir + "gray2bit_levels.png")))
+                .containsExactly(0, 85, 170, 255);
         Set<Integer> four = grayLevels(decode(dir + "gray4bit_levels.png"));
         assertThat(four).hasSize(16).allMatch(v -> v % 17 == 0);
         assertThat(grayLevels(decode(dir + "gray8.png")).size()).isGreaterThan(16);
@@ -103,18 +132,28 @@ class ImageDecoderTest {
     @Test
     void cmykJpegsAreNotInverted() throws Exception {
         String dir = "bad-inputs/cmyk-jpeg/images/";
-        assertThat(meanAbsDiff(decode(dir + "cmyk_adobe.jpg"), decode(dir + "reference_rgb.png"))).isLessThanOrEqualTo(12);
-        assertThat(meanAbsDiff(decode(dir + "pil_sample_cmyk.jpg"), decode(dir + "pil_sample_rgb_reference.jpg")))
+        assertThat(meanAbsDiff(decode(dir + "cmyk_adobe.jpg"), decode(dir + "reference_rgb.png")))
+                .isLessThanOrEqualTo(12);
+        assertThat(
+                        meanAbsDiff(
+                                decode(dir + "pil_sample_cmyk.jpg"),
+                                decode(dir + "pil_sample_rgb_reference.jpg")))
                 .isLessThanOrEqualTo(12);
     }
 
     @ParameterizedTest
-    @ValueSource(strings = {"png_20000x20000_1bit.png:20000x20000", "gif_65535x65535_header.gif:65535x65535",
-        "jpeg_sof_60000x60000.jpg:60000x60000"})
+    @ValueSource(
+            strings = {
+                "png_20000x20000_1bit.png:20000x20000",
+                "gif_65535x65535_header.gif:65535x65535",
+                "jpeg_sof_60000x60000.jpg:60000x60000"
+            })
     void decompressionBombsAreRejectedFromTheHeader(String spec) {
         String[] parts = spec.split(":");
         long start = System.nanoTime();
-        assertRejected("bad-inputs/decompression-bomb/images/" + parts[0], RejectReason.IMAGE_TOO_MANY_PIXELS)
+        assertRejected(
+                        "bad-inputs/decompression-bomb/images/" + parts[0],
+                        RejectReason.IMAGE_TOO_MANY_PIXELS)
                 .hasMessageContaining("image too large")
                 .hasMessageContaining(parts[1])
                 .hasMessageContaining("limit 178956970");
@@ -139,13 +178,17 @@ class ImageDecoderTest {
     @Test
     void truncatedAndDamagedFilesAreRejectedWithTheCause() {
         String dir = "bad-inputs/truncated-files/images/";
-        assertRejected(dir + "truncated_60pct.jpg", RejectReason.CORRUPT_IMAGE).hasMessageContaining("truncated JPEG");
+        assertRejected(dir + "truncated_60pct.jpg", RejectReason.CORRUPT_IMAGE)
+                .hasMessageContaining("truncated JPEG");
         assertRejected(dir + "truncated_progressive_50pct.jpg", RejectReason.CORRUPT_IMAGE)
                 .hasMessageContaining("truncated JPEG");
-        assertRejected(dir + "truncated_in_idat.png", RejectReason.CORRUPT_IMAGE).hasMessageContaining("truncated");
-        assertRejected(dir + "idat_crc_mismatch.png", RejectReason.CORRUPT_IMAGE).hasMessageContaining("CRC mismatch");
+        assertRejected(dir + "truncated_in_idat.png", RejectReason.CORRUPT_IMAGE)
+                .hasMessageContaining("truncated");
+        assertRejected(dir + "idat_crc_mismatch.png", RejectReason.CORRUPT_IMAGE)
+                .hasMessageContaining("CRC mismatch");
         assertRejected(dir + "empty.jpg", RejectReason.CORRUPT_IMAGE).hasMessageContaining("empty");
-        assertRejected(dir + "s3_error_body.jpg", RejectReason.UNSUPPORTED_IMAGE).hasMessageContaining("text");
+        assertRejected(dir + "s3_error_body.jpg", RejectReason.UNSUPPORTED_IMAGE)
+                .hasMessageContaining("text");
     }
 
     @Test
@@ -158,23 +201,28 @@ class ImageDecoderTest {
     }
 
     /**
-     * Found by ImageDecodeFuzzTest: an 83-byte lossless WebP (64x64) whose Huffman codes run past the
-     * end of the data. TwelveMonkeys' bit reader swallows the EOFException and reads zero bits, so the
-     * decode spun for minutes; the decoder's stream now fails after repeated reads at the end.
+     * Found by ImageDecodeFuzzTest: an 83-byte lossless WebP (64x64) whose Huffman codes run past
+     * the end of the data. TwelveMonkeys' bit reader swallows the EOFException and reads zero bits,
+     * so the decode spun for minutes; the decoder's stream now fails after repeated reads at the
+     * end.
      */
     @Test
     void webpThatReadsPastItsEndIsCorruptAndFast() throws Exception {
         byte[] bytes;
-        try (var in = getClass().getResourceAsStream(
-                "ImageDecodeFuzzTestInputs/process/crash-aa07b4c9ae5c0589b24604aa1648704d84927cac")) {
+        try (var in =
+                getClass()
+                        .getResourceAsStream(
+                                "ImageDecodeFuzzTestInputs/process/crash-aa07b4c9ae5c0589b24604aa1648704d84927cac")) {
             bytes = in.readAllBytes();
         }
         long start = System.nanoTime();
         assertThatThrownBy(() -> decoder.decode(bytes, LIMIT))
-                .isInstanceOfSatisfying(RejectedRecordException.class, e -> {
-                    assertThat(e.reason()).isEqualTo(RejectReason.CORRUPT_IMAGE);
-                    assertThat(e.getMessage()).contains("WEBP 64x64", "read past the end");
-                });
+                .isInstanceOfSatisfying(
+                        RejectedRecordException.class,
+                        e -> {
+                            assertThat(e.reason()).isEqualTo(RejectReason.CORRUPT_IMAGE);
+                            assertThat(e.getMessage()).contains("WEBP 64x64", "read past the end");
+                        });
         assertThat(System.nanoTime() - start).as("decode time (ns)").isLessThan(5_000_000_000L);
     }
 
@@ -199,15 +247,18 @@ class ImageDecoderTest {
         assertThat(img.height()).isEqualTo(245);
     }
 
-    private AbstractThrowableAssert<?, ? extends Throwable> assertRejected(String relative, RejectReason reason) {
+    private AbstractThrowableAssert<?, ? extends Throwable> assertRejected(
+            String relative, RejectReason reason) {
         byte[] bytes = SharedData.bytes(relative);
         AbstractThrowableAssert<?, ? extends Throwable> a =
-                assertThatThrownBy(() -> decoder.decode(bytes, LIMIT)).isInstanceOf(RejectedRecordException.class);
+                assertThatThrownBy(() -> decoder.decode(bytes, LIMIT))
+                        .isInstanceOf(RejectedRecordException.class);
         a.extracting(e -> ((RejectedRecordException) e).reason()).isEqualTo(reason);
         return a;
     }
 
-    private static void assertColour(RgbImage img, int x, int y, int r, int g, int b, int tolerance) {
+    private static void assertColour(
+            RgbImage img, int x, int y, int r, int g, int b, int tolerance) {
         int[] actual = {img.get(x, y, 0), img.get(x, y, 1), img.get(x, y, 2)};
         int[] expected = {r, g, b};
         for (int c = 0; c < 3; c++) {

@@ -25,12 +25,17 @@ class PreprocessImagesFunctionTest {
 
     @Test
     void routesRecordsAndDeadLetters() throws Exception {
-        OneInputStreamOperatorTestHarness<Either<DeadLetter, FetchedRecord>, PreprocessedRecord> harness =
-                ProcessFunctionTestHarnesses.forProcessFunction(new PreprocessImagesFunction(new QwenVisionConfig()));
+        OneInputStreamOperatorTestHarness<Either<DeadLetter, FetchedRecord>, PreprocessedRecord>
+                harness =
+                        ProcessFunctionTestHarnesses.forProcessFunction(
+                                new PreprocessImagesFunction(new QwenVisionConfig()));
 
-        DeadLetter upstream = new DeadLetter(ref(1), RejectReason.IMAGE_NOT_FOUND, "image 1 of 1: 'a.jpg' not found");
+        DeadLetter upstream =
+                new DeadLetter(
+                        ref(1), RejectReason.IMAGE_NOT_FOUND, "image 1 of 1: 'a.jpg' not found");
         harness.processElement(Either.Left(upstream), 0L);
-        harness.processElement(Either.Right(fetched(ref(2), "photos/hopper.jpg", "gray/camera.png")), 0L);
+        harness.processElement(
+                Either.Right(fetched(ref(2), "photos/hopper.jpg", "gray/camera.png")), 0L);
         harness.processElement(Either.Right(new FetchedRecord(record(ref(3)), new byte[0][])), 0L);
         FetchedRecord bad = fetched(ref(4), "photos/hopper.jpg", "photos/hopper.jpg");
         bad.record.images[1].path = "images/broken.png";
@@ -47,16 +52,18 @@ class PreprocessImagesFunctionTest {
         assertThat(out.get(0).images[1].pixelValues).hasSize(36 * 36 * 1176);
         assertThat(out.get(1).images).isEmpty();
 
-        List<DeadLetter> dead = harness.getSideOutput(DeadLetters.TAG).stream()
-                .map(StreamRecord::getValue)
-                .collect(Collectors.toList());
+        List<DeadLetter> dead =
+                harness.getSideOutput(DeadLetters.TAG).stream()
+                        .map(StreamRecord::getValue)
+                        .collect(Collectors.toList());
         assertThat(dead).hasSize(2);
         assertThat(dead.get(0).ref).isEqualTo(ref(1));
         assertThat(dead.get(0).reason).isEqualTo(RejectReason.IMAGE_NOT_FOUND);
         assertThat(dead.get(0).message).isEqualTo(upstream.message);
         assertThat(dead.get(1).ref).isEqualTo(ref(4));
         assertThat(dead.get(1).reason).isEqualTo(RejectReason.UNSUPPORTED_IMAGE);
-        assertThat(dead.get(1).message).startsWith("image 2 of 2 'images/broken.png': not a supported image");
+        assertThat(dead.get(1).message)
+                .startsWith("image 2 of 2 'images/broken.png': not a supported image");
         harness.close();
     }
 

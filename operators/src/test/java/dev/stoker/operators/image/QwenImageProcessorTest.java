@@ -27,8 +27,10 @@ class QwenImageProcessorTest {
     @Test
     void realImageHasHuggingFaceShapes() throws Exception {
         // chelsea_cat.png is 451x300; smart_resize_reference.jsonl gives 448 wide x 308 high.
-        PreprocessedImage out = processor.process(
-                SharedData.bytes("llava-style/images/photos/chelsea_cat.png"), new ImageRef("cat.png", 0, 0));
+        PreprocessedImage out =
+                processor.process(
+                        SharedData.bytes("llava-style/images/photos/chelsea_cat.png"),
+                        new ImageRef("cat.png", 0, 0));
         assertThat(out.gridT).isEqualTo(1);
         assertThat(out.gridH).isEqualTo(308 / 14);
         assertThat(out.gridW).isEqualTo(448 / 14);
@@ -39,8 +41,10 @@ class QwenImageProcessorTest {
     @Test
     void perImageMaxPixelsOverrideIsUsed() throws Exception {
         // landmark.jpg is 2506x1698; with max_pixels 1003520 the reference table gives 1204x812.
-        PreprocessedImage out = processor.process(
-                SharedData.bytes("qwen-messages/images/photos/landmark.jpg"), new ImageRef("l.jpg", 0, 1003520));
+        PreprocessedImage out =
+                processor.process(
+                        SharedData.bytes("qwen-messages/images/photos/landmark.jpg"),
+                        new ImageRef("l.jpg", 0, 1003520));
         assertThat(out.gridH).isEqualTo(812 / 14);
         assertThat(out.gridW).isEqualTo(1204 / 14);
         assertThat(out.pixelValues).hasSize(58 * 86 * 1176);
@@ -48,8 +52,12 @@ class QwenImageProcessorTest {
 
     @Test
     void extremeAspectIsRejected() {
-        assertThatThrownBy(() -> processor.process(
-                        SharedData.bytes("bad-inputs/extreme-aspect/images/w10_h2100.png"), new ImageRef("x", 0, 0)))
+        assertThatThrownBy(
+                        () ->
+                                processor.process(
+                                        SharedData.bytes(
+                                                "bad-inputs/extreme-aspect/images/w10_h2100.png"),
+                                        new ImageRef("x", 0, 0)))
                 .isInstanceOf(RejectedRecordException.class)
                 .hasMessageContaining("aspect ratio 210.0 > 200")
                 .extracting(e -> ((RejectedRecordException) e).reason())
@@ -66,8 +74,10 @@ class QwenImageProcessorTest {
         // Patch row 0 is the top-left 14x14 patch (white); row 2 the bottom-left one (black).
         for (int c = 0; c < 3; c++) {
             for (int i = 0; i < 2 * 196; i++) {
-                assertThat((double) out.pixelValues[c * 392 + i]).isCloseTo((1 - MEAN[c]) / STD[c], within());
-                assertThat((double) out.pixelValues[2 * 1176 + c * 392 + i]).isCloseTo(-MEAN[c] / STD[c], within());
+                assertThat((double) out.pixelValues[c * 392 + i])
+                        .isCloseTo((1 - MEAN[c]) / STD[c], within());
+                assertThat((double) out.pixelValues[2 * 1176 + c * 392 + i])
+                        .isCloseTo(-MEAN[c] / STD[c], within());
             }
         }
     }
@@ -119,7 +129,9 @@ class QwenImageProcessorTest {
             int c = flat / (w * h) % 3;
             int v = px[(y * w + x) * 3 + c] & 0xFF;
             double expected = (v / 255.0 - MEAN[c]) / STD[c];
-            assertThat((double) out.pixelValues[o]).as("element %d", o).isCloseTo(expected, within());
+            assertThat((double) out.pixelValues[o])
+                    .as("element %d", o)
+                    .isCloseTo(expected, within());
         }
     }
 

@@ -32,7 +32,9 @@ class SmartResizeTest {
             for (String[] s : SETTINGS) {
                 JsonNode expected = row.get(s[0]);
                 int factor = Integer.parseInt(s[1]);
-                int[] hw = SmartResize.compute(h, w, factor, Long.parseLong(s[2]), Long.parseLong(s[3]));
+                int[] hw =
+                        SmartResize.compute(
+                                h, w, factor, Long.parseLong(s[2]), Long.parseLong(s[3]));
                 String what = row.get("path").asText() + " " + s[0];
                 assertThat(hw[0]).as(what + " h").isEqualTo(expected.get("h").asInt());
                 assertThat(hw[1]).as(what + " w").isEqualTo(expected.get("w").asInt());

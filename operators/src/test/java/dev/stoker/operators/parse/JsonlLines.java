@@ -9,7 +9,10 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 
-/** Test stand-in for the JSONL source: splits raw bytes on LF, strips a trailing CR, skips blank lines. */
+/**
+ * Test stand-in for the JSONL source: splits raw bytes on LF, strips a trailing CR, skips blank
+ * lines.
+ */
 final class JsonlLines {
     private JsonlLines() {}
 

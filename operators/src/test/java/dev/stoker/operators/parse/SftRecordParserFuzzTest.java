@@ -13,21 +13,28 @@ import dev.stoker.operators.model.SftRecord;
 import java.time.Duration;
 
 /**
- * Fuzzes {@link SftRecordParser#parse} with arbitrary line bytes: it must return a consistent record
- * or throw {@link RejectedRecordException}, never anything else, and never hang. Without {@code
- * JAZZER_FUZZ} this runs over the seed corpus in {@code SftRecordParserFuzzTestInputs/parse} (real
- * lines of every record layout and the bad-encoding cases) as a regular test; see docs/fuzzing.md.
+ * Fuzzes {@link SftRecordParser#parse} with arbitrary line bytes: it must return a consistent
+ * record or throw {@link RejectedRecordException}, never anything else, and never hang. Without
+ * {@code JAZZER_FUZZ} this runs over the seed corpus in {@code SftRecordParserFuzzTestInputs/parse}
+ * (real lines of every record layout and the bad-encoding cases) as a regular test; see
+ * docs/fuzzing.md.
  */
 class SftRecordParserFuzzTest {
     private static final SftRecordParser PARSER = new SftRecordParser();
 
     @FuzzTest(maxDuration = "60s")
     void parse(byte[] bytes) {
-        JsonlLine line = new JsonlLine(new RecordRef("fuzz.jsonl", 1, 0, null), bytes, bytes.length);
-        SftRecord record = FuzzContract.call(Duration.ofSeconds(10), () -> PARSER.parse(line), RejectedRecordException.class);
+        JsonlLine line =
+                new JsonlLine(new RecordRef("fuzz.jsonl", 1, 0, null), bytes, bytes.length);
+        SftRecord record =
+                FuzzContract.call(
+                        Duration.ofSeconds(10),
+                        () -> PARSER.parse(line),
+                        RejectedRecordException.class);
         if (record != null) {
             assertThat(record.messages).isNotEmpty();
-            assertThat(record.messages[record.messages.length - 1].role).isEqualTo(ChatMessage.ASSISTANT);
+            assertThat(record.messages[record.messages.length - 1].role)
+                    .isEqualTo(ChatMessage.ASSISTANT);
             int imageParts = 0;
             for (ChatMessage m : record.messages) {
                 for (ContentPart p : m.content) {

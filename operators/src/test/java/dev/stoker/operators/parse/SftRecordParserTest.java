@@ -27,14 +27,18 @@ class SftRecordParserTest {
     @ParameterizedTest
     @CsvSource({"llava-style, 38", "qwen-messages, 19", "llamafactory-sharegpt, 6"})
     void everyLineOfTheSampleDatasetsParses(String dataset, int records) throws Exception {
-        List<JsonlLine> lines = JsonlLines.read(SharedData.root().resolve(dataset).resolve("train.jsonl"));
+        List<JsonlLine> lines =
+                JsonlLines.read(SharedData.root().resolve(dataset).resolve("train.jsonl"));
         assertThat(lines).hasSize(records);
         for (JsonlLine line : lines) {
             SftRecord record = parser.parse(line);
             assertThat(record.ref.recordId).isNotBlank();
             assertThat(record.ref.line).isEqualTo(line.ref.line);
-            long imageParts = Arrays.stream(record.messages)
-                    .flatMap(m -> Arrays.stream(m.content)).filter(ContentPart::isImage).count();
+            long imageParts =
+                    Arrays.stream(record.messages)
+                            .flatMap(m -> Arrays.stream(m.content))
+                            .filter(ContentPart::isImage)
+                            .count();
             assertThat(imageParts).as(record.ref.recordId).isEqualTo(record.images.length);
         }
     }
@@ -42,11 +46,17 @@ class SftRecordParserTest {
     @Test
     void llavaThreeImagesInOrderBeforeTheQuestion() throws Exception {
         SftRecord r = record("llava-style", "llava-0036");
-        assertThat(r.images).extracting(i -> i.path).containsExactly(
-                "images/photos/hopper.jpg", "images/gray/hopper_gray.jpg", "images/webp/hopper.webp");
+        assertThat(r.images)
+                .extracting(i -> i.path)
+                .containsExactly(
+                        "images/photos/hopper.jpg",
+                        "images/gray/hopper_gray.jpg",
+                        "images/webp/hopper.webp");
         assertThat(r.messages).extracting(m -> m.role).containsExactly("user", "assistant");
         ContentPart[] user = r.messages[0].content;
-        assertThat(user).extracting(p -> p.type).containsExactly("image", "text", "image", "text", "image", "text");
+        assertThat(user)
+                .extracting(p -> p.type)
+                .containsExactly("image", "text", "image", "text", "image", "text");
         assertThat(user).extracting(p -> p.imageIndex).containsExactly(0, -1, 1, -1, 2, -1);
         assertThat(user[5].text).isEqualTo("\nWhich of these three pictures is not in colour?");
     }
@@ -54,7 +64,8 @@ class SftRecordParserTest {
     @Test
     void llavaThreeTurnsWithOneImage() throws Exception {
         SftRecord r = record("llava-style", "llava-0038");
-        assertThat(r.messages).extracting(m -> m.role)
+        assertThat(r.messages)
+                .extracting(m -> m.role)
                 .containsExactly("user", "assistant", "user", "assistant", "user", "assistant");
         assertThat(r.images).hasSize(1);
         assertThat(r.messages[4].content[0].text).isEqualTo("Give the image a one-line caption.");
@@ -70,7 +81,9 @@ class SftRecordParserTest {
     @Test
     void messagesWithSystemPromptAndPerImageMaxPixels() throws Exception {
         SftRecord r = record("qwen-messages", "msg-0002");
-        assertThat(r.messages).extracting(m -> m.role).containsExactly("system", "user", "assistant");
+        assertThat(r.messages)
+                .extracting(m -> m.role)
+                .containsExactly("system", "user", "assistant");
         assertThat(r.images).hasSize(1);
         assertThat(r.images[0].path).isEqualTo("images/photos/origamis.jpg");
         assertThat(r.images[0].maxPixels).isEqualTo(401408);
@@ -79,11 +92,19 @@ class SftRecordParserTest {
 
     @Test
     void messagesThreeImagesImageUrlAndPlainStrings() throws Exception {
-        assertThat(record("qwen-messages", "msg-0015").images).extracting(i -> i.path).containsExactly(
-                "images/photos/landmark.jpg", "images/photos/origamis.jpg", "images/photos/cakes.png");
+        assertThat(record("qwen-messages", "msg-0015").images)
+                .extracting(i -> i.path)
+                .containsExactly(
+                        "images/photos/landmark.jpg",
+                        "images/photos/origamis.jpg",
+                        "images/photos/cakes.png");
         SftRecord url = record("qwen-messages", "msg-0016");
-        assertThat(url.images).extracting(i -> i.path).containsExactly("images/drawings/items_actually_webp.png");
-        assertThat(url.messages[0].content).extracting(p -> p.type).containsExactly("text", "image");
+        assertThat(url.images)
+                .extracting(i -> i.path)
+                .containsExactly("images/drawings/items_actually_webp.png");
+        assertThat(url.messages[0].content)
+                .extracting(p -> p.type)
+                .containsExactly("text", "image");
         SftRecord plain = record("qwen-messages", "msg-0018");
         assertThat(plain.images).isEmpty();
         assertThat(plain.messages[0].content[0].text)
@@ -93,18 +114,22 @@ class SftRecordParserTest {
     @Test
     void shareGptSameImageTwiceAtStartAndEndOfTurns() throws Exception {
         SftRecord r = record("llamafactory-sharegpt", "lf-0001");
-        assertThat(r.images).extracting(i -> i.path).containsExactly("images/1.jpg", "images/1.jpg");
+        assertThat(r.images)
+                .extracting(i -> i.path)
+                .containsExactly("images/1.jpg", "images/1.jpg");
         assertThat(r.messages).hasSize(4);
         assertThat(r.messages[0].content).extracting(p -> p.type).containsExactly("image", "text");
         assertThat(r.messages[0].content[1].text).isEqualTo("Who are they?");
         assertThat(r.messages[2].content).extracting(p -> p.type).containsExactly("text", "image");
         assertThat(r.messages[2].content[1].imageIndex).isEqualTo(1);
-        assertThat(record("llamafactory-sharegpt", "lf-0004").messages[0].content[1].text).isEqualTo("他们是谁？");
+        assertThat(record("llamafactory-sharegpt", "lf-0004").messages[0].content[1].text)
+                .isEqualTo("他们是谁？");
     }
 
     @Test
     void badEncodingLinesAsTheReadmeSays() throws Exception {
-        Map<Long, Outcome> byLine = outcomesByLine(Path.of("bad-inputs", "bad-encoding-jsonl", "train.jsonl"));
+        Map<Long, Outcome> byLine =
+                outcomesByLine(Path.of("bad-inputs", "bad-encoding-jsonl", "train.jsonl"));
         assertThat(byLine.keySet()).containsExactlyInAnyOrder(1L, 2L, 3L, 5L, 6L, 8L, 9L, 10L, 11L);
         assertThat(byLine.get(1L).id()).isEqualTo("enc-1-ok");
         assertThat(byLine.get(5L).id()).isEqualTo("enc-5-crlf");
@@ -132,17 +157,33 @@ class SftRecordParserTest {
     }
 
     @ParameterizedTest
-    @ValueSource(strings = {"{\"a\": 1,", "{\"id\": {\"x\": 1}, ", "[\"id\", \"x\"", "{\"id\": \"\\ud800\", ",
-        "{\"conversations\": [], \"x\": ", "", "{\"id\": tru"})
+    @ValueSource(
+            strings = {
+                "{\"a\": 1,",
+                "{\"id\": {\"x\": 1}, ",
+                "[\"id\", \"x\"",
+                "{\"id\": \"\\ud800\", ",
+                "{\"conversations\": [], \"x\": ",
+                "",
+                "{\"id\": tru"
+            })
     void noLeadingIdWhenNoneCanBeRead(String text) {
         assertThatThrownBy(() -> parser.parse(line(text.getBytes(StandardCharsets.UTF_8))))
-                .isInstanceOfSatisfying(RecordParseException.class, e -> assertThat(e.ref().recordId).isNull());
+                .isInstanceOfSatisfying(
+                        RecordParseException.class, e -> assertThat(e.ref().recordId).isNull());
     }
 
     @Test
     void leadingIdAfterOtherFieldsAndNumericIds() {
-        assertThatThrownBy(() -> parser.parse(line("{\"image\": [\"a.jpg\"], \"id\": 42, \"x\": ".getBytes(StandardCharsets.UTF_8))))
-                .isInstanceOfSatisfying(RecordParseException.class, e -> assertThat(e.ref().recordId).isEqualTo("42"));
+        assertThatThrownBy(
+                        () ->
+                                parser.parse(
+                                        line(
+                                                "{\"image\": [\"a.jpg\"], \"id\": 42, \"x\": "
+                                                        .getBytes(StandardCharsets.UTF_8))))
+                .isInstanceOfSatisfying(
+                        RecordParseException.class,
+                        e -> assertThat(e.ref().recordId).isEqualTo("42"));
     }
 
     @Test
@@ -153,7 +194,8 @@ class SftRecordParserTest {
 
     @Test
     void bomIsStrippedAndCarriageReturnTolerated() throws Exception {
-        String json = "{\"id\": 7, \"conversations\": [{\"from\": \"human\", \"value\": \"Hi\"}, {\"from\": \"gpt\", \"value\": \"Hello\"}]}";
+        String json =
+                "{\"id\": 7, \"conversations\": [{\"from\": \"human\", \"value\": \"Hi\"}, {\"from\": \"gpt\", \"value\": \"Hello\"}]}";
         SftRecord r = parser.parse(line(("\uFEFF" + json + "\r").getBytes(StandardCharsets.UTF_8)));
         assertThat(r.ref.recordId).isEqualTo("7");
         assertThat(r.images).isEmpty();
@@ -163,15 +205,19 @@ class SftRecordParserTest {
     void placeholderMismatchCasesAsTheReadmeSays() throws Exception {
         Map<String, Outcome> byId = new HashMap<>();
         for (String file : new String[] {"train.jsonl", "train_messages.jsonl"}) {
-            for (Outcome o : outcomesByLine(Path.of("bad-inputs", "placeholder-mismatch", file)).values()) {
+            for (Outcome o :
+                    outcomesByLine(Path.of("bad-inputs", "placeholder-mismatch", file)).values()) {
                 byId.put(o.id(), o);
             }
         }
         assertThat(byId).hasSize(14);
-        byId.forEach((id, o) -> {
-            boolean valid = List.of("ph-0", "ph-5", "ph-6", "ph-8", "phm-0", "phm-1").contains(id.replaceAll("^(phm?-\\d+).*", "$1"));
-            assertThat(o.reason() == null).as(id + ": " + o.message()).isEqualTo(valid);
-        });
+        byId.forEach(
+                (id, o) -> {
+                    boolean valid =
+                            List.of("ph-0", "ph-5", "ph-6", "ph-8", "phm-0", "phm-1")
+                                    .contains(id.replaceAll("^(phm?-\\d+).*", "$1"));
+                    assertThat(o.reason() == null).as(id + ": " + o.message()).isEqualTo(valid);
+                });
         assertMismatch(byId, "ph-1-no-placeholder", "0 placeholders vs 1 images");
         assertMismatch(byId, "ph-2-two-placeholders-one-image", "2 placeholders vs 1 images");
         assertMismatch(byId, "ph-3-placeholder-in-assistant", "image in assistant turn 2");
@@ -184,91 +230,151 @@ class SftRecordParserTest {
 
     @Test
     void literalImageTagInMessagesTextStaysText() throws Exception {
-        SftRecord r = record(Path.of("bad-inputs", "placeholder-mismatch", "train_messages.jsonl"), "phm-1-literal-image-tag-in-text");
+        SftRecord r =
+                record(
+                        Path.of("bad-inputs", "placeholder-mismatch", "train_messages.jsonl"),
+                        "phm-1-literal-image-tag-in-text");
         assertThat(r.images).hasSize(1);
         assertThat(r.messages[0].content[1].text).contains("the tag <image> marks");
-        SftRecord twice = record(Path.of("bad-inputs", "placeholder-mismatch", "train.jsonl"), "ph-5-same-image-twice");
-        assertThat(twice.images).extracting(i -> i.path).containsExactly("images/cat.jpg", "images/cat.jpg");
+        SftRecord twice =
+                record(
+                        Path.of("bad-inputs", "placeholder-mismatch", "train.jsonl"),
+                        "ph-5-same-image-twice");
+        assertThat(twice.images)
+                .extracting(i -> i.path)
+                .containsExactly("images/cat.jpg", "images/cat.jpg");
     }
 
     @Test
     void emptyTurnCasesAsTheReadmeSays() throws Exception {
         Map<String, Outcome> byId = new HashMap<>();
-        for (Outcome o : outcomesByLine(Path.of("bad-inputs", "empty-turns", "train.jsonl")).values()) {
+        for (Outcome o :
+                outcomesByLine(Path.of("bad-inputs", "empty-turns", "train.jsonl")).values()) {
             byId.put(o.id().replaceAll("^(empty-\\d+).*", "$1"), o);
         }
         assertThat(byId).hasSize(12);
         assertThat(byId.get("empty-0").reason()).isNull();
         assertThat(byId.get("empty-11").reason()).isNull();
-        Map<String, String> expected = Map.of(
-                "empty-1", "no trainable assistant tokens",
-                "empty-2", "no trainable assistant tokens",
-                "empty-3", "ends with user turn 3",
-                "empty-4", "'conversations' is missing",
-                "empty-5", "no messages",
-                "empty-6", "'value' is null",
-                "empty-7", "unknown role 'bot'",
-                "empty-8", "roles out of order: turn 2",
-                "empty-9", "roles out of order: turn 1",
-                "empty-10", "no assistant turn");
-        expected.forEach((id, fragment) -> {
-            assertThat(byId.get(id).reason()).as(id).isEqualTo(RejectReason.INVALID_RECORD);
-            assertThat(byId.get(id).message()).as(id).contains(fragment);
-        });
+        Map<String, String> expected =
+                Map.of(
+                        "empty-1", "no trainable assistant tokens",
+                        "empty-2", "no trainable assistant tokens",
+                        "empty-3", "ends with user turn 3",
+                        "empty-4", "'conversations' is missing",
+                        "empty-5", "no messages",
+                        "empty-6", "'value' is null",
+                        "empty-7", "unknown role 'bot'",
+                        "empty-8", "roles out of order: turn 2",
+                        "empty-9", "roles out of order: turn 1",
+                        "empty-10", "no assistant turn");
+        expected.forEach(
+                (id, fragment) -> {
+                    assertThat(byId.get(id).reason()).as(id).isEqualTo(RejectReason.INVALID_RECORD);
+                    assertThat(byId.get(id).message()).as(id).contains(fragment);
+                });
     }
 
     @Test
     void emptyTextPartBesideAnImageIsDropped() throws Exception {
-        SftRecord r = record(Path.of("bad-inputs", "empty-turns", "train.jsonl"), "empty-11-messages-empty-text-part");
+        SftRecord r =
+                record(
+                        Path.of("bad-inputs", "empty-turns", "train.jsonl"),
+                        "empty-11-messages-empty-text-part");
         assertThat(r.messages[0].content).extracting(p -> p.type).containsExactly("image");
     }
 
     @Test
     void longLinesWithinTheLimitParseAndLongerOnesAreRejected() throws Exception {
         int limit = 8 << 20;
-        List<JsonlLine> lines = JsonlLines.read(SharedData.root().resolve("bad-inputs/long-lines/train.jsonl"));
+        List<JsonlLine> lines =
+                JsonlLines.read(SharedData.root().resolve("bad-inputs/long-lines/train.jsonl"));
         assertThat(lines).hasSize(4);
         SftRecord long1 = parser.parse(lines.get(1));
         assertThat(long1.ref.recordId).isEqualTo("long-1-5.2M-chars");
         assertThat(long1.messages[1].content[0].text.length()).isEqualTo(5_200_000);
-        JsonlLine cut = new JsonlLine(lines.get(2).ref, Arrays.copyOf(lines.get(2).bytes, limit), lines.get(2).bytes.length);
-        assertThatThrownBy(() -> parser.parse(cut)).isInstanceOfSatisfying(RejectedRecordException.class, e -> {
-            assertThat(e.reason()).isEqualTo(RejectReason.LINE_TOO_LONG);
-            assertThat(e.getMessage()).contains(String.valueOf(limit)).startsWith("record larger than 8 MiB");
-            assertThat(((RecordParseException) e).ref().recordId).isEqualTo("long-2-9M-chars");
-        });
+        JsonlLine cut =
+                new JsonlLine(
+                        lines.get(2).ref,
+                        Arrays.copyOf(lines.get(2).bytes, limit),
+                        lines.get(2).bytes.length);
+        assertThatThrownBy(() -> parser.parse(cut))
+                .isInstanceOfSatisfying(
+                        RejectedRecordException.class,
+                        e -> {
+                            assertThat(e.reason()).isEqualTo(RejectReason.LINE_TOO_LONG);
+                            assertThat(e.getMessage())
+                                    .contains(String.valueOf(limit))
+                                    .startsWith("record larger than 8 MiB");
+                            assertThat(((RecordParseException) e).ref().recordId)
+                                    .isEqualTo("long-2-9M-chars");
+                        });
         assertThat(parser.parse(lines.get(3)).ref.recordId).isEqualTo("long-3-ok-after");
     }
 
     @ParameterizedTest
-    @ValueSource(strings = {"/etc/passwd", "../secret.jpg", "images/../../x.jpg", "images\\\\..\\\\x.jpg",
-        "http://example.com/x.jpg", "s3://bucket/x.jpg", "file:///etc/passwd", "data:image/png;base64,AAAA", "C:/x.jpg"})
+    @ValueSource(
+            strings = {
+                "/etc/passwd",
+                "../secret.jpg",
+                "images/../../x.jpg",
+                "images\\\\..\\\\x.jpg",
+                "http://example.com/x.jpg",
+                "s3://bucket/x.jpg",
+                "file:///etc/passwd",
+                "data:image/png;base64,AAAA",
+                "C:/x.jpg"
+            })
     void unsafePathsAreRejectedInEveryFormat(String path) {
-        String llava = "{\"image\": \"" + path + "\", \"conversations\": [{\"from\": \"human\", \"value\": \"<image>Hi\"}, {\"from\": \"gpt\", \"value\": \"Yo\"}]}";
-        String part = "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image\", \"image\": \"" + path + "\"}]}, {\"role\": \"assistant\", \"content\": \"Yo\"}]}";
-        String url = "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\", \"image_url\": {\"url\": \"" + path + "\"}}]}, {\"role\": \"assistant\", \"content\": \"Yo\"}]}";
-        String shareGpt = "{\"messages\": [{\"role\": \"user\", \"content\": \"<image>Hi\"}, {\"role\": \"assistant\", \"content\": \"Yo\"}], \"images\": [\"" + path + "\"]}";
+        String llava =
+                "{\"image\": \""
+                        + path
+                        + "\", \"conversations\": [{\"from\": \"human\", \"value\": \"<image>Hi\"}, {\"from\": \"gpt\", \"value\": \"Yo\"}]}";
+        String part =
+                "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image\", \"image\": \""
+                        + path
+                        + "\"}]}, {\"role\": \"assistant\", \"content\": \"Yo\"}]}";
+        String url =
+                "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\", \"image_url\": {\"url\": \""
+                        + path
+                        + "\"}}]}, {\"role\": \"assistant\", \"content\": \"Yo\"}]}";
+        String shareGpt =
+                "{\"messages\": [{\"role\": \"user\", \"content\": \"<image>Hi\"}, {\"role\": \"assistant\", \"content\": \"Yo\"}], \"images\": [\""
+                        + path
+                        + "\"]}";
         for (String json : List.of(llava, part, url, shareGpt)) {
-            assertRejected(json.getBytes(StandardCharsets.UTF_8), RejectReason.UNSAFE_PATH, "image path");
+            assertRejected(
+                    json.getBytes(StandardCharsets.UTF_8), RejectReason.UNSAFE_PATH, "image path");
         }
     }
 
     @Test
     void dotSegmentsThatStayInsideTheRootAreAllowed() throws Exception {
-        String json = "{\"image\": \"images/a/../b/./c.jpg\", \"conversations\": [{\"from\": \"human\", \"value\": \"<image>Hi\"}, {\"from\": \"gpt\", \"value\": \"Yo\"}]}";
-        assertThat(parser.parse(line(json.getBytes(StandardCharsets.UTF_8))).images[0].path).isEqualTo("images/a/../b/./c.jpg");
+        String json =
+                "{\"image\": \"images/a/../b/./c.jpg\", \"conversations\": [{\"from\": \"human\", \"value\": \"<image>Hi\"}, {\"from\": \"gpt\", \"value\": \"Yo\"}]}";
+        assertThat(parser.parse(line(json.getBytes(StandardCharsets.UTF_8))).images[0].path)
+                .isEqualTo("images/a/../b/./c.jpg");
     }
 
     @Test
     void visionTokensInTextAreRejected() {
-        String json = "{\"conversations\": [{\"from\": \"human\", \"value\": \"Hi <|image_pad|>\"}, {\"from\": \"gpt\", \"value\": \"Yo\"}]}";
-        assertRejected(json.getBytes(StandardCharsets.UTF_8), RejectReason.PLACEHOLDER_MISMATCH, "user turn 1 text contains the reserved vision token <|image_pad|>");
+        String json =
+                "{\"conversations\": [{\"from\": \"human\", \"value\": \"Hi <|image_pad|>\"}, {\"from\": \"gpt\", \"value\": \"Yo\"}]}";
+        assertRejected(
+                json.getBytes(StandardCharsets.UTF_8),
+                RejectReason.PLACEHOLDER_MISMATCH,
+                "user turn 1 text contains the reserved vision token <|image_pad|>");
     }
 
     @Test
     void malformedJsonNamesTheColumn() {
-        assertRejected("{\"id\": 1,, }".getBytes(StandardCharsets.UTF_8), RejectReason.MALFORMED_JSON, "at column 10");
-        assertRejected("{\"id\": 1} {}".getBytes(StandardCharsets.UTF_8), RejectReason.MALFORMED_JSON, "malformed JSON");
+        assertRejected(
+                "{\"id\": 1,, }".getBytes(StandardCharsets.UTF_8),
+                RejectReason.MALFORMED_JSON,
+                "at column 10");
+        assertRejected(
+                "{\"id\": 1} {}".getBytes(StandardCharsets.UTF_8),
+                RejectReason.MALFORMED_JSON,
+                "malformed JSON");
     }
 
     private record Outcome(String id, RejectReason reason, String message) {}
@@ -279,7 +385,8 @@ class SftRecordParserTest {
             try {
                 byLine.put(line.ref.line, new Outcome(parser.parse(line).ref.recordId, null, null));
             } catch (RecordParseException e) {
-                byLine.put(line.ref.line, new Outcome(e.ref().recordId, e.reason(), e.getMessage()));
+                byLine.put(
+                        line.ref.line, new Outcome(e.ref().recordId, e.reason(), e.getMessage()));
             }
         }
         return byLine;
@@ -305,10 +412,13 @@ class SftRecordParserTest {
     }
 
     private void assertRejected(byte[] bytes, RejectReason reason, String fragment) {
-        assertThatThrownBy(() -> parser.parse(line(bytes))).isInstanceOfSatisfying(RejectedRecordException.class, e -> {
-            assertThat(e.reason()).isEqualTo(reason);
-            assertThat(e.getMessage()).contains(fragment);
-        });
+        assertThatThrownBy(() -> parser.parse(line(bytes)))
+                .isInstanceOfSatisfying(
+                        RejectedRecordException.class,
+                        e -> {
+                            assertThat(e.reason()).isEqualTo(reason);
+                            assertThat(e.getMessage()).contains(fragment);
+                        });
     }
 
     private static JsonlLine line(byte[] bytes) {

@@ -37,18 +37,28 @@ class ChatTokenizerTest {
     @Test
     void reproducesEveryReferenceEncoding() throws Exception {
         ObjectMapper mapper = new ObjectMapper();
-        List<String> lines = Files.readAllLines(tokenizerDir().resolve("reference_encodings.jsonl"), StandardCharsets.UTF_8);
+        List<String> lines =
+                Files.readAllLines(
+                        tokenizerDir().resolve("reference_encodings.jsonl"),
+                        StandardCharsets.UTF_8);
         assertThat(lines).hasSize(10);
         for (String line : lines) {
             JsonNode ref = mapper.readTree(line);
-            long[] expected = StreamSupport.stream(ref.get("ids").spliterator(), false).mapToLong(JsonNode::longValue).toArray();
-            assertThat(tokenizer.encode(ref.get("text").textValue())).as(ref.get("text").textValue()).containsExactly(expected);
+            long[] expected =
+                    StreamSupport.stream(ref.get("ids").spliterator(), false)
+                            .mapToLong(JsonNode::longValue)
+                            .toArray();
+            assertThat(tokenizer.encode(ref.get("text").textValue()))
+                    .as(ref.get("text").textValue())
+                    .containsExactly(expected);
         }
     }
 
     @Test
     void threeThousandImagePadsAreNotTruncated() {
-        long[] ids = tokenizer.encode("<|vision_start|>" + "<|image_pad|>".repeat(3000) + "<|vision_end|>");
+        long[] ids =
+                tokenizer.encode(
+                        "<|vision_start|>" + "<|image_pad|>".repeat(3000) + "<|vision_end|>");
         assertThat(ids).hasSize(3002);
         assertThat(ids[0]).isEqualTo(151652);
         assertThat(ids[3001]).isEqualTo(151653);
@@ -68,7 +78,9 @@ class ChatTokenizerTest {
 
     @Test
     void rejectsATokenizerWithoutQwenVisionTokens(@TempDir Path dir) throws Exception {
-        Files.writeString(dir.resolve("tokenizer.json"), """
+        Files.writeString(
+                dir.resolve("tokenizer.json"),
+                """
                 {"version": "1.0", "truncation": null, "padding": null,
                  "added_tokens": [{"id": 0, "content": "<|image_pad|>", "single_word": false, "lstrip": false,
                    "rstrip": false, "normalized": false, "special": true}],

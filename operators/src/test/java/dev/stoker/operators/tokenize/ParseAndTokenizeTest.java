@@ -33,20 +33,32 @@ class ParseAndTokenizeTest {
 
     @Test
     void shareGptRecordWithTheSameImageInTwoTurns() throws Exception {
-        List<String> lines = Files.readAllLines(
-                SharedData.root().resolve("llamafactory-sharegpt/train.jsonl"), StandardCharsets.UTF_8);
+        List<String> lines =
+                Files.readAllLines(
+                        SharedData.root().resolve("llamafactory-sharegpt/train.jsonl"),
+                        StandardCharsets.UTF_8);
         byte[] bytes = lines.get(0).getBytes(StandardCharsets.UTF_8);
-        SftRecord record = new SftRecordParser().parse(new JsonlLine(new RecordRef("lf", 1, 0, null), bytes, bytes.length));
-        PreprocessedImage[] images = {QwenChatTemplateTest.image(1, 2, 4, 1176), QwenChatTemplateTest.image(1, 2, 4, 1176)};
-        TokenizedSample sample = new SampleTokenizer(tokenizer, new QwenChatTemplate(), 2)
-                .tokenize(new PreprocessedRecord(record, images));
+        SftRecord record =
+                new SftRecordParser()
+                        .parse(new JsonlLine(new RecordRef("lf", 1, 0, null), bytes, bytes.length));
+        PreprocessedImage[] images = {
+            QwenChatTemplateTest.image(1, 2, 4, 1176), QwenChatTemplateTest.image(1, 2, 4, 1176)
+        };
+        TokenizedSample sample =
+                new SampleTokenizer(tokenizer, new QwenChatTemplate(), 2)
+                        .tokenize(new PreprocessedRecord(record, images));
 
         String image = "<|vision_start|><|image_pad|><|image_pad|><|vision_end|>";
-        String expected = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
-                + "<|im_start|>user\n" + image + "Who are they?<|im_end|>\n"
-                + "<|im_start|>assistant\nThey're Kane and Gretzka from Bayern Munich.<|im_end|>\n"
-                + "<|im_start|>user\nWhat are they doing?" + image + "<|im_end|>\n"
-                + "<|im_start|>assistant\nThey are celebrating on the soccer field.<|im_end|>\n";
+        String expected =
+                "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+                        + "<|im_start|>user\n"
+                        + image
+                        + "Who are they?<|im_end|>\n"
+                        + "<|im_start|>assistant\nThey're Kane and Gretzka from Bayern Munich.<|im_end|>\n"
+                        + "<|im_start|>user\nWhat are they doing?"
+                        + image
+                        + "<|im_end|>\n"
+                        + "<|im_start|>assistant\nThey are celebrating on the soccer field.<|im_end|>\n";
         assertThat(sample.ref.recordId).isEqualTo("lf-0001");
         assertThat(sample.inputIds).containsExactly(tokenizer.encode(expected));
         assertThat(sample.imageGridThw).containsExactly(1, 2, 4, 1, 2, 4);

@@ -21,7 +21,8 @@ import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 
 class QwenChatTemplateTest {
-    private static final String DEFAULT_SYSTEM = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n";
+    private static final String DEFAULT_SYSTEM =
+            "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n";
     private static ChatTokenizer tokenizer;
     private static SampleTokenizer samples;
 
@@ -38,18 +39,28 @@ class QwenChatTemplateTest {
 
     @Test
     void twoTurnsWithOneImageMatchTheHandWrittenRendering() throws Exception {
-        SftRecord record = record(
-                new ChatMessage("user", ContentPart.image(0), ContentPart.text("Describe this image.")),
-                new ChatMessage("assistant", ContentPart.text("A cat.")),
-                new ChatMessage("user", ContentPart.text("And the colour?")),
-                new ChatMessage("assistant", ContentPart.text("Grey.")));
-        TokenizedSample sample = samples.tokenize(new PreprocessedRecord(record, new PreprocessedImage[] {image(1, 4, 6, 3)}));
+        SftRecord record =
+                record(
+                        new ChatMessage(
+                                "user",
+                                ContentPart.image(0),
+                                ContentPart.text("Describe this image.")),
+                        new ChatMessage("assistant", ContentPart.text("A cat.")),
+                        new ChatMessage("user", ContentPart.text("And the colour?")),
+                        new ChatMessage("assistant", ContentPart.text("Grey.")));
+        TokenizedSample sample =
+                samples.tokenize(
+                        new PreprocessedRecord(
+                                record, new PreprocessedImage[] {image(1, 4, 6, 3)}));
 
-        String expected = DEFAULT_SYSTEM
-                + "<|im_start|>user\n<|vision_start|>" + "<|image_pad|>".repeat(6) + "<|vision_end|>Describe this image.<|im_end|>\n"
-                + "<|im_start|>assistant\nA cat.<|im_end|>\n"
-                + "<|im_start|>user\nAnd the colour?<|im_end|>\n"
-                + "<|im_start|>assistant\nGrey.<|im_end|>\n";
+        String expected =
+                DEFAULT_SYSTEM
+                        + "<|im_start|>user\n<|vision_start|>"
+                        + "<|image_pad|>".repeat(6)
+                        + "<|vision_end|>Describe this image.<|im_end|>\n"
+                        + "<|im_start|>assistant\nA cat.<|im_end|>\n"
+                        + "<|im_start|>user\nAnd the colour?<|im_end|>\n"
+                        + "<|im_start|>assistant\nGrey.<|im_end|>\n";
         assertThat(sample.inputIds).containsExactly(tokenizer.encode(expected));
         assertThat(LongStream.of(sample.inputIds).filter(id -> id == 151655).count()).isEqualTo(6);
         assertLabelsTrainExactly(sample, "A cat.<|im_end|>\n", "Grey.<|im_end|>\n");
@@ -58,15 +69,21 @@ class QwenChatTemplateTest {
 
     @Test
     void assistantHeadersAreMaskedPerTurn() throws Exception {
-        SftRecord record = record(
-                new ChatMessage("user", ContentPart.text("Hi")),
-                new ChatMessage("assistant", ContentPart.text("Hello")),
-                new ChatMessage("user", ContentPart.text("Bye")),
-                new ChatMessage("assistant", ContentPart.text("See you")));
-        TokenizedSample sample = samples.tokenize(new PreprocessedRecord(record, new PreprocessedImage[0]));
+        SftRecord record =
+                record(
+                        new ChatMessage("user", ContentPart.text("Hi")),
+                        new ChatMessage("assistant", ContentPart.text("Hello")),
+                        new ChatMessage("user", ContentPart.text("Bye")),
+                        new ChatMessage("assistant", ContentPart.text("See you")));
+        TokenizedSample sample =
+                samples.tokenize(new PreprocessedRecord(record, new PreprocessedImage[0]));
         for (int i = 0; i + 2 < sample.inputIds.length; i++) {
             if (sample.inputIds[i] == 151644 && sample.inputIds[i + 1] == 77091) {
-                assertThat(new long[] {sample.labels[i], sample.labels[i + 1], sample.labels[i + 2]}).containsOnly(-100L);
+                assertThat(
+                                new long[] {
+                                    sample.labels[i], sample.labels[i + 1], sample.labels[i + 2]
+                                })
+                        .containsOnly(-100L);
                 assertThat(sample.inputIds[i + 2]).isEqualTo(198);
                 assertThat(sample.labels[i + 3]).isEqualTo(sample.inputIds[i + 3]);
             }
@@ -78,13 +95,16 @@ class QwenChatTemplateTest {
 
     @Test
     void givenSystemPromptReplacesTheDefault() throws Exception {
-        SftRecord record = record(
-                new ChatMessage("system", ContentPart.text("Be brief.")),
-                new ChatMessage("user", ContentPart.text("Hi")),
-                new ChatMessage("assistant", ContentPart.text("Hello")));
-        TokenizedSample sample = samples.tokenize(new PreprocessedRecord(record, new PreprocessedImage[0]));
-        String expected = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
-                + "<|im_start|>assistant\nHello<|im_end|>\n";
+        SftRecord record =
+                record(
+                        new ChatMessage("system", ContentPart.text("Be brief.")),
+                        new ChatMessage("user", ContentPart.text("Hi")),
+                        new ChatMessage("assistant", ContentPart.text("Hello")));
+        TokenizedSample sample =
+                samples.tokenize(new PreprocessedRecord(record, new PreprocessedImage[0]));
+        String expected =
+                "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                        + "<|im_start|>assistant\nHello<|im_end|>\n";
         assertThat(sample.inputIds).containsExactly(tokenizer.encode(expected));
         assertLabelsTrainExactly(sample, "Hello<|im_end|>\n");
     }
@@ -92,60 +112,113 @@ class QwenChatTemplateTest {
     @Test
     void defaultSystemPromptIsAddedOnlyWhenAbsent() {
         QwenChatTemplate template = new QwenChatTemplate();
-        List<TemplateTurn> withDefault = template.render(record(
-                new ChatMessage("user", ContentPart.text("Hi")), new ChatMessage("assistant", ContentPart.text("Yo"))), new int[0]);
-        assertThat(withDefault).extracting(TemplateTurn::role).containsExactly("system", "user", "assistant");
-        assertThat(withDefault.get(0).segments()).containsExactly(TemplateTurn.Segment.text(DEFAULT_SYSTEM));
-        assertThat(withDefault).extracting(TemplateTurn::trained).containsExactly(false, false, true);
-        List<TemplateTurn> given = template.render(record(new ChatMessage("system", ContentPart.text("S")),
-                new ChatMessage("user", ContentPart.text("Hi")), new ChatMessage("assistant", ContentPart.text("Yo"))), new int[0]);
-        assertThat(given).extracting(TemplateTurn::role).containsExactly("system", "user", "assistant");
-        assertThat(given.get(0).segments()).containsExactly(TemplateTurn.Segment.text("<|im_start|>system\nS<|im_end|>\n"));
+        List<TemplateTurn> withDefault =
+                template.render(
+                        record(
+                                new ChatMessage("user", ContentPart.text("Hi")),
+                                new ChatMessage("assistant", ContentPart.text("Yo"))),
+                        new int[0]);
+        assertThat(withDefault)
+                .extracting(TemplateTurn::role)
+                .containsExactly("system", "user", "assistant");
+        assertThat(withDefault.get(0).segments())
+                .containsExactly(TemplateTurn.Segment.text(DEFAULT_SYSTEM));
+        assertThat(withDefault)
+                .extracting(TemplateTurn::trained)
+                .containsExactly(false, false, true);
+        List<TemplateTurn> given =
+                template.render(
+                        record(
+                                new ChatMessage("system", ContentPart.text("S")),
+                                new ChatMessage("user", ContentPart.text("Hi")),
+                                new ChatMessage("assistant", ContentPart.text("Yo"))),
+                        new int[0]);
+        assertThat(given)
+                .extracting(TemplateTurn::role)
+                .containsExactly("system", "user", "assistant");
+        assertThat(given.get(0).segments())
+                .containsExactly(TemplateTurn.Segment.text("<|im_start|>system\nS<|im_end|>\n"));
     }
 
     @Test
     void twoImagesConcatenatePixelsAndGridsInOrder() throws Exception {
-        SftRecord record = record(
-                new ChatMessage("user", ContentPart.image(0), ContentPart.image(1), ContentPart.text("Compare.")),
-                new ChatMessage("assistant", ContentPart.text("Same.")));
+        SftRecord record =
+                record(
+                        new ChatMessage(
+                                "user",
+                                ContentPart.image(0),
+                                ContentPart.image(1),
+                                ContentPart.text("Compare.")),
+                        new ChatMessage("assistant", ContentPart.text("Same.")));
         record.images = new ImageRef[] {new ImageRef("a.jpg", 0, 0), new ImageRef("b.jpg", 0, 0)};
         PreprocessedImage first = image(1, 2, 2, 3);
         PreprocessedImage second = image(1, 4, 6, 3);
-        TokenizedSample sample = samples.tokenize(new PreprocessedRecord(record, new PreprocessedImage[] {first, second}));
-        String expected = DEFAULT_SYSTEM + "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|><|vision_start|>"
-                + "<|image_pad|>".repeat(6) + "<|vision_end|>Compare.<|im_end|>\n<|im_start|>assistant\nSame.<|im_end|>\n";
+        TokenizedSample sample =
+                samples.tokenize(
+                        new PreprocessedRecord(record, new PreprocessedImage[] {first, second}));
+        String expected =
+                DEFAULT_SYSTEM
+                        + "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|><|vision_start|>"
+                        + "<|image_pad|>".repeat(6)
+                        + "<|vision_end|>Compare.<|im_end|>\n<|im_start|>assistant\nSame.<|im_end|>\n";
         assertThat(sample.inputIds).containsExactly(tokenizer.encode(expected));
         assertThat(sample.imageGridThw).containsExactly(1, 2, 2, 1, 4, 6);
         assertThat(sample.pixelValues).hasSize((4 + 24) * 3);
-        assertThat(Arrays.copyOfRange(sample.pixelValues, 0, 12)).containsExactly(first.pixelValues);
-        assertThat(Arrays.copyOfRange(sample.pixelValues, 12, 84)).containsExactly(second.pixelValues);
+        assertThat(Arrays.copyOfRange(sample.pixelValues, 0, 12))
+                .containsExactly(first.pixelValues);
+        assertThat(Arrays.copyOfRange(sample.pixelValues, 12, 84))
+                .containsExactly(second.pixelValues);
     }
 
     @Test
     void specialTokenTextInDataIsEncodedAsTheHfTokenizerDoes() throws Exception {
-        SftRecord record = record(new ChatMessage("user", ContentPart.text("Say <|im_end|>")),
-                new ChatMessage("assistant", ContentPart.text("Done")));
-        TokenizedSample sample = samples.tokenize(new PreprocessedRecord(record, new PreprocessedImage[0]));
+        SftRecord record =
+                record(
+                        new ChatMessage("user", ContentPart.text("Say <|im_end|>")),
+                        new ChatMessage("assistant", ContentPart.text("Done")));
+        TokenizedSample sample =
+                samples.tokenize(new PreprocessedRecord(record, new PreprocessedImage[0]));
         assertThat(LongStream.of(sample.inputIds).filter(id -> id == 151645).count()).isEqualTo(4);
     }
 
     @Test
     void gridNotDivisibleByMergeAreaIsATokenizationFailure() {
-        SftRecord record = record(new ChatMessage("user", ContentPart.image(0)), new ChatMessage("assistant", ContentPart.text("X")));
-        assertThatThrownBy(() -> samples.tokenize(new PreprocessedRecord(record, new PreprocessedImage[] {image(1, 3, 3, 3)})))
-                .isInstanceOfSatisfying(RejectedRecordException.class, e -> {
-                    assertThat(e.reason()).isEqualTo(RejectReason.TOKENIZATION_FAILED);
-                    assertThat(e.getMessage()).contains("merge_size^2 = 4");
-                });
-        assertThatThrownBy(() -> samples.tokenize(new PreprocessedRecord(record, new PreprocessedImage[0])))
-                .isInstanceOfSatisfying(RejectedRecordException.class,
-                        e -> assertThat(e.getMessage()).contains("1 images referenced but 0 preprocessed"));
+        SftRecord record =
+                record(
+                        new ChatMessage("user", ContentPart.image(0)),
+                        new ChatMessage("assistant", ContentPart.text("X")));
+        assertThatThrownBy(
+                        () ->
+                                samples.tokenize(
+                                        new PreprocessedRecord(
+                                                record,
+                                                new PreprocessedImage[] {image(1, 3, 3, 3)})))
+                .isInstanceOfSatisfying(
+                        RejectedRecordException.class,
+                        e -> {
+                            assertThat(e.reason()).isEqualTo(RejectReason.TOKENIZATION_FAILED);
+                            assertThat(e.getMessage()).contains("merge_size^2 = 4");
+                        });
+        assertThatThrownBy(
+                        () ->
+                                samples.tokenize(
+                                        new PreprocessedRecord(record, new PreprocessedImage[0])))
+                .isInstanceOfSatisfying(
+                        RejectedRecordException.class,
+                        e ->
+                                assertThat(e.getMessage())
+                                        .contains("1 images referenced but 0 preprocessed"));
     }
 
-    /** Labels are -100 everywhere except a contiguous copy of the ids of each given trained text. */
+    /**
+     * Labels are -100 everywhere except a contiguous copy of the ids of each given trained text.
+     */
     private static void assertLabelsTrainExactly(TokenizedSample sample, String... trainedTexts) {
         assertThat(sample.labels).hasSameSizeAs(sample.inputIds);
-        long[] expectedTrained = Arrays.stream(trainedTexts).flatMapToLong(t -> LongStream.of(tokenizer.encode(t))).toArray();
+        long[] expectedTrained =
+                Arrays.stream(trainedTexts)
+                        .flatMapToLong(t -> LongStream.of(tokenizer.encode(t)))
+                        .toArray();
         long[] trained = LongStream.of(sample.labels).filter(l -> l != -100).toArray();
         assertThat(trained).containsExactly(expectedTrained);
         for (int i = 0; i < sample.labels.length; i++) {
@@ -157,7 +230,11 @@ class QwenChatTemplateTest {
     }
 
     static SftRecord record(ChatMessage... messages) {
-        long images = Arrays.stream(messages).flatMap(m -> Arrays.stream(m.content)).filter(ContentPart::isImage).count();
+        long images =
+                Arrays.stream(messages)
+                        .flatMap(m -> Arrays.stream(m.content))
+                        .filter(ContentPart::isImage)
+                        .count();
         ImageRef[] refs = new ImageRef[(int) images];
         Arrays.setAll(refs, i -> new ImageRef("images/" + i + ".jpg", 0, 0));
         return new SftRecord(new RecordRef("test.jsonl", 1, 0, "r1"), messages, refs);

@@ -20,15 +20,23 @@ import org.junit.jupiter.api.Test;
 class TokenizeFunctionTest {
     @Test
     void emitsSamplesAndDeadLettersFailures() throws Exception {
-        TokenizeFunction function = new TokenizeFunction(ChatTokenizerTest.tokenizerDir().toString(), 2);
+        TokenizeFunction function =
+                new TokenizeFunction(ChatTokenizerTest.tokenizerDir().toString(), 2);
         try (OneInputStreamOperatorTestHarness<PreprocessedRecord, TokenizedSample> harness =
                 ProcessFunctionTestHarnesses.forProcessFunction(function)) {
-            PreprocessedRecord good = new PreprocessedRecord(QwenChatTemplateTest.record(
-                    new ChatMessage("user", ContentPart.image(0), ContentPart.text("What is it?")),
-                    new ChatMessage("assistant", ContentPart.text("A cat."))),
-                    new PreprocessedImage[] {QwenChatTemplateTest.image(1, 4, 6, 1176)});
-            PreprocessedRecord bad = new PreprocessedRecord(good.record,
-                    new PreprocessedImage[] {QwenChatTemplateTest.image(1, 5, 5, 1176)});
+            PreprocessedRecord good =
+                    new PreprocessedRecord(
+                            QwenChatTemplateTest.record(
+                                    new ChatMessage(
+                                            "user",
+                                            ContentPart.image(0),
+                                            ContentPart.text("What is it?")),
+                                    new ChatMessage("assistant", ContentPart.text("A cat."))),
+                            new PreprocessedImage[] {QwenChatTemplateTest.image(1, 4, 6, 1176)});
+            PreprocessedRecord bad =
+                    new PreprocessedRecord(
+                            good.record,
+                            new PreprocessedImage[] {QwenChatTemplateTest.image(1, 5, 5, 1176)});
             harness.processElement(good, 0);
             harness.processElement(bad, 1);
 
@@ -40,7 +48,10 @@ class TokenizeFunctionTest {
             assertThat(sample.pixelValues).hasSize(24 * 1176);
             assertThat(sample.labels).hasSameSizeAs(sample.inputIds);
 
-            List<DeadLetter> letters = harness.getSideOutput(DeadLetters.TAG).stream().map(StreamRecord::getValue).toList();
+            List<DeadLetter> letters =
+                    harness.getSideOutput(DeadLetters.TAG).stream()
+                            .map(StreamRecord::getValue)
+                            .toList();
             assertThat(letters).hasSize(1);
             assertThat(letters.get(0).reason).isEqualTo(RejectReason.TOKENIZATION_FAILED);
             assertThat(letters.get(0).stage).isEqualTo(Stage.TOKENIZE);
