@@ -72,7 +72,39 @@ public final class ImageStore implements Serializable {
     }
 
     private Path resolve(String relativePath) throws RejectedRecordException {
-        return new Path(resolveUnderRoot(root, relativePath));
+        URI resolved = resolveUnderRoot(root, relativePath);
+        rejectSymlinkEscape(resolved, relativePath);
+        return new Path(resolved);
+    }
+
+    /**
+     * On a local filesystem, rejects a path that resolves through a symbolic link to a file outside
+     * the dataset root (compared as real paths, so a root that is itself a link is fine).
+     */
+    private void rejectSymlinkEscape(URI resolved, String relativePath)
+            throws RejectedRecordException {
+        String scheme = resolved.getScheme();
+        if (scheme != null && !scheme.equals("file")) {
+            return;
+        }
+        java.nio.file.Path file = java.nio.file.Path.of(resolved.getPath());
+        if (!java.nio.file.Files.exists(file)) {
+            return; // reported as IMAGE_NOT_FOUND by read()
+        }
+        try {
+            java.nio.file.Path realRoot =
+                    java.nio.file.Path.of(URI.create(root).getPath()).toRealPath();
+            if (!file.toRealPath().startsWith(realRoot)) {
+                throw new RejectedRecordException(
+                        RejectReason.UNSAFE_PATH,
+                        "image path '"
+                                + relativePath
+                                + "' is a symbolic link to a file outside the dataset root");
+            }
+        } catch (IOException e) {
+            throw new RejectedRecordException(
+                    RejectReason.FETCH_FAILED, "resolving '" + relativePath + "' failed: " + e, e);
+        }
     }
 
     /**

@@ -153,7 +153,7 @@ public final class S3ImageStore implements AutoCloseable {
                     RejectReason.FETCH_FAILED,
                     "GET " + where + " failed with " + statusText + attempts);
         }
-        if (t instanceof ApiCallTimeoutException || t instanceof ApiCallAttemptTimeoutException) {
+        if (isTimeout(t)) {
             throw reject(
                     RejectReason.FETCH_TIMEOUT,
                     "GET " + where + " did not complete in time" + attempts);
@@ -168,6 +168,17 @@ public final class S3ImageStore implements AutoCloseable {
                         + t.getClass().getSimpleName()
                         + ": "
                         + t.getMessage());
+    }
+
+    /** Whether {@code t} or one of its causes is the SDK's call or attempt timeout. */
+    private static boolean isTimeout(Throwable t) {
+        for (Throwable c = t; c != null; c = c.getCause()) {
+            if (c instanceof ApiCallTimeoutException
+                    || c instanceof ApiCallAttemptTimeoutException) {
+                return true;
+            }
+        }
+        return false;
     }
 
     private CompletionException reject(RejectReason reason, String message) {

@@ -58,4 +58,28 @@ class ImageStoreTest {
                                         .isEqualTo(RejectReason.IMAGE_TOO_LARGE))
                 .hasMessageContaining("3 bytes");
     }
+
+    @Test
+    void symbolicLinksMayNotLeaveTheRoot() throws Exception {
+        ImageStore store = store(100);
+        Path root = dir.resolve("root");
+        Files.createSymbolicLink(root.resolve("images/escape.jpg"), dir.resolve("secret.txt"));
+        Files.createSymbolicLink(root.resolve("images/alias.jpg"), root.resolve("images/a.jpg"));
+
+        assertThatThrownBy(() -> store.read("images/escape.jpg"))
+                .satisfies(
+                        e ->
+                                assertThat(((RejectedRecordException) e).reason())
+                                        .isEqualTo(RejectReason.UNSAFE_PATH))
+                .hasMessageContaining("symbolic link");
+        assertThat(store.read("images/alias.jpg")).containsExactly(1, 2, 3);
+    }
+
+    @Test
+    void aRootReachedThroughASymbolicLinkStillWorks() throws Exception {
+        store(100);
+        Path link = Files.createSymbolicLink(dir.resolve("root-link"), dir.resolve("root"));
+        ImageStore viaLink = new ImageStore(link.toUri().toString(), 100);
+        assertThat(viaLink.read("images/a.jpg")).containsExactly(1, 2, 3);
+    }
 }
