@@ -7,8 +7,13 @@ import dev.stoker.connectors.s3.FaultInjectingBlobStore;
 import dev.stoker.connectors.s3.FaultInjectingBlobStore.Body;
 import dev.stoker.connectors.s3.LocalS3Server;
 import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import org.apache.flink.configuration.Configuration;
@@ -23,6 +28,7 @@ import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Order;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.RegisterExtension;
+import org.junit.jupiter.api.io.TempDir;
 
 /**
  * S3 misbehaviour played by the test S3 server ({@link FaultInjectingBlobStore} as S3Proxy
@@ -130,5 +136,126 @@ class S3FaultsITCase {
                                         .contains(index);
                     }
                 });
+    }
+
+    private static final int RECORDS_PER_FILE = 1500;
+    private static final int KEYS = 300;
+    private static final int NOT_FOUND_KEYS = 20; // keys 0..19: never uploaded, 404
+    private static final int FORBIDDEN_KEYS = 10; // keys 20..29: always 403
+    private static final List<String> PHOTOS =
+            List.of(
+                    "hopper.jpg",
+                    "extreme_ironing.jpg",
+                    "flower2.jpg",
+                    "waterview.jpg",
+                    "rocket.jpg");
+
+    /**
+     * Issue 7's fault-injection run: 3000 records in two JSONL files over 300 image keys (copies of
+     * the llava-style photos, each key used by 10 records), 10% of all image GETs answered 503
+     * SlowDown or 500 InternalError, 20 keys missing (404) and 10 forbidden (403 always). Every
+     * record is batched exactly once or dead-lettered exactly once ({@link
+     * JobRun.Result#assertAccounted()}, and the job's own accounting check and accumulators), the
+     * dead letters are exactly the 300 records of the permanent keys, with IMAGE_NOT_FOUND (404) or
+     * FETCH_FAILED (403) naming the key, and every other record is batched.
+     */
+    @Test
+    void tenPercentTransientErrorsAndPermanentOnesKeepTheAccountingExact(@TempDir Path tmp)
+            throws Exception {
+        String prefix = "fault-injection";
+        Path images = Files.createDirectories(tmp.resolve("images"));
+        Path photos = SharedData.dataDir().resolve("llava-style/images/photos");
+        for (int k = NOT_FOUND_KEYS; k < KEYS; k++) {
+            Files.copy(photos.resolve(PHOTOS.get(k % PHOTOS.size())), images.resolve(key(k)));
+        }
+        // (file name, line) -> image key index
+        Map<String, Integer> keyOf = new HashMap<>();
+        for (String file : List.of("part-a.jsonl", "part-b.jsonl")) {
+            List<String> lines = new ArrayList<>();
+            for (int line = 1; line <= RECORDS_PER_FILE; line++) {
+                int record = lines.size() + (file.equals("part-a.jsonl") ? 0 : RECORDS_PER_FILE);
+                int k = (record * 7) % KEYS; // each key 10 times, spread over both files
+                keyOf.put(file + ":" + line, k);
+                lines.add(
+                        "{\"id\": \"fi-"
+                                + record
+                                + "\", \"image\": \"images/"
+                                + key(k)
+                                + "\", \"conversations\": [{\"from\": \"human\", \"value\":"
+                                + " \"<image>\\nWhat is shown?\"}, {\"from\": \"gpt\", \"value\":"
+                                + " \"A photo.\"}]}");
+            }
+            Files.write(tmp.resolve(file), lines, StandardCharsets.UTF_8);
+        }
+        S3.uploadDirectory(tmp, BUCKET, prefix);
+        FaultInjectingBlobStore faults = S3.faults();
+        for (int k = NOT_FOUND_KEYS; k < NOT_FOUND_KEYS + FORBIDDEN_KEYS; k++) {
+            faults.answerAlways(BUCKET, prefix + "/images/" + key(k), 403);
+        }
+        faults.setFaults(new FaultInjectingBlobStore.Faults(0, 0, 0.10, prefix + "/images/.*"));
+        long errorsBefore = faults.injectedErrors();
+        long getsBefore = faults.gets();
+
+        Configuration options = s3Config();
+        options.set(StokerOptions.MAX_PIXELS, 3136L * 4);
+        // 10 attempts: a GET fails 10 times in a row at 10% with probability 1e-10, not 1e-5
+        options.set(StokerOptions.S3_MAX_ATTEMPTS, 10);
+        options.set(StokerOptions.FETCH_TIMEOUT, Duration.ofSeconds(60));
+        long start = System.nanoTime();
+        JobRun.Result run;
+        try {
+            run = JobRun.run("s3://" + BUCKET + "/" + prefix, outputRoot, 2, 8, options);
+        } finally {
+            faults.setFaults(FaultInjectingBlobStore.Faults.NONE);
+        }
+        Duration took = Duration.ofNanos(System.nanoTime() - start);
+        run.assertAccounted();
+        assertThat(run.plan().numRecords()).isEqualTo(2L * RECORDS_PER_FILE);
+        long gets = faults.gets() - getsBefore;
+        long injected = faults.injectedErrors() - errorsBefore;
+        assertThat(injected - (long) FORBIDDEN_KEYS * 10)
+                .as("transient 503/500 answers injected into %d GETs (%s)", gets, took)
+                .isGreaterThan(gets / 20);
+
+        Map<String, JsonNode> deadLetters = new HashMap<>();
+        for (JsonNode dl : run.deadLetters()) {
+            String file = dl.get("file").asText();
+            String where =
+                    file.substring(file.lastIndexOf('/') + 1) + ":" + dl.get("line").asLong();
+            assertThat(deadLetters.put(where, dl)).as("one dead letter for %s", where).isNull();
+        }
+        Set<String> batched = new java.util.HashSet<>();
+        for (JobRun.Sample s : run.samples()) {
+            String where = s.source().substring(s.source().lastIndexOf('/') + 1);
+            assertThat(batched.add(where)).as("one sample for %s", where).isTrue();
+        }
+        int expectedDeadLetters = 0;
+        for (Map.Entry<String, Integer> e : keyOf.entrySet()) {
+            int k = e.getValue();
+            String url = "s3://" + BUCKET + "/" + prefix + "/images/" + key(k);
+            JsonNode dl = deadLetters.get(e.getKey());
+            if (k < NOT_FOUND_KEYS + FORBIDDEN_KEYS) {
+                expectedDeadLetters++;
+                assertThat(dl).as("dead letter of %s (%s)", e.getKey(), url).isNotNull();
+                assertThat(batched).doesNotContain(e.getKey());
+                assertThat(dl.get("stage").asText()).isEqualTo("fetch");
+                assertThat(dl.get("reason").asText())
+                        .as("reason of %s", e.getKey())
+                        .isEqualTo(k < NOT_FOUND_KEYS ? "IMAGE_NOT_FOUND" : "FETCH_FAILED");
+                assertThat(dl.get("message").asText())
+                        .contains(url)
+                        .contains(k < NOT_FOUND_KEYS ? "404" : "403");
+            } else {
+                assertThat(dl).as("no dead letter for %s (%s)", e.getKey(), url).isNull();
+                assertThat(batched).as("%s (%s) is batched", e.getKey(), url).contains(e.getKey());
+            }
+        }
+        assertThat(expectedDeadLetters).isEqualTo(300);
+        assertThat(run.deadLetters()).hasSize(expectedDeadLetters);
+        assertThat(run.samples()).hasSize(2 * RECORDS_PER_FILE - expectedDeadLetters);
+    }
+
+    private static String key(int k) {
+        return String.format("k%03d.jpg", k);
     }
 }
