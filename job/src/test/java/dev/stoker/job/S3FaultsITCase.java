@@ -258,4 +258,63 @@ class S3FaultsITCase {
     private static String key(int k) {
         return String.format("k%03d.jpg", k);
     }
+
+    /**
+     * Broken bodies through the same middleware, on the async-timeout dataset (40 records, 10 per
+     * image): img_000's next two GETs break with a connection reset after 100 bytes and img_001's
+     * next two end cleanly after 100 bytes, short of their Content-Length; both are retried and all
+     * their records are batched. img_002 always resets and img_003 is always truncated: their
+     * records are FETCH_FAILED dead letters naming the key, after the client's 5 attempts.
+     */
+    @Test
+    void resetAndTruncatedBodiesAreRetriedThenDeliveredOrDeadLettered() throws Exception {
+        Path local = SharedData.dataDir().resolve("bad-inputs/async-timeout");
+        String prefix = "broken-bodies";
+        S3.uploadDirectory(local, BUCKET, prefix);
+        FaultInjectingBlobStore faults = S3.faults();
+        String images = prefix + "/images/";
+        faults.bodyNext(BUCKET, images + "img_000.jpg", Body.resetAfter(100), Body.resetAfter(100));
+        faults.bodyNext(
+                BUCKET, images + "img_001.jpg", Body.truncatedAfter(100), Body.truncatedAfter(100));
+        faults.bodyAlways(BUCKET, images + "img_002.jpg", Body.resetAfter(100));
+        faults.bodyAlways(BUCKET, images + "img_003.jpg", Body.truncatedAfter(500));
+        long getsBefore = faults.gets();
+
+        JobRun.Result run =
+                JobRun.run("s3://" + BUCKET + "/" + prefix, outputRoot, 2, 4, s3Config());
+        run.assertAccounted();
+
+        Map<Long, String> records = StokerJobITCase.readRecords(local.resolve("train.jsonl"));
+        Set<Long> batched = run.samplesByIndex().keySet();
+        Map<Long, JsonNode> deadLetters = new HashMap<>();
+        run.deadLetters().forEach(dl -> deadLetters.put(dl.get("sample_index").asLong(), dl));
+        records.forEach(
+                (index, image) -> {
+                    switch (image) {
+                        case "images/img_002.jpg", "images/img_003.jpg" -> {
+                            JsonNode dl = deadLetters.get(index);
+                            assertThat(dl)
+                                    .as("dead letter of record %d (%s)", index, image)
+                                    .isNotNull();
+                            assertThat(dl.get("stage").asText()).isEqualTo("fetch");
+                            assertThat(dl.get("reason").asText())
+                                    .as("reason of record %d (%s)", index, image)
+                                    .isEqualTo("FETCH_FAILED");
+                            assertThat(dl.get("message").asText())
+                                    .contains("s3://" + BUCKET + "/" + prefix + "/" + image)
+                                    .contains("after 5 attempt(s)");
+                        }
+                        default ->
+                                assertThat(batched)
+                                        .as("record %d (%s) is written", index, image)
+                                        .contains(index);
+                    }
+                });
+        assertThat(run.deadLetters()).hasSize(20);
+        assertThat(faults.gets() - getsBefore)
+                .as(
+                        "GETs: 40 records, 4 retries of the broken first answers, 4 more per"
+                                + " always-broken record")
+                .isGreaterThanOrEqualTo(40 + 4 + 20 * 4);
+    }
 }
