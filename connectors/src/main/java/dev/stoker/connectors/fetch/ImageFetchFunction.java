@@ -77,8 +77,7 @@ public final class ImageFetchFunction
             try {
                 bytes[i] = store.read(path);
             } catch (RejectedRecordException e) {
-                String msg = "image " + (i + 1) + " of " + bytes.length + ": " + e.getMessage();
-                return Either.Left(new DeadLetter(record.ref, e.reason(), msg));
+                return FetchOutcomes.imageRejected(record, i, e);
             }
             bytesFetched.inc(bytes[i].length);
             imagesFetched.inc();
@@ -88,10 +87,7 @@ public final class ImageFetchFunction
 
     @Override
     public void timeout(SftRecord record, ResultFuture<Either<DeadLetter, FetchedRecord>> result) {
-        String msg = "fetching " + record.images.length + " image(s) took longer than " + timeout;
-        result.complete(
-                Collections.singleton(
-                        Either.Left(new DeadLetter(record.ref, RejectReason.FETCH_TIMEOUT, msg))));
+        result.complete(Collections.singleton(FetchOutcomes.timedOut(record, timeout)));
     }
 
     @Override

@@ -110,9 +110,7 @@ public final class S3ImageFetchFunction
                                 ? r
                                 : new RejectedRecordException(
                                         RejectReason.FETCH_FAILED, String.valueOf(e.getCause()));
-                String msg =
-                        "image " + (i + 1) + " of " + reads.length + ": " + rejected.getMessage();
-                return Either.Left(new DeadLetter(record.ref, rejected.reason(), msg));
+                return FetchOutcomes.imageRejected(record, i, rejected);
             }
         }
         for (byte[] b : bytes) {
@@ -125,10 +123,7 @@ public final class S3ImageFetchFunction
     @Override
     public void timeout(SftRecord record, ResultFuture<Either<DeadLetter, FetchedRecord>> result) {
         metrics.failed(RejectReason.FETCH_TIMEOUT);
-        String msg = "fetching " + record.images.length + " image(s) took longer than " + timeout;
-        result.complete(
-                Collections.singleton(
-                        Either.Left(new DeadLetter(record.ref, RejectReason.FETCH_TIMEOUT, msg))));
+        result.complete(Collections.singleton(FetchOutcomes.timedOut(record, timeout)));
     }
 
     @Override
