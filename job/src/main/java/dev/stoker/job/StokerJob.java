@@ -35,8 +35,8 @@ public final class StokerJob {
         StreamExecutionEnvironment env = environment(conf);
         BatchPlan plan = build(env, conf);
         JobExecutionResult result = env.execute(conf.get(StokerOptions.JOB_NAME));
-        if (result
-                .isJobExecutionResult()) { // attached run: the epoch is over, check its accounting
+        // An attached run returns when the epoch is over: check its accounting.
+        if (result.isJobExecutionResult()) {
             LOG.info("Epoch finished: {}", AccountingCheck.verify(result, plan));
         }
     }

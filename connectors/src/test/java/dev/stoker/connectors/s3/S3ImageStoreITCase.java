@@ -16,6 +16,8 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletionException;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import org.apache.flink.metrics.groups.UnregisteredMetricsGroup;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -204,18 +206,20 @@ class S3ImageStoreITCase {
             settings.retryBaseDelay = Duration.ofMillis(10);
             S3FetchMetrics metrics = metrics();
             long start = System.nanoTime();
+            int attempts;
             try (S3ImageStore store = store(settings, metrics)) {
                 RejectedRecordException e = rejection(store, "images/a.jpg");
                 assertThat(e.reason()).as(e.getMessage()).isEqualTo(RejectReason.FETCH_TIMEOUT);
-                // 3 attempts normally; on a loaded machine the SDK may give up after 2 (the timeout
-                // of the last attempt then surfaces wrapped in an SdkClientException)
-                assertThat(e.getMessage())
-                        .contains("s3://images/data/images/a.jpg")
-                        .containsPattern("after [23] attempt\\(s\\)");
+                // Usually 3 attempts; the SDK sometimes stops after 2, when the last attempt's
+                // timeout surfaces wrapped in an SdkClientException (seen here, loaded or not).
+                Matcher m = Pattern.compile("after ([23]) attempt\\(s\\)").matcher(e.getMessage());
+                assertThat(m.find()).as(e.getMessage()).isTrue();
+                assertThat(e.getMessage()).contains("s3://images/data/images/a.jpg");
+                attempts = Integer.parseInt(m.group(1));
             }
             assertThat(Duration.ofNanos(System.nanoTime() - start))
                     .isLessThan(Duration.ofSeconds(5));
-            assertThat(metrics.retries()).isEqualTo(2);
+            assertThat(metrics.retries()).isEqualTo(attempts - 1);
         } finally {
             for (Socket s : accepted) {
                 s.close();
