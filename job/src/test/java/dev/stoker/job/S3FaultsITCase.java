@@ -17,8 +17,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import org.apache.flink.configuration.Configuration;
-import org.apache.flink.core.fs.FileSystem;
-import org.apache.flink.core.plugin.PluginUtils;
 import org.apache.flink.runtime.testutils.MiniClusterResourceConfiguration;
 import org.apache.flink.test.junit5.MiniClusterExtension;
 import org.junit.jupiter.api.AfterAll;
@@ -57,17 +55,16 @@ class S3FaultsITCase {
     @BeforeAll
     static void initializeS3FileSystem() {
         S3.createBucket(BUCKET);
-        FileSystem.initialize(
-                s3Config(), PluginUtils.createPluginManagerFromRootFolder(s3Config()));
+        S3FileSystems.use(S3);
     }
 
     @AfterAll
     static void resetFileSystems() {
-        FileSystem.initialize(new Configuration(), null);
+        S3FileSystems.reset();
     }
 
     private static Configuration s3Config() {
-        return Configuration.fromMap(S3.flinkS3Options());
+        return S3FileSystems.config(S3);
     }
 
     @BeforeEach

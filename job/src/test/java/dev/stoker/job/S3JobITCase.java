@@ -18,8 +18,6 @@ import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
 import org.apache.flink.configuration.CheckpointingOptions;
 import org.apache.flink.configuration.Configuration;
-import org.apache.flink.core.fs.FileSystem;
-import org.apache.flink.core.plugin.PluginUtils;
 import org.apache.flink.runtime.testutils.MiniClusterResourceConfiguration;
 import org.apache.flink.test.junit5.MiniClusterExtension;
 import org.junit.jupiter.api.AfterAll;
@@ -65,19 +63,16 @@ class S3JobITCase {
         S3.uploadDirectory(local, BUCKET, "complete");
         S3.uploadDirectory(local, BUCKET, "missing-images");
         S3.uploadDirectory(local, BUCKET, "flaky");
-        // As on a cluster: the S3 plugin from FLINK_PLUGINS_DIR (target/plugins), given the s3.*
-        // keys.
-        FileSystem.initialize(
-                s3Config(), PluginUtils.createPluginManagerFromRootFolder(s3Config()));
+        S3FileSystems.use(S3);
     }
 
     @AfterAll
     static void resetFileSystems() {
-        FileSystem.initialize(new Configuration(), null);
+        S3FileSystems.reset();
     }
 
     private static Configuration s3Config() {
-        return Configuration.fromMap(S3.flinkS3Options());
+        return S3FileSystems.config(S3);
     }
 
     @BeforeEach

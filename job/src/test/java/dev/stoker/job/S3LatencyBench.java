@@ -15,8 +15,6 @@ import java.util.stream.Stream;
 import org.apache.flink.configuration.CheckpointingOptions;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.RestartStrategyOptions;
-import org.apache.flink.core.fs.FileSystem;
-import org.apache.flink.core.plugin.PluginUtils;
 import org.apache.flink.metrics.groups.UnregisteredMetricsGroup;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 
@@ -55,8 +53,8 @@ public final class S3LatencyBench {
         try (LocalS3Server s3 = new LocalS3Server().start()) {
             stage(dataset, staged, replicas);
             s3.uploadDirectory(staged, "bench", "data");
-            Configuration s3conf = Configuration.fromMap(s3.flinkS3Options());
-            FileSystem.initialize(s3conf, PluginUtils.createPluginManagerFromRootFolder(s3conf));
+            Configuration s3conf = S3FileSystems.config(s3);
+            S3FileSystems.use(s3);
             FaultInjectingBlobStore.Faults latency =
                     new FaultInjectingBlobStore.Faults(50, 20, 0, "data/images/.*");
             List<double[]> results = new ArrayList<>();

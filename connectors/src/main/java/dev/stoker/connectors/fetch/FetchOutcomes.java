@@ -6,6 +6,10 @@ import dev.stoker.operators.model.RejectReason;
 import dev.stoker.operators.model.RejectedRecordException;
 import dev.stoker.operators.model.SftRecord;
 import java.time.Duration;
+import java.util.Collections;
+import java.util.function.BiConsumer;
+import java.util.function.BooleanSupplier;
+import org.apache.flink.streaming.api.functions.async.ResultFuture;
 import org.apache.flink.types.Either;
 
 /** The dead letters both image fetch operators (local filesystem and S3) emit, worded alike. */
@@ -17,6 +21,25 @@ final class FetchOutcomes {
             SftRecord record, int index, RejectedRecordException e) {
         String msg = "image " + (index + 1) + " of " + record.images.length + ": " + e.getMessage();
         return Either.Left(new DeadLetter(record.ref, e.reason(), msg));
+    }
+
+    /**
+     * Completes {@code result} with a fetch outcome, unless the operator is already closed: then
+     * the record is in the async operator's checkpoint and a late completion (or the failure the
+     * shutdown itself causes) must not reach a closed task.
+     */
+    static BiConsumer<Either<DeadLetter, FetchedRecord>, Throwable> completeUnlessClosed(
+            ResultFuture<Either<DeadLetter, FetchedRecord>> result, BooleanSupplier closed) {
+        return (value, error) -> {
+            if (closed.getAsBoolean()) {
+                return;
+            }
+            if (error != null) {
+                result.completeExceptionally(error);
+            } else {
+                result.complete(Collections.singleton(value));
+            }
+        };
     }
 
     /** The async operator's timeout fired before all images of {@code record} arrived. */

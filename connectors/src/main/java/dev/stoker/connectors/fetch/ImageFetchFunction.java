@@ -57,17 +57,7 @@ public final class ImageFetchFunction
     public void asyncInvoke(
             SftRecord record, ResultFuture<Either<DeadLetter, FetchedRecord>> result) {
         CompletableFuture.supplyAsync(() -> fetchAll(record), executor)
-                .whenComplete(
-                        (value, error) -> {
-                            if (closed) {
-                                return; // in-flight elements are in the operator's checkpoint
-                            }
-                            if (error != null) {
-                                result.completeExceptionally(error);
-                            } else {
-                                result.complete(Collections.singleton(value));
-                            }
-                        });
+                .whenComplete(FetchOutcomes.completeUnlessClosed(result, () -> closed));
     }
 
     private Either<DeadLetter, FetchedRecord> fetchAll(SftRecord record) {

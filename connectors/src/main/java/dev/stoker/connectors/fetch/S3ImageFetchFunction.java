@@ -85,17 +85,7 @@ public final class S3ImageFetchFunction
         }
         CompletableFuture.allOf(reads)
                 .handle((ignored, error) -> toResult(record, reads))
-                .whenComplete(
-                        (value, error) -> {
-                            if (closed) {
-                                return; // in-flight elements are in the operator's checkpoint
-                            }
-                            if (error != null) {
-                                result.completeExceptionally(error);
-                            } else {
-                                result.complete(Collections.singleton(value));
-                            }
-                        });
+                .whenComplete(FetchOutcomes.completeUnlessClosed(result, () -> closed));
     }
 
     private Either<DeadLetter, FetchedRecord> toResult(
