@@ -45,6 +45,19 @@ final class StokerConfig {
         require(conf, StokerOptions.TOKENIZER_PATH);
         positive(conf, StokerOptions.DP_WORLD_SIZE);
         positive(conf, StokerOptions.MICRO_BATCH_SIZE);
+        positive(conf, StokerOptions.EPOCHS);
+        if (conf.get(StokerOptions.PREFETCH_DEPTH) < 0) {
+            throw new IllegalConfigurationException(
+                    StokerOptions.PREFETCH_DEPTH.key()
+                            + " must be >= 0 (0 = unbounded), got "
+                            + conf.get(StokerOptions.PREFETCH_DEPTH));
+        }
+        if (conf.getOptional(StokerOptions.RESUME_STEP).orElse(-1L) < -1) {
+            throw new IllegalConfigurationException(
+                    StokerOptions.RESUME_STEP.key()
+                            + " must be >= -1, got "
+                            + conf.get(StokerOptions.RESUME_STEP));
+        }
         positive(conf, StokerOptions.FETCH_CAPACITY);
         positive(conf, StokerOptions.FETCH_THREADS);
         positive(conf, StokerOptions.S3_MAX_ATTEMPTS);

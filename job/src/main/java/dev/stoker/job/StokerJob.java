@@ -2,6 +2,9 @@ package dev.stoker.job;
 
 import dev.stoker.connectors.deadletter.DeadLetterSinks;
 import dev.stoker.connectors.shm.ArrowBatchSink;
+import dev.stoker.connectors.shm.Manifest;
+import dev.stoker.connectors.shm.PrefetchGate;
+import dev.stoker.connectors.shm.ShmLayout;
 import dev.stoker.connectors.source.DatasetListing;
 import dev.stoker.operators.batch.BatchPlan;
 import dev.stoker.operators.tokenize.ChatTokenizer;
@@ -33,11 +36,13 @@ public final class StokerJob {
     public static void main(String[] args) throws Exception {
         Configuration conf = StokerConfig.fromArgs(args);
         StreamExecutionEnvironment env = environment(conf);
-        BatchPlan plan = build(env, conf);
+        Planned planned = build(env, conf);
         JobExecutionResult result = env.execute(conf.get(StokerOptions.JOB_NAME));
-        // An attached run returns when the epoch is over: check its accounting.
+        // An attached run returns when the last step is written: check its accounting.
         if (result.isJobExecutionResult()) {
-            LOG.info("Epoch finished: {}", AccountingCheck.verify(result, plan));
+            LOG.info(
+                    "Run finished: {}",
+                    AccountingCheck.verify(result, planned.plan, planned.firstStep));
         }
     }
 
@@ -46,7 +51,7 @@ public final class StokerJob {
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment(conf);
         if (env instanceof LocalStreamEnvironment) {
             if (!conf.contains(CheckpointingOptions.CHECKPOINTS_DIRECTORY)) {
-                // Pending batches exceed the JobManager's 5 MB in-memory checkpoint limit.
+                // Savepoints and retained checkpoints need a directory.
                 Path dir =
                         Path.of(
                                 System.getProperty("java.io.tmpdir"),
@@ -68,11 +73,12 @@ public final class StokerJob {
     }
 
     /**
-     * Scans the dataset, then adds the pipeline and its production sinks to {@code env}.
+     * Scans the dataset, plans this submission's generation, then adds the pipeline and its
+     * production sinks to {@code env}.
      *
-     * @return the batch plan, so callers can check what the run must produce
+     * @return the batch plan and generation, so callers can check what the run must produce
      */
-    public static BatchPlan build(StreamExecutionEnvironment env, Configuration conf)
+    public static Planned build(StreamExecutionEnvironment env, Configuration conf)
             throws Exception {
         StokerConfig.validate(conf);
         conf.set(PipelineOptions.NAME, conf.get(StokerOptions.JOB_NAME));
@@ -88,30 +94,49 @@ public final class StokerJob {
                 new BatchPlan(
                         listing.numRecords(),
                         conf.get(StokerOptions.DP_WORLD_SIZE),
-                        conf.get(StokerOptions.MICRO_BATCH_SIZE));
+                        conf.get(StokerOptions.MICRO_BATCH_SIZE),
+                        conf.get(StokerOptions.EPOCHS));
+        Generation generation = Generation.plan(conf, env.getConfiguration());
         long padTokenId;
         try (ChatTokenizer tokenizer =
                 ChatTokenizer.open(Path.of(conf.get(StokerOptions.TOKENIZER_PATH)))) {
             padTokenId = tokenizer.padTokenId();
         }
         LOG.info(
-                "Dataset {}: {} files, {} records -> {} steps of {} ranks x {} samples",
+                "Dataset {}: {} files; {}; generation {} produces steps {} .. {}",
                 listing.root(),
                 listing.files().size(),
-                listing.numRecords(),
-                plan.numSteps(),
-                plan.worldSize(),
-                plan.microBatchSize());
+                plan,
+                generation.stamp,
+                generation.firstStep(),
+                plan.numSteps() - 1);
 
-        StokerPipeline.Outputs outputs = StokerPipeline.build(env, conf, listing, plan);
-        String jobDir = StokerConfig.jobDir(conf);
+        ShmLayout layout = new ShmLayout(StokerConfig.jobDir(conf), generation.stamp);
+        PrefetchGate gate =
+                new PrefetchGate(
+                        layout,
+                        plan.worldSize(),
+                        conf.get(StokerOptions.PREFETCH_DEPTH),
+                        generation.firstStep());
+        StokerPipeline.Outputs outputs = StokerPipeline.build(env, conf, listing, plan, gate);
         int patchDim = StokerPipeline.visionConfig(conf).patchDim();
-        outputs.batches
+        Manifest manifest =
+                new Manifest(
+                        conf.get(StokerOptions.JOB_NAME),
+                        generation.stamp,
+                        plan,
+                        generation.firstStep(),
+                        conf.get(StokerOptions.SHUFFLE)
+                                ? conf.get(StokerOptions.SHUFFLE_SEED)
+                                : null,
+                        patchDim);
+        outputs.slotsByRank
                 .sinkTo(
                         new ArrowBatchSink(
-                                jobDir,
-                                conf.get(StokerOptions.JOB_NAME),
+                                layout,
+                                manifest,
                                 plan,
+                                generation.firstStep(),
                                 patchDim,
                                 padTokenId))
                 .name("arrow-shm-sink")
@@ -120,6 +145,17 @@ public final class StokerJob {
                 .sinkTo(DeadLetterSinks.jsonl(StokerConfig.deadLetterDir(conf)))
                 .name("dead-letter-sink")
                 .uid("dead-letter-sink");
-        return plan;
+        return new Planned(plan, generation.firstStep());
+    }
+
+    /** What a built job will produce: its plan and the first step of its generation. */
+    public static final class Planned {
+        public final BatchPlan plan;
+        public final long firstStep;
+
+        Planned(BatchPlan plan, long firstStep) {
+            this.plan = plan;
+            this.firstStep = firstStep;
+        }
     }
 }

@@ -70,6 +70,56 @@ public final class StokerOptions {
                     .withDescription(
                             "Samples per rank per step; the global batch is dp-world-size x micro-batch-size.");
 
+    public static final ConfigOption<Integer> EPOCHS =
+            ConfigOptions.key("stoker.epochs")
+                    .intType()
+                    .defaultValue(1)
+                    .withDescription(
+                            "Passes over the dataset; steps count on across epochs and each epoch has its own shuffle.");
+
+    public static final ConfigOption<Boolean> SHUFFLE =
+            ConfigOptions.key("stoker.shuffle")
+                    .booleanType()
+                    .defaultValue(true)
+                    .withDescription(
+                            "Shuffle the records of each epoch over the whole dataset (seeded, deterministic);"
+                                    + " false keeps the listing order (files by path, lines in order).");
+
+    public static final ConfigOption<Long> SHUFFLE_SEED =
+            ConfigOptions.key("stoker.shuffle.seed")
+                    .longType()
+                    .defaultValue(0L)
+                    .withDescription(
+                            "Seed of the per-epoch shuffle; batch (step, rank) is a pure function of"
+                                    + " (dataset, seed, epoch, world size, micro-batch size).");
+
+    public static final ConfigOption<Integer> PREFETCH_DEPTH =
+            ConfigOptions.key("stoker.prefetch-depth")
+                    .intType()
+                    .defaultValue(4)
+                    .withDescription(
+                            "Batches each rank may have written but not yet consumed; beyond that the source"
+                                    + " waits for the trainer's acks (Flink backpressure, checkpoints keep"
+                                    + " completing). 0 = unbounded (no trainer feedback).");
+
+    public static final ConfigOption<Long> RESUME_STEP =
+            ConfigOptions.key("stoker.resume-step")
+                    .longType()
+                    .noDefaultValue()
+                    .withDescription(
+                            "Last step the trainer consumed before it restarted (its checkpoint's step);"
+                                    + " the job produces steps resume-step + 1 onwards. Unset: when restoring"
+                                    + " from a savepoint, the last step every rank acknowledged in the previous"
+                                    + " run's shared memory; otherwise -1 (start at step 0).");
+
+    public static final ConfigOption<MemorySize> FILE_CACHE_SIZE =
+            ConfigOptions.key("stoker.source.file-cache-size")
+                    .memoryType()
+                    .defaultValue(MemorySize.ofMebiBytes(256))
+                    .withDescription(
+                            "Bytes of whole JSONL files each source reader keeps in memory for shuffled reads;"
+                                    + " records of larger files are read by seeking (a ranged GET on S3).");
+
     public static final ConfigOption<Integer> FETCH_CAPACITY =
             ConfigOptions.key("stoker.fetch.capacity")
                     .intType()

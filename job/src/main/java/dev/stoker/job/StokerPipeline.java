@@ -5,21 +5,22 @@ import dev.stoker.connectors.fetch.ImageStore;
 import dev.stoker.connectors.fetch.S3ClientSettings;
 import dev.stoker.connectors.fetch.S3ImageFetchFunction;
 import dev.stoker.connectors.fetch.S3ImageStore;
+import dev.stoker.connectors.shm.PrefetchGate;
 import dev.stoker.connectors.source.DatasetListing;
-import dev.stoker.connectors.source.JsonlSource;
+import dev.stoker.connectors.source.ShuffledJsonlSource;
 import dev.stoker.operators.accounting.DeadLetterAccounting;
-import dev.stoker.operators.batch.BatchAssembler;
+import dev.stoker.operators.accounting.SampleAccounting;
 import dev.stoker.operators.batch.BatchPlan;
 import dev.stoker.operators.image.PreprocessImagesFunction;
 import dev.stoker.operators.image.QwenVisionConfig;
 import dev.stoker.operators.model.DeadLetter;
 import dev.stoker.operators.model.DeadLetters;
 import dev.stoker.operators.model.FetchedRecord;
+import dev.stoker.operators.model.JsonlLine;
 import dev.stoker.operators.model.PreprocessedRecord;
 import dev.stoker.operators.model.SftRecord;
 import dev.stoker.operators.model.SlotResult;
 import dev.stoker.operators.model.TokenizedSample;
-import dev.stoker.operators.model.TrainingBatch;
 import dev.stoker.operators.parse.ParseRecordFunction;
 import dev.stoker.operators.tokenize.TokenizeFunction;
 import java.time.Duration;
@@ -27,9 +28,11 @@ import java.util.concurrent.TimeUnit;
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
 import org.apache.flink.api.common.typeinfo.TypeInformation;
 import org.apache.flink.api.common.typeinfo.Types;
+import org.apache.flink.api.java.functions.KeySelector;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.streaming.api.datastream.AsyncDataStream;
 import org.apache.flink.streaming.api.datastream.DataStream;
+import org.apache.flink.streaming.api.datastream.KeyedStream;
 import org.apache.flink.streaming.api.datastream.SingleOutputStreamOperator;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.streaming.api.functions.async.RichAsyncFunction;
@@ -39,25 +42,26 @@ import org.apache.flink.types.Either;
  * The Stoker dataflow, without its sinks:
  *
  * <pre>
- * JSONL source -> parse -> async image fetch (S3 client for s3:// roots, else Flink FileSystem) -> preprocess images -> tokenize -+-> batch assembler (keyed by rank) -> batches
- *                   |            |                   |                |        |
- *                   +------------+-------------------+----------------+--> dead letters --(empty slots)--+
+ * shuffled JSONL source (steps, prefetch gate) -> parse -> async image fetch -> preprocess images -> tokenize -+-> slots keyed by rank
+ *                                                   |            |                    |                |       |
+ *                                                   +------------+--------------------+----------------+--> dead letters --(empty slots)--+
  * </pre>
  *
- * <p>Every operator has a stable {@code uid} so savepoints map onto it.
+ * <p>Upstream operators run unordered; the sink, keyed by DP rank, puts samples back into their
+ * slots. Every operator has a stable {@code uid} so savepoints map onto it.
  */
 public final class StokerPipeline {
 
     /** The pipeline's two outputs. */
     public static final class Outputs {
-        /** One batch per (step, rank), for the Arrow shared-memory sink. */
-        public final DataStream<TrainingBatch> batches;
+        /** Filled and empty slots, keyed by DP rank, for the Arrow shared-memory sink. */
+        public final KeyedStream<SlotResult, Integer> slotsByRank;
 
         /** Rejected records, for the dead-letter output. */
         public final DataStream<DeadLetter> deadLetters;
 
-        Outputs(DataStream<TrainingBatch> batches, DataStream<DeadLetter> deadLetters) {
-            this.batches = batches;
+        Outputs(KeyedStream<SlotResult, Integer> slotsByRank, DataStream<DeadLetter> deadLetters) {
+            this.slotsByRank = slotsByRank;
             this.deadLetters = deadLetters;
         }
     }
@@ -68,18 +72,27 @@ public final class StokerPipeline {
      * Adds the dataflow to {@code env}.
      *
      * @param conf job configuration ({@link StokerOptions})
-     * @param listing the dataset's files and record count, scanned at planning time
+     * @param listing the dataset's files and record offsets, scanned at planning time
      * @param plan the batch plan derived from the listing
+     * @param gate the prefetch bound of this generation
      */
     public static Outputs build(
             StreamExecutionEnvironment env,
             Configuration conf,
             DatasetListing listing,
-            BatchPlan plan) {
+            BatchPlan plan,
+            PrefetchGate gate) {
         int maxLine = (int) conf.get(StokerOptions.MAX_LINE_LENGTH).getBytes();
-        DataStream<dev.stoker.operators.model.JsonlLine> lines =
+        DataStream<JsonlLine> lines =
                 env.fromSource(
-                                JsonlSource.forListing(listing, maxLine),
+                                new ShuffledJsonlSource(
+                                        listing,
+                                        plan,
+                                        conf.get(StokerOptions.SHUFFLE),
+                                        conf.get(StokerOptions.SHUFFLE_SEED),
+                                        maxLine,
+                                        conf.get(StokerOptions.FILE_CACHE_SIZE).getBytes(),
+                                        gate),
                                 WatermarkStrategy.noWatermarks(),
                                 "jsonl-source")
                         .uid("jsonl-source");
@@ -133,36 +146,33 @@ public final class StokerPipeline {
         TypeInformation<SlotResult> slotType = TypeInformation.of(SlotResult.class);
         DataStream<SlotResult> slots =
                 tokenized
-                        .map(SlotResult::of)
+                        .map(new SampleAccounting())
                         .returns(slotType)
-                        .name("filled-slots")
-                        .uid("filled-slots")
+                        .name("sample-accounting")
+                        .uid("sample-accounting")
                         .union(
                                 deadLetters
                                         .map(new DeadLetterAccounting())
                                         .returns(slotType)
                                         .name("dead-letter-accounting")
                                         .uid("dead-letter-accounting"));
-        if (plan.numPaddingSlots() > 0) {
-            slots =
-                    slots.union(
-                            env.fromSequence(
-                                            plan.numRecords(),
-                                            plan.numRecords() + plan.numPaddingSlots() - 1)
-                                    .uid("padding-slots")
-                                    .map(SlotResult::empty)
-                                    .returns(slotType)
-                                    .name("padding-slots-to-empty")
-                                    .uid("padding-slots-to-empty"));
+        KeyedStream<SlotResult, Integer> byRank = slots.keyBy(new RankOfSlot(plan), Types.INT);
+        return new Outputs(byRank, deadLetters);
+    }
+
+    /** Key of a slot result: its DP rank in the plan. */
+    private static final class RankOfSlot implements KeySelector<SlotResult, Integer> {
+        private static final long serialVersionUID = 1L;
+        private final BatchPlan plan;
+
+        RankOfSlot(BatchPlan plan) {
+            this.plan = plan;
         }
 
-        DataStream<TrainingBatch> batches =
-                slots.keyBy(slot -> BatchAssembler.rankKey(slot, plan), Types.INT)
-                        .process(new BatchAssembler(plan))
-                        .returns(TypeInformation.of(TrainingBatch.class))
-                        .name("batch-assembler")
-                        .uid("batch-assembler");
-        return new Outputs(batches, deadLetters);
+        @Override
+        public Integer getKey(SlotResult slot) {
+            return plan.rankOf(slot.sampleIndex);
+        }
     }
 
     /** The S3 client settings of the image fetch, from the {@code stoker.s3.*} options. */

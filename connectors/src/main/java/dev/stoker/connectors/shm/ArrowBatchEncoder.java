@@ -3,7 +3,9 @@ package dev.stoker.connectors.shm;
 import dev.stoker.operators.model.TokenizedSample;
 import dev.stoker.operators.model.TrainingBatch;
 import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
 import java.util.Map;
+import java.util.stream.Collectors;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.vector.BigIntVector;
 import org.apache.arrow.vector.Float4Vector;
@@ -48,6 +50,10 @@ public final class ArrowBatchEncoder {
                         "stoker.step", String.valueOf(batch.step),
                         "stoker.rank", String.valueOf(batch.rank),
                         "stoker.slots", String.valueOf(batch.slots),
+                        "stoker.backfilled_slots",
+                                Arrays.stream(batch.backfilledSlots)
+                                        .mapToObj(String::valueOf)
+                                        .collect(Collectors.joining(",")),
                         "stoker.pad_token_id", String.valueOf(padTokenId));
         VectorSchemaRoot root =
                 VectorSchemaRoot.create(

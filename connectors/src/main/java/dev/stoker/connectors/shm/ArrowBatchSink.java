@@ -1,52 +1,70 @@
 package dev.stoker.connectors.shm;
 
 import dev.stoker.operators.batch.BatchPlan;
-import dev.stoker.operators.model.TrainingBatch;
+import dev.stoker.operators.model.SlotResult;
 import java.io.IOException;
 import org.apache.flink.api.connector.sink2.Sink;
 import org.apache.flink.api.connector.sink2.SinkWriter;
 import org.apache.flink.api.connector.sink2.WriterInitContext;
 
 /**
- * Flink Sink V2 that writes each {@link TrainingBatch} as an Arrow IPC file into a node-local
- * directory (normally under {@code /dev/shm}), published atomically by rename, following {@code
+ * Flink Sink V2 that assembles slot results into micro-batches and writes each as an Arrow IPC file
+ * into this generation's node-local directory (normally under {@code /dev/shm}), following {@code
  * docs/batch-protocol.md}.
  *
- * <p>Delivery: at-least-once; a batch rewritten after a failover replaces the identical file of the
- * same name. Each writer subtask writes the batches of the ranks routed to it.
+ * <p>Input must be keyed by DP rank, so all slots of a batch reach the same writer. Samples that
+ * wait for the rest of their batch are staged in files next to the batches, not in Flink state. The
+ * writer never blocks: the prefetch bound is enforced upstream by the source's {@link
+ * PrefetchGate}. Delivery to the trainer: exactly once per step and rank; a batch rewritten after a
+ * failover replaces the identical file, and steps the reader already acknowledged are not written
+ * again.
  */
-public final class ArrowBatchSink implements Sink<TrainingBatch> {
-    private static final long serialVersionUID = 1L;
+public final class ArrowBatchSink implements Sink<SlotResult> {
+    private static final long serialVersionUID = 2L;
 
-    private final String jobDir;
-    private final String jobName;
+    private final ShmLayout layout;
+    private final Manifest manifest;
     private final BatchPlan plan;
+    private final long firstStep;
     private final int patchDim;
     private final long padTokenId;
 
     /**
-     * @param jobDir directory of this job's batches, e.g. {@code /dev/shm/stoker/<job-name>}
-     * @param jobName the job name recorded in the manifest
-     * @param plan the batch plan (world size, micro-batch size, number of steps)
+     * @param layout this generation's directory layout
+     * @param manifest the manifest to publish (names the generation)
+     * @param plan the batch plan (world size, micro-batch size, steps)
+     * @param firstStep the first step of this generation
      * @param patchDim floats per {@code pixel_values} row
      * @param padTokenId token id used to pad {@code input_ids}
      */
     public ArrowBatchSink(
-            String jobDir, String jobName, BatchPlan plan, int patchDim, long padTokenId) {
-        this.jobDir = jobDir;
-        this.jobName = jobName;
+            ShmLayout layout,
+            Manifest manifest,
+            BatchPlan plan,
+            long firstStep,
+            int patchDim,
+            long padTokenId) {
+        this.layout = layout;
+        this.manifest = manifest;
         this.plan = plan;
+        this.firstStep = firstStep;
         this.patchDim = patchDim;
         this.padTokenId = padTokenId;
     }
 
     @Override
-    public SinkWriter<TrainingBatch> createWriter(WriterInitContext context) throws IOException {
-        Manifest manifest = new Manifest(jobName, plan, patchDim);
+    public SinkWriter<SlotResult> createWriter(WriterInitContext context) throws IOException {
+        ShmLayout.createPrivateDirectories(layout.generationDir());
+        if (context.getTaskInfo().getIndexOfThisSubtask() == 0) {
+            Generations.removeOtherGenerations(layout);
+        }
+        manifest.writeTo(layout);
         return new ArrowBatchWriter(
-                new ShmLayout(jobDir),
-                manifest,
-                new ArrowBatchEncoder(patchDim, padTokenId),
+                layout,
+                plan,
+                firstStep,
+                new BatchFileWriter(layout, new ArrowBatchEncoder(patchDim, padTokenId)),
+                new SlotStager(layout),
                 context.metricGroup());
     }
 }

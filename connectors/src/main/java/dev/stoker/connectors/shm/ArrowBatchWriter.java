@@ -1,99 +1,135 @@
 package dev.stoker.connectors.shm;
 
-import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.ObjectMapper;
+import dev.stoker.operators.batch.Backfill;
+import dev.stoker.operators.batch.BatchPlan;
+import dev.stoker.operators.model.SlotResult;
+import dev.stoker.operators.model.TokenizedSample;
 import dev.stoker.operators.model.TrainingBatch;
 import java.io.IOException;
-import java.nio.channels.FileChannel;
-import java.nio.file.Files;
-import java.nio.file.Path;
-import java.nio.file.StandardOpenOption;
-import java.util.EnumSet;
 import java.util.HashMap;
 import java.util.Map;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.memory.RootAllocator;
-import org.apache.arrow.vector.VectorSchemaRoot;
-import org.apache.arrow.vector.ipc.ArrowFileWriter;
 import org.apache.flink.api.connector.sink2.SinkWriter;
 import org.apache.flink.metrics.Counter;
 import org.apache.flink.metrics.MetricGroup;
 
 /**
- * Writes each batch to {@code rank-<r>/.step-<s>.arrow.tmp} and renames it to {@code
- * step-<s>.arrow}. Exposes per rank {@code batchesWritten} and {@code batchesAhead} (written minus
- * acknowledged by the reader through {@code ack.json}).
+ * Stages each slot, and when all {@code B} slots of batch (step, rank) are there, back-fills the
+ * empty ones ({@link Backfill}), writes the batch file and drops the staged slots.
+ *
+ * <p>Slots staged by this writer are also kept in memory until their batch is written, so the
+ * staged files are read back only after a restore. Metrics per rank: {@code batchesWritten}, {@code
+ * batchesAhead} (highest written step minus the reader's acknowledged step); overall: {@code
+ * batchBytesWritten}, {@code slotsStaged}, {@code slotsBackfilled}, {@code
+ * slotsSkippedAlreadyConsumed}.
  */
-final class ArrowBatchWriter implements SinkWriter<TrainingBatch> {
-    private static final ObjectMapper JSON = new ObjectMapper();
-
+final class ArrowBatchWriter implements SinkWriter<SlotResult> {
     private final ShmLayout layout;
-    private final ArrowBatchEncoder encoder;
+    private final BatchPlan plan;
+    private final long firstStep;
+    private final BatchFileWriter files;
+    private final SlotStager stager;
     private final BufferAllocator allocator = new RootAllocator();
     private final MetricGroup metrics;
     private final Counter bytesWritten;
+    private final Counter slotsStaged;
+    private final Counter slotsBackfilled;
+    private final Counter slotsSkipped;
     private final Map<Integer, RankProgress> ranks = new HashMap<>();
+    private final Map<Long, TokenizedSample> inMemory = new HashMap<>();
 
     ArrowBatchWriter(
-            ShmLayout layout, Manifest manifest, ArrowBatchEncoder encoder, MetricGroup metrics)
-            throws IOException {
+            ShmLayout layout,
+            BatchPlan plan,
+            long firstStep,
+            BatchFileWriter files,
+            SlotStager stager,
+            MetricGroup metrics) {
         this.layout = layout;
-        this.encoder = encoder;
+        this.plan = plan;
+        this.firstStep = firstStep;
+        this.files = files;
+        this.stager = stager;
         this.metrics = metrics;
         this.bytesWritten = metrics.counter("batchBytesWritten");
-        ShmLayout.createPrivateDirectories(layout.jobDir());
-        manifest.writeTo(layout);
+        this.slotsStaged = metrics.counter("slotsStaged");
+        this.slotsBackfilled = metrics.counter("slotsBackfilled");
+        this.slotsSkipped = metrics.counter("slotsSkippedAlreadyConsumed");
     }
 
     @Override
-    public void write(TrainingBatch batch, Context context) throws IOException {
-        RankProgress progress = ranks.computeIfAbsent(batch.rank, this::registerRank);
-        Path tmp = layout.tempBatchFile(batch.step, batch.rank);
-        try (VectorSchemaRoot root = encoder.encode(batch, allocator);
-                FileChannel channel =
-                        FileChannel.open(
-                                tmp,
-                                EnumSet.of(
-                                        StandardOpenOption.CREATE,
-                                        StandardOpenOption.TRUNCATE_EXISTING,
-                                        StandardOpenOption.WRITE),
-                                ShmLayout.FILE_PERMISSIONS);
-                ArrowFileWriter writer = new ArrowFileWriter(root, null, channel)) {
-            writer.start();
-            writer.writeBatch();
-            writer.end();
-            bytesWritten.inc(channel.size());
+    public void write(SlotResult slot, Context context) throws IOException {
+        long step = plan.stepOf(slot.sampleIndex);
+        int rank = plan.rankOf(slot.sampleIndex);
+        RankProgress progress = ranks.computeIfAbsent(rank, this::registerRank);
+        if (step <= Acks.consumedStep(layout, rank, firstStep)) {
+            slotsSkipped.inc(); // replayed after a restore: the trainer already has this batch
+            return;
         }
-        ShmLayout.publish(tmp, layout.batchFile(batch.step, batch.rank));
+        stager.stage(step, rank, plan.slotOf(slot.sampleIndex), slot);
+        slotsStaged.inc();
+        if (slot.sample != null) {
+            inMemory.put(slot.sampleIndex, slot.sample);
+        }
+        TokenizedSample[] slots = completeBatch(step, rank);
+        if (slots == null) {
+            return;
+        }
+        TrainingBatch batch = Backfill.fill(step, rank, slots);
+        bytesWritten.inc(files.write(batch, allocator));
+        slotsBackfilled.inc(batch.backfilledSlots.length);
         progress.written.inc();
+        progress.highestStep = Math.max(progress.highestStep, step);
+        long first = plan.firstIndex(step, rank);
+        for (int k = 0; k < plan.microBatchSize(); k++) {
+            inMemory.remove(first + k);
+            stager.remove(step, rank, k);
+        }
+    }
+
+    /** The batch's slots ({@code null} = empty) if every slot is resolved, else {@code null}. */
+    private TokenizedSample[] completeBatch(long step, int rank) throws IOException {
+        long first = plan.firstIndex(step, rank);
+        int b = plan.microBatchSize();
+        for (int k = 0; k < b; k++) {
+            if (!plan.isPadding(first + k) && !stager.isStaged(step, rank, k)) {
+                return null;
+            }
+        }
+        TokenizedSample[] slots = new TokenizedSample[b];
+        for (int k = 0; k < b; k++) {
+            long index = first + k;
+            if (plan.isPadding(index)) {
+                continue;
+            }
+            slots[k] = inMemory.get(index);
+            if (slots[k] == null) {
+                slots[k] = stager.read(step, rank, k).sample; // staged before a restore
+            }
+        }
+        return slots;
     }
 
     private RankProgress registerRank(int rank) {
         try {
-            ShmLayout.createPrivateDirectories(layout.rankDir(rank));
+            // this writer alone writes the rank's files: clear what a crashed attempt half-wrote
+            Generations.removeTemporaryFiles(layout.rankDir(rank));
+            Generations.removeTemporaryFiles(layout.stagingDir(rank));
         } catch (IOException e) {
-            throw new IllegalStateException("Cannot create " + layout.rankDir(rank), e);
+            throw new IllegalStateException("Cannot clean " + layout.rankDir(rank), e);
         }
         MetricGroup group = metrics.addGroup("rank", String.valueOf(rank));
-        RankProgress progress = new RankProgress(group.counter("batchesWritten"));
-        group.gauge("batchesAhead", () -> progress.written.getCount() - 1 - consumedStep(rank));
+        RankProgress progress = new RankProgress(group.counter("batchesWritten"), firstStep - 1);
+        group.gauge(
+                "batchesAhead",
+                () -> progress.highestStep - Acks.consumedStep(layout, rank, firstStep));
         return progress;
-    }
-
-    /** Last step the rank's reader acknowledged, or -1. */
-    private long consumedStep(int rank) {
-        Path ack = layout.ackFile(rank);
-        try {
-            JsonNode node = JSON.readTree(Files.readAllBytes(ack));
-            return node.path("consumed_step").asLong(-1);
-        } catch (IOException e) {
-            return -1;
-        }
     }
 
     @Override
     public void flush(boolean endOfInput) {
-        // Every batch is published (renamed) inside write(); nothing is buffered.
+        // Every batch is published (renamed) inside write(); staged slots are already files.
     }
 
     @Override
@@ -103,9 +139,11 @@ final class ArrowBatchWriter implements SinkWriter<TrainingBatch> {
 
     private static final class RankProgress {
         final Counter written;
+        long highestStep;
 
-        RankProgress(Counter written) {
+        RankProgress(Counter written, long highestStep) {
             this.written = written;
+            this.highestStep = highestStep;
         }
     }
 }

@@ -17,7 +17,7 @@ import org.apache.arrow.vector.types.pojo.Schema;
  * list&lt;fixed_size_list&lt;int64&gt;[3]&gt;. L (padded sequence length) varies per batch.
  */
 public final class BatchSchema {
-    public static final int FORMAT_VERSION = 1;
+    public static final int FORMAT_VERSION = 2;
     public static final String SAMPLE_INDEX = "sample_index";
     public static final String SOURCE = "source";
     public static final String INPUT_IDS = "input_ids";

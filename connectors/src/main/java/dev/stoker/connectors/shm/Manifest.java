@@ -3,25 +3,44 @@ package dev.stoker.connectors.shm;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.stoker.operators.batch.BatchPlan;
 import java.io.IOException;
+import java.io.Serializable;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
 import java.util.LinkedHashMap;
-import java.util.Map;
 
-/** The job-level {@code manifest.json} of the batch protocol. */
-final class Manifest {
+/**
+ * The job-level {@code manifest.json} of the batch protocol: the current generation and the facts a
+ * reader needs (world size, steps, first step of the generation).
+ */
+public final class Manifest implements Serializable {
+    private static final long serialVersionUID = 2L;
     private static final ObjectMapper JSON = new ObjectMapper();
 
-    private final Map<String, Object> fields = new LinkedHashMap<>();
+    private final LinkedHashMap<String, Object> fields = new LinkedHashMap<>();
 
-    Manifest(String jobName, BatchPlan plan, int patchDim) {
+    /**
+     * @param firstStep the first step this generation produces (resume step + 1)
+     * @param seed the shuffle seed, or {@code null} when the order is not shuffled
+     */
+    public Manifest(
+            String jobName,
+            String generation,
+            BatchPlan plan,
+            long firstStep,
+            Long seed,
+            int patchDim) {
         fields.put("format_version", BatchSchema.FORMAT_VERSION);
         fields.put("job_name", jobName);
+        fields.put("generation", generation);
         fields.put("world_size", plan.worldSize());
         fields.put("micro_batch_size", plan.microBatchSize());
         fields.put("num_records", plan.numRecords());
+        fields.put("epochs", plan.epochs());
+        fields.put("steps_per_epoch", plan.stepsPerEpoch());
         fields.put("num_steps", plan.numSteps());
+        fields.put("first_step", firstStep);
+        fields.put("shuffle_seed", seed);
         fields.put("patch_dim", patchDim);
     }
 

@@ -12,11 +12,12 @@ import java.nio.file.attribute.PosixFilePermissions;
 import java.util.Set;
 
 /**
- * File names of the batch protocol ({@code docs/batch-protocol.md}) under a job directory such as
- * {@code /dev/shm/stoker/<job-name>/}. The Python reader mirrors these names.
+ * File names of the batch protocol ({@code docs/batch-protocol.md}) for one generation of a job:
+ * {@code <job dir>/manifest.json} names the current generation, whose files live under {@code <job
+ * dir>/gen-<generation>/rank-<r>/}. The Python reader mirrors these names.
  */
 public final class ShmLayout implements Serializable {
-    private static final long serialVersionUID = 1L;
+    private static final long serialVersionUID = 2L;
 
     /** Owner-only permissions for directories. */
     static final FileAttribute<Set<PosixFilePermission>> DIR_PERMISSIONS =
@@ -26,25 +27,46 @@ public final class ShmLayout implements Serializable {
     static final FileAttribute<Set<PosixFilePermission>> FILE_PERMISSIONS =
             PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------"));
 
+    /** Prefix of generation directory names. */
+    public static final String GENERATION_PREFIX = "gen-";
+
     private final String jobDir;
+    private final String generation;
 
     /**
      * @param jobDir the job directory, e.g. {@code /dev/shm/stoker/<job-name>}
+     * @param generation this submission's generation stamp (letters, digits, {@code -} and {@code
+     *     _})
+     * @throws IllegalArgumentException if the generation has other characters
      */
-    public ShmLayout(String jobDir) {
+    public ShmLayout(String jobDir, String generation) {
+        if (!generation.matches("[A-Za-z0-9_-]+")) {
+            throw new IllegalArgumentException("Invalid generation stamp: '" + generation + "'");
+        }
         this.jobDir = jobDir;
+        this.generation = generation;
     }
 
     public Path jobDir() {
         return Path.of(jobDir);
     }
 
+    public String generation() {
+        return generation;
+    }
+
+    /** {@code manifest.json} in the job directory: names the current generation. */
     public Path manifest() {
         return jobDir().resolve("manifest.json");
     }
 
+    /** This generation's directory {@code gen-<generation>}. */
+    public Path generationDir() {
+        return jobDir().resolve(GENERATION_PREFIX + generation);
+    }
+
     public Path rankDir(int rank) {
-        return jobDir().resolve("rank-" + rank);
+        return generationDir().resolve("rank-" + rank);
     }
 
     /** Published batch file {@code rank-<r>/step-<s:010d>.arrow}. */
@@ -55,6 +77,16 @@ public final class ShmLayout implements Serializable {
     /** Temporary name a batch is written under before it is published by rename. */
     public Path tempBatchFile(long step, int rank) {
         return rankDir(rank).resolve(String.format(".step-%010d.arrow.tmp", step));
+    }
+
+    /** Directory of the rank's staged slots (samples waiting for the rest of their batch). */
+    public Path stagingDir(int rank) {
+        return rankDir(rank).resolve(".staging");
+    }
+
+    /** Staged slot {@code .staging/step-<s:010d>.slot-<k>}. */
+    public Path stagedSlot(long step, int rank, int slot) {
+        return stagingDir(rank).resolve(String.format("step-%010d.slot-%d", step, slot));
     }
 
     /** The reader's acknowledgement file {@code rank-<r>/ack.json}. */

@@ -5,40 +5,56 @@ import java.io.Serializable;
 import java.nio.file.FileSystems;
 import java.nio.file.PathMatcher;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Collections;
-import java.util.HashMap;
 import java.util.List;
-import java.util.Map;
 import org.apache.flink.core.fs.FileStatus;
 import org.apache.flink.core.fs.FileSystem;
 import org.apache.flink.core.fs.Path;
 
 /**
- * The dataset's JSONL files in deterministic order and the number of records in each, computed once
- * when the job is planned.
+ * The dataset's JSONL files in deterministic order and where each record starts, computed once when
+ * the job is planned.
  *
  * <p>Files are those under the dataset root (recursively) whose name matches the glob, sorted by
- * path. Record {@code i} of the deterministic order is the {@code k}-th non-blank line of file
- * {@code f} where {@code i = baseIndex(f) + k}. Works on any Flink {@link FileSystem} (local, S3).
+ * path. Record {@code i} of the listing order is the {@code k}-th non-blank line of file {@code f}
+ * where {@code i = baseIndex(f) + k}. For each record the listing keeps its byte offset and 1-based
+ * line number (16 bytes per record), so the source can read records in any order. Works on any
+ * Flink {@link FileSystem} (local, S3).
  */
 public final class DatasetListing implements Serializable {
-    private static final long serialVersionUID = 1L;
+    private static final long serialVersionUID = 2L;
+
+    /** Where one record lives: file index into {@link #files()}, byte offset, 1-based line. */
+    public static final class Location {
+        public final int file;
+        public final long offset;
+        public final long line;
+
+        Location(int file, long offset, long line) {
+            this.file = file;
+            this.offset = offset;
+            this.line = line;
+        }
+    }
 
     private final String root;
     private final List<String> files;
-    private final Map<String, Long> baseIndex;
-    private final long numRecords;
+    private final long[] fileBase;
+    private final long[] offsets;
+    private final long[] lines;
 
     private DatasetListing(
-            String root, List<String> files, Map<String, Long> baseIndex, long numRecords) {
+            String root, List<String> files, long[] fileBase, long[] offsets, long[] lines) {
         this.root = root;
         this.files = files;
-        this.baseIndex = baseIndex;
-        this.numRecords = numRecords;
+        this.fileBase = fileBase;
+        this.offsets = offsets;
+        this.lines = lines;
     }
 
     /**
-     * Lists and counts the dataset.
+     * Lists the dataset and indexes its records.
      *
      * @param root dataset root directory (any Flink filesystem URI)
      * @param glob file-name glob such as {@code *.jsonl}
@@ -58,15 +74,27 @@ public final class DatasetListing implements Serializable {
         }
         found.sort((a, b) -> a.toString().compareTo(b.toString()));
         List<String> files = new ArrayList<>();
-        Map<String, Long> base = new HashMap<>();
-        long total = 0;
-        for (Path file : found) {
+        long[] base = new long[found.size()];
+        LongList offsets = new LongList();
+        LongList lines = new LongList();
+        for (int f = 0; f < found.size(); f++) {
+            Path file = found.get(f);
             files.add(file.toString());
-            base.put(file.toString(), total);
-            total += countRecords(fs, file, maxLineBytes);
+            base[f] = offsets.size;
+            try (JsonlLineReader reader = new JsonlLineReader(fs.open(file), maxLineBytes)) {
+                JsonlLineReader.Line line;
+                while ((line = reader.next()) != null) {
+                    offsets.add(line.offset);
+                    lines.add(line.lineNumber);
+                }
+            }
         }
         return new DatasetListing(
-                root.toString(), Collections.unmodifiableList(files), base, total);
+                root.toString(),
+                Collections.unmodifiableList(files),
+                base,
+                offsets.toArray(),
+                lines.toArray());
     }
 
     private static void collect(FileSystem fs, Path dir, PathMatcher matcher, List<Path> out)
@@ -81,17 +109,6 @@ public final class DatasetListing implements Serializable {
         }
     }
 
-    private static long countRecords(FileSystem fs, Path file, int maxLineBytes)
-            throws IOException {
-        long n = 0;
-        try (JsonlLineReader reader = new JsonlLineReader(fs.open(file), maxLineBytes)) {
-            while (reader.next() != null) {
-                n++;
-            }
-        }
-        return n;
-    }
-
     /** Dataset root URI as given. */
     public String root() {
         return root;
@@ -102,17 +119,41 @@ public final class DatasetListing implements Serializable {
         return files;
     }
 
-    /** Sample index of the first record of {@code file}. */
-    public long baseIndex(String file) {
-        Long base = baseIndex.get(file);
-        if (base == null) {
-            throw new IllegalArgumentException("File is not part of the dataset listing: " + file);
-        }
-        return base;
-    }
-
     /** Total number of records (non-blank lines) in all files. */
     public long numRecords() {
-        return numRecords;
+        return offsets.length;
+    }
+
+    /**
+     * Where record {@code index} (listing order) starts.
+     *
+     * @throws IndexOutOfBoundsException if {@code index} is not in {@code [0, numRecords())}
+     */
+    public Location locate(int index) {
+        int f = Arrays.binarySearch(fileBase, index);
+        if (f < 0) {
+            f = -f - 2;
+        }
+        while (f + 1 < fileBase.length && fileBase[f + 1] == index) {
+            f++; // skip files without records
+        }
+        return new Location(f, offsets[index], lines[index]);
+    }
+
+    /** A growable {@code long[]}. */
+    private static final class LongList {
+        long[] values = new long[1024];
+        int size;
+
+        void add(long v) {
+            if (size == values.length) {
+                values = Arrays.copyOf(values, size * 2);
+            }
+            values[size++] = v;
+        }
+
+        long[] toArray() {
+            return Arrays.copyOf(values, size);
+        }
     }
 }

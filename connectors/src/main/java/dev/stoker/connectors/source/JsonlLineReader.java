@@ -17,14 +17,19 @@ import java.util.Arrays;
  */
 public final class JsonlLineReader implements Closeable {
 
-    /** One non-blank line: 1-based line number, bytes (possibly cut) and original length. */
+    /**
+     * One non-blank line: 1-based line number, byte offset of its first byte from where reading
+     * started, bytes (possibly cut) and original length.
+     */
     public static final class Line {
         public final long lineNumber;
+        public final long offset;
         public final byte[] bytes;
         public final long originalLength;
 
-        Line(long lineNumber, byte[] bytes, long originalLength) {
+        Line(long lineNumber, long offset, byte[] bytes, long originalLength) {
             this.lineNumber = lineNumber;
+            this.offset = offset;
             this.bytes = bytes;
             this.originalLength = originalLength;
         }
@@ -34,6 +39,7 @@ public final class JsonlLineReader implements Closeable {
     private final int maxLineBytes;
     private byte[] buffer = new byte[8192];
     private long lineNumber;
+    private long position;
     private boolean eof;
 
     public JsonlLineReader(InputStream in, int maxLineBytes) {
@@ -58,6 +64,7 @@ public final class JsonlLineReader implements Closeable {
     private Line readPhysicalLine() throws IOException {
         int kept = 0;
         long length = 0;
+        long offset = position;
         int b;
         while ((b = in.read()) != -1 && b != '\n') {
             if (kept < maxLineBytes) {
@@ -68,6 +75,7 @@ public final class JsonlLineReader implements Closeable {
             }
             length++;
         }
+        position = offset + length + (b == -1 ? 0 : 1);
         if (b == -1) {
             eof = true;
             if (length == 0) {
@@ -79,7 +87,7 @@ public final class JsonlLineReader implements Closeable {
             kept--;
             length--;
         }
-        return new Line(lineNumber, Arrays.copyOf(buffer, kept), length);
+        return new Line(lineNumber, offset, Arrays.copyOf(buffer, kept), length);
     }
 
     private static boolean isBlank(byte[] bytes) {

@@ -6,8 +6,8 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.stoker.operators.batch.BatchPlan;
 import dev.stoker.operators.model.RecordRef;
+import dev.stoker.operators.model.SlotResult;
 import dev.stoker.operators.model.TokenizedSample;
-import dev.stoker.operators.model.TrainingBatch;
 import java.io.IOException;
 import java.nio.channels.FileChannel;
 import java.nio.file.Files;
@@ -69,50 +69,71 @@ class ArrowBatchWriterTest {
                 thw);
     }
 
-    private ArrowBatchWriter writer() throws IOException {
-        BatchPlan plan = new BatchPlan(8, 2, 2);
+    private ShmLayout layout() {
+        return new ShmLayout(jobDir.toString(), "g1");
+    }
+
+    private ArrowBatchWriter writer(BatchPlan plan) {
+        ShmLayout layout = layout();
         return new ArrowBatchWriter(
-                new ShmLayout(jobDir.toString()),
-                new Manifest("test-job", plan, PATCH_DIM),
-                new ArrowBatchEncoder(PATCH_DIM, PAD),
+                layout,
+                plan,
+                0,
+                new BatchFileWriter(layout, new ArrowBatchEncoder(PATCH_DIM, PAD)),
+                new SlotStager(layout),
                 UnregisteredMetricsGroup.createSinkWriterMetricGroup());
     }
 
-    @Test
-    void batchRoundTripsThroughAnArrowFile() throws Exception {
-        TrainingBatch batch =
-                new TrainingBatch(
-                        3,
-                        1,
-                        2,
-                        new TokenizedSample[] {
-                            sample(7, 5, 2, 1, 1, 2), sample(6, 3, 3, 1, 1, 1, 1, 1, 2)
-                        });
-        try (ArrowBatchWriter w = writer()) {
-            w.write(batch, null);
+    /** Closes what a test opened, before the allocator it came from. */
+    private static final class Closer extends ArrayList<AutoCloseable> implements AutoCloseable {
+        @Override
+        public void close() throws Exception {
+            for (AutoCloseable c : this) {
+                c.close();
+            }
         }
-        Path file = jobDir.resolve("rank-1/step-0000000003.arrow");
+    }
+
+    private VectorSchemaRoot read(Path file, RootAllocator allocator, Closer open)
+            throws IOException {
+        ArrowFileReader reader = new ArrowFileReader(FileChannel.open(file), allocator);
+        open.add(reader);
+        assertThat(reader.loadNextBatch()).isTrue();
+        return reader.getVectorSchemaRoot();
+    }
+
+    @Test
+    void slotsArrivingInAnyOrderBecomeOneArrowFileInSlotOrder() throws Exception {
+        BatchPlan plan = new BatchPlan(8, 2, 2, 1); // step 1, rank 1 = slot indices 6 and 7
+        Path file = jobDir.resolve("gen-g1/rank-1/step-0000000001.arrow");
+        try (ArrowBatchWriter w = writer(plan)) {
+            w.write(SlotResult.of(sample(7, 5, 2, 1, 1, 2)), null);
+            assertThat(file).doesNotExist();
+            assertThat(jobDir.resolve("gen-g1/rank-1/.staging/step-0000000001.slot-1")).exists();
+            w.write(SlotResult.of(sample(6, 3, 3, 1, 1, 1, 1, 1, 2)), null);
+        }
         assertThat(file).exists();
-        assertThat(jobDir.resolve("rank-1/.step-0000000003.arrow.tmp")).doesNotExist();
+        assertThat(jobDir.resolve("gen-g1/rank-1/.staging")).isEmptyDirectory();
+        assertThat(jobDir.resolve("gen-g1/rank-1/.step-0000000001.arrow.tmp")).doesNotExist();
         assertThat(PosixFilePermissions.toString(Files.getPosixFilePermissions(file)))
                 .isEqualTo("rw-------");
         assertThat(
                         PosixFilePermissions.toString(
-                                Files.getPosixFilePermissions(jobDir.resolve("rank-1"))))
+                                Files.getPosixFilePermissions(jobDir.resolve("gen-g1/rank-1"))))
                 .isEqualTo("rwx------");
 
         try (RootAllocator allocator = new RootAllocator();
-                ArrowFileReader reader = new ArrowFileReader(FileChannel.open(file), allocator)) {
-            assertThat(reader.loadNextBatch()).isTrue();
-            VectorSchemaRoot root = reader.getVectorSchemaRoot();
+                Closer open = new Closer()) {
+            VectorSchemaRoot root = read(file, allocator, open);
             assertThat(root.getRowCount()).isEqualTo(2);
             assertThat(root.getSchema().getCustomMetadata())
-                    .containsEntry("stoker.step", "3")
+                    .containsEntry("stoker.step", "1")
                     .containsEntry("stoker.rank", "1")
+                    .containsEntry("stoker.backfilled_slots", "")
                     .containsEntry("stoker.pad_token_id", String.valueOf(PAD));
-            assertThat(((BigIntVector) root.getVector("sample_index")).get(0)).isEqualTo(7);
+            assertThat(((BigIntVector) root.getVector("sample_index")).get(0)).isEqualTo(6);
             assertThat(root.getVector("source").getObject(1).toString())
-                    .isEqualTo("file:/data/train.jsonl:7");
+                    .isEqualTo("file:/data/train.jsonl:8");
 
             BigIntVector ids =
                     (BigIntVector)
@@ -124,52 +145,134 @@ class ArrowBatchWriterTest {
                             ((FixedSizeListVector) root.getVector("attention_mask"))
                                     .getDataVector();
             assertThat(ids.getValueCount()).isEqualTo(2 * 5);
-            // row 1 (index 6) has 3 tokens, padded to 5
-            assertThat(ids.get(5)).isEqualTo(1060);
-            assertThat(ids.get(8)).isEqualTo(PAD);
-            assertThat(labels.get(5)).isEqualTo(-100);
-            assertThat(labels.get(6)).isEqualTo(1061);
-            assertThat(labels.get(9)).isEqualTo(-100);
-            assertThat(mask.get(7)).isEqualTo(1);
-            assertThat(mask.get(8)).isZero();
+            // row 0 (index 6) has 3 tokens, padded to 5
+            assertThat(ids.get(0)).isEqualTo(1060);
+            assertThat(ids.get(3)).isEqualTo(PAD);
+            assertThat(ids.get(5)).isEqualTo(1070);
+            assertThat(labels.get(0)).isEqualTo(-100);
+            assertThat(labels.get(1)).isEqualTo(1061);
+            assertThat(labels.get(4)).isEqualTo(-100);
+            assertThat(mask.get(2)).isEqualTo(1);
+            assertThat(mask.get(3)).isZero();
 
             ListVector pixels = (ListVector) root.getVector("pixel_values");
             Float4Vector floats =
                     (Float4Vector) ((FixedSizeListVector) pixels.getDataVector()).getDataVector();
             assertThat(floats.getValueCount()).isEqualTo(5 * PATCH_DIM);
-            assertThat(floats.get(2 * PATCH_DIM)).isEqualTo(6f); // first float of the second sample
-            assertThat(pixels.getElementEndIndex(0)).isEqualTo(2);
+            assertThat(floats.get(3 * PATCH_DIM)).isEqualTo(7f); // first float of the second row
+            assertThat(pixels.getElementEndIndex(0)).isEqualTo(3);
 
             ListVector grids = (ListVector) root.getVector("image_grid_thw");
             BigIntVector thw =
                     (BigIntVector) ((FixedSizeListVector) grids.getDataVector()).getDataVector();
             assertThat(thw.getValueCount()).isEqualTo(9);
             assertThat(thw.get(8)).isEqualTo(2);
-            assertThat(grids.getElementEndIndex(1) - grids.getElementStartIndex(1)).isEqualTo(2);
+            assertThat(grids.getElementEndIndex(0) - grids.getElementStartIndex(0)).isEqualTo(2);
         }
+    }
 
+    @Test
+    void rejectedAndPaddingSlotsAreBackfilled() throws Exception {
+        BatchPlan plan = new BatchPlan(3, 1, 2, 1); // step 1: slot index 2, padding slot 3
+        try (ArrowBatchWriter w = writer(plan)) {
+            w.write(SlotResult.empty(0), null); // a dead letter
+            w.write(SlotResult.of(sample(1, 2, 1, 1, 1, 1)), null);
+            w.write(SlotResult.of(sample(2, 2, 1, 1, 1, 1)), null);
+        }
+        try (RootAllocator allocator = new RootAllocator();
+                Closer open = new Closer()) {
+            VectorSchemaRoot step0 =
+                    read(jobDir.resolve("gen-g1/rank-0/step-0000000000.arrow"), allocator, open);
+            BigIntVector index0 = (BigIntVector) step0.getVector("sample_index");
+            assertThat(step0.getRowCount()).isEqualTo(2);
+            assertThat(index0.get(0)).isEqualTo(1);
+            assertThat(index0.get(1)).isEqualTo(1);
+            assertThat(step0.getSchema().getCustomMetadata())
+                    .containsEntry("stoker.backfilled_slots", "0");
+            VectorSchemaRoot step1 =
+                    read(jobDir.resolve("gen-g1/rank-0/step-0000000001.arrow"), allocator, open);
+            assertThat(step1.getRowCount()).isEqualTo(2);
+            assertThat(step1.getSchema().getCustomMetadata())
+                    .containsEntry("stoker.backfilled_slots", "1");
+        }
+    }
+
+    @Test
+    void slotsStagedBeforeARestartAreReadBack() throws Exception {
+        BatchPlan plan = new BatchPlan(2, 1, 2, 1);
+        Path file = jobDir.resolve("gen-g1/rank-0/step-0000000000.arrow");
+        try (ArrowBatchWriter w = writer(plan)) {
+            w.write(SlotResult.of(sample(0, 4, 2, 1, 1, 2)), null);
+        }
+        // a crashed attempt also left a half-written staged slot behind
+        Path halfWritten = jobDir.resolve("gen-g1/rank-0/.staging/.step-0000000000.slot-1.tmp");
+        Files.write(halfWritten, new byte[] {1, 2, 3});
+        try (ArrowBatchWriter w = writer(plan)) {
+            w.write(SlotResult.of(sample(1, 3, 1, 1, 1, 1)), null);
+        }
+        assertThat(halfWritten).doesNotExist();
+        try (RootAllocator allocator = new RootAllocator();
+                Closer open = new Closer()) {
+            VectorSchemaRoot root = read(file, allocator, open);
+            assertThat(root.getRowCount()).isEqualTo(2);
+            BigIntVector ids =
+                    (BigIntVector)
+                            ((FixedSizeListVector) root.getVector("input_ids")).getDataVector();
+            assertThat(ids.get(3)).isEqualTo(1003); // 4th token of the sample staged earlier
+            Float4Vector floats =
+                    (Float4Vector)
+                            ((FixedSizeListVector)
+                                            ((ListVector) root.getVector("pixel_values"))
+                                                    .getDataVector())
+                                    .getDataVector();
+            assertThat(floats.getValueCount()).isEqualTo(3 * PATCH_DIM);
+            assertThat(floats.get(PATCH_DIM + 1)).isEqualTo(sample(0, 4, 2).pixelValues[7]);
+        }
+    }
+
+    @Test
+    void stepsTheReaderAlreadyAcknowledgedAreNotWrittenAgain() throws Exception {
+        BatchPlan plan = new BatchPlan(4, 1, 2, 1);
+        Files.createDirectories(jobDir.resolve("gen-g1/rank-0"));
+        Files.writeString(jobDir.resolve("gen-g1/rank-0/ack.json"), "{\"consumed_step\": 0}");
+        try (ArrowBatchWriter w = writer(plan)) {
+            w.write(SlotResult.of(sample(0, 2, 1, 1, 1, 1)), null);
+            w.write(SlotResult.of(sample(1, 2, 1, 1, 1, 1)), null);
+            w.write(SlotResult.of(sample(2, 2, 1, 1, 1, 1)), null);
+            w.write(SlotResult.of(sample(3, 2, 1, 1, 1, 1)), null);
+        }
+        assertThat(jobDir.resolve("gen-g1/rank-0/step-0000000000.arrow")).doesNotExist();
+        assertThat(jobDir.resolve("gen-g1/rank-0/.staging/step-0000000000.slot-0")).doesNotExist();
+        assertThat(jobDir.resolve("gen-g1/rank-0/step-0000000001.arrow")).exists();
+    }
+
+    @Test
+    void otherGenerationsAreRemovedAndTheManifestNamesThisOne() throws Exception {
+        Path stale = jobDir.resolve("gen-g0/rank-0/step-0000000005.arrow");
+        Files.createDirectories(stale.getParent());
+        Files.writeString(stale, "stale");
+        Files.createDirectories(jobDir.resolve("gen-g1/rank-0"));
+        Files.createDirectories(jobDir.resolve("dead-letters"));
+
+        ShmLayout layout = layout();
+        Generations.removeOtherGenerations(layout);
+        new Manifest("test-job", "g1", new BatchPlan(8, 2, 2, 3), 5, 42L, PATCH_DIM)
+                .writeTo(layout);
+
+        assertThat(jobDir.resolve("gen-g0")).doesNotExist();
+        assertThat(jobDir.resolve("gen-g1/rank-0")).isDirectory();
+        assertThat(jobDir.resolve("dead-letters")).isDirectory();
         assertThat(
                         PosixFilePermissions.toString(
                                 Files.getPosixFilePermissions(jobDir.resolve("manifest.json"))))
                 .isEqualTo("rw-------");
         JsonNode manifest = new ObjectMapper().readTree(jobDir.resolve("manifest.json").toFile());
-        assertThat(manifest.get("num_steps").asLong()).isEqualTo(2);
+        assertThat(manifest.get("generation").asText()).isEqualTo("g1");
+        assertThat(manifest.get("num_steps").asLong()).isEqualTo(6);
+        assertThat(manifest.get("steps_per_epoch").asLong()).isEqualTo(2);
+        assertThat(manifest.get("first_step").asLong()).isEqualTo(5);
         assertThat(manifest.get("world_size").asInt()).isEqualTo(2);
-    }
-
-    @Test
-    void emptyBatchIsStillPublished() throws Exception {
-        try (ArrowBatchWriter w = writer()) {
-            w.write(new TrainingBatch(0, 0, 2, new TokenizedSample[0]), null);
-        }
-        try (RootAllocator allocator = new RootAllocator();
-                ArrowFileReader reader =
-                        new ArrowFileReader(
-                                FileChannel.open(jobDir.resolve("rank-0/step-0000000000.arrow")),
-                                allocator)) {
-            assertThat(reader.loadNextBatch()).isTrue();
-            assertThat(reader.getVectorSchemaRoot().getRowCount()).isZero();
-        }
+        assertThat(Acks.lastStepConsumedByAllRanks(jobDir)).hasValue(4);
     }
 
     @Test

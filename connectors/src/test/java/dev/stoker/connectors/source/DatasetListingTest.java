@@ -30,9 +30,35 @@ class DatasetListingTest {
         assertThat(listing.files().get(1)).endsWith("/b.jsonl");
         assertThat(listing.files().get(2)).endsWith("/sub/c.jsonl");
         assertThat(listing.numRecords()).isEqualTo(6);
-        assertThat(listing.baseIndex(listing.files().get(0))).isZero();
-        assertThat(listing.baseIndex(listing.files().get(1))).isEqualTo(3);
-        assertThat(listing.baseIndex(listing.files().get(2))).isEqualTo(5);
+        assertLocation(listing.locate(0), 0, 0, 1);
+        assertLocation(listing.locate(2), 0, 6, 3);
+        assertLocation(listing.locate(3), 1, 0, 1);
+        assertLocation(listing.locate(4), 1, 4, 3); // after a blank line
+        assertLocation(listing.locate(5), 2, 0, 1);
+    }
+
+    @Test
+    void locatesRecordsAcrossFilesWithoutRecords() throws IOException {
+        Files.writeString(dir.resolve("a.jsonl"), "{}\r\n{\"x\": 1}\r\n");
+        Files.writeString(dir.resolve("b.jsonl"), "\n \n");
+        Files.writeString(dir.resolve("c.jsonl"), "");
+        Files.writeString(dir.resolve("d.jsonl"), "{}");
+
+        DatasetListing listing =
+                DatasetListing.scan(
+                        new org.apache.flink.core.fs.Path(dir.toUri()), "*.jsonl", 1024);
+
+        assertThat(listing.numRecords()).isEqualTo(3);
+        assertLocation(listing.locate(1), 0, 4, 2);
+        assertLocation(listing.locate(2), 3, 0, 1);
+        assertThatThrownBy(() -> listing.locate(3)).isInstanceOf(IndexOutOfBoundsException.class);
+    }
+
+    private static void assertLocation(
+            DatasetListing.Location at, int file, long offset, long line) {
+        assertThat(at.file).as("file").isEqualTo(file);
+        assertThat(at.offset).as("offset").isEqualTo(offset);
+        assertThat(at.line).as("line").isEqualTo(line);
     }
 
     @Test

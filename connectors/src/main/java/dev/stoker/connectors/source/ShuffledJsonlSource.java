@@ -1,0 +1,182 @@
+package dev.stoker.connectors.source;
+
+import dev.stoker.connectors.shm.PrefetchGate;
+import dev.stoker.operators.batch.BatchPlan;
+import dev.stoker.operators.model.JsonlLine;
+import java.util.Map;
+import java.util.TreeSet;
+import java.util.function.Supplier;
+import org.apache.flink.api.common.typeinfo.TypeInformation;
+import org.apache.flink.api.connector.source.Boundedness;
+import org.apache.flink.api.connector.source.Source;
+import org.apache.flink.api.connector.source.SourceOutput;
+import org.apache.flink.api.connector.source.SourceReader;
+import org.apache.flink.api.connector.source.SourceReaderContext;
+import org.apache.flink.api.connector.source.SplitEnumerator;
+import org.apache.flink.api.connector.source.SplitEnumeratorContext;
+import org.apache.flink.api.java.typeutils.ResultTypeQueryable;
+import org.apache.flink.connector.base.source.reader.RecordEmitter;
+import org.apache.flink.connector.base.source.reader.SingleThreadMultiplexSourceReaderBase;
+import org.apache.flink.connector.base.source.reader.splitreader.SplitReader;
+import org.apache.flink.core.io.SimpleVersionedSerializer;
+
+/**
+ * The bounded JSONL source in the run's deterministic sample order: epoch after epoch, each a
+ * seeded shuffle over all records of the {@link DatasetListing}, cut into one {@link StepSplit} per
+ * global step of the {@link BatchPlan}.
+ *
+ * <p>Emits one {@link JsonlLine} per record whose {@code ref.sampleIndex} is the record's slot
+ * index in the plan, so (step, rank, slot) of every sample is fixed by (listing, seed, epoch, plan)
+ * and not by parallelism or timing. Delivery: each record of steps {@code firstStep ..} exactly
+ * once per generation with Flink checkpointing (the enumerator's position and each reader's
+ * progress within its step are checkpointed). A restore into a new generation (a new submission
+ * from a savepoint) starts again at the gate's first step. Steps are emitted only as far as the
+ * {@link PrefetchGate} allows.
+ */
+public final class ShuffledJsonlSource
+        implements Source<JsonlLine, StepSplit, StepEnumeratorState>,
+                ResultTypeQueryable<JsonlLine> {
+    private static final long serialVersionUID = 1L;
+
+    private final DatasetListing listing;
+    private final BatchPlan plan;
+    private final boolean shuffle;
+    private final long seed;
+    private final int maxLineBytes;
+    private final long fileCacheBytes;
+    private final PrefetchGate gate;
+
+    /**
+     * @param shuffle shuffle each epoch (seeded); {@code false} keeps the listing order
+     * @param seed shuffle seed
+     * @param maxLineBytes longest record read in full; longer ones are cut and rejected downstream
+     * @param fileCacheBytes bytes of whole JSONL files each reader keeps in memory
+     * @param gate the prefetch bound, which also fixes the generation and its first step
+     */
+    public ShuffledJsonlSource(
+            DatasetListing listing,
+            BatchPlan plan,
+            boolean shuffle,
+            long seed,
+            int maxLineBytes,
+            long fileCacheBytes,
+            PrefetchGate gate) {
+        this.listing = listing;
+        this.plan = plan;
+        this.shuffle = shuffle;
+        this.seed = seed;
+        this.maxLineBytes = maxLineBytes;
+        this.fileCacheBytes = fileCacheBytes;
+        this.gate = gate;
+    }
+
+    @Override
+    public Boundedness getBoundedness() {
+        return Boundedness.BOUNDED;
+    }
+
+    @Override
+    public SplitEnumerator<StepSplit, StepEnumeratorState> createEnumerator(
+            SplitEnumeratorContext<StepSplit> context) {
+        return new StepEnumerator(
+                context,
+                gate.layout().generation(),
+                gate.firstStep(),
+                plan.numSteps(),
+                new TreeSet<>());
+    }
+
+    @Override
+    public SplitEnumerator<StepSplit, StepEnumeratorState> restoreEnumerator(
+            SplitEnumeratorContext<StepSplit> context, StepEnumeratorState state) {
+        if (!state.generation.equals(gate.layout().generation())) {
+            // A new submission restored from a savepoint: start at this generation's first step.
+            return createEnumerator(context);
+        }
+        return new StepEnumerator(
+                context, state.generation, state.nextStep, plan.numSteps(), state.returnedSteps);
+    }
+
+    @Override
+    public SimpleVersionedSerializer<StepSplit> getSplitSerializer() {
+        return StepSplitSerializer.INSTANCE;
+    }
+
+    @Override
+    public SimpleVersionedSerializer<StepEnumeratorState> getEnumeratorCheckpointSerializer() {
+        return StepEnumeratorState.Serializer.INSTANCE;
+    }
+
+    @Override
+    public SourceReader<JsonlLine, StepSplit> createReader(SourceReaderContext context) {
+        return new Reader(
+                () ->
+                        new StepSplitReader(
+                                plan,
+                                shuffle,
+                                seed,
+                                gate,
+                                new RecordLineReader(listing, maxLineBytes, fileCacheBytes)),
+                context);
+    }
+
+    @Override
+    public TypeInformation<JsonlLine> getProducedType() {
+        return TypeInformation.of(JsonlLine.class);
+    }
+
+    /** Progress within a split: records of the step already emitted. */
+    static final class SplitProgress {
+        final long step;
+        int recordsEmitted;
+
+        SplitProgress(StepSplit split) {
+            this.step = split.step;
+            this.recordsEmitted = split.recordsEmitted;
+        }
+    }
+
+    private static final class Reader
+            extends SingleThreadMultiplexSourceReaderBase<
+                    JsonlLine, JsonlLine, StepSplit, SplitProgress> {
+
+        Reader(
+                Supplier<SplitReader<JsonlLine, StepSplit>> splitReader,
+                SourceReaderContext context) {
+            super(splitReader, new Emitter(), context.getConfiguration(), context);
+        }
+
+        @Override
+        public void start() {
+            // a restored reader first finishes the splits it was given back
+            if (getNumberOfCurrentlyAssignedSplits() == 0) {
+                context.sendSplitRequest();
+            }
+        }
+
+        @Override
+        protected void onSplitFinished(Map<String, SplitProgress> finished) {
+            context.sendSplitRequest();
+        }
+
+        @Override
+        protected SplitProgress initializedState(StepSplit split) {
+            return new SplitProgress(split);
+        }
+
+        @Override
+        protected StepSplit toSplitType(String splitId, SplitProgress progress) {
+            return new StepSplit(progress.step, progress.recordsEmitted);
+        }
+    }
+
+    private static final class Emitter
+            implements RecordEmitter<JsonlLine, JsonlLine, SplitProgress> {
+        @Override
+        public void emitRecord(
+                JsonlLine line, SourceOutput<JsonlLine> output, SplitProgress state) {
+            output.collect(line);
+            state.recordsEmitted++;
+        }
+    }
+}
