@@ -38,8 +38,9 @@ public final class StokerJob {
         StreamExecutionEnvironment env = environment(conf);
         Planned planned = build(env, conf);
         JobExecutionResult result = env.execute(conf.get(StokerOptions.JOB_NAME));
-        // An attached run returns when the last step is written: check its accounting.
-        if (result.isJobExecutionResult()) {
+        // An attached run from step 0 returns when the last step is written: check its
+        // accounting. (A resumed run re-processes what was in flight in the savepoint.)
+        if (result.isJobExecutionResult() && planned.firstStep == 0) {
             LOG.info(
                     "Run finished: {}",
                     AccountingCheck.verify(result, planned.plan, planned.firstStep));

@@ -43,8 +43,9 @@ import org.apache.flink.types.Either;
  *
  * <pre>
  * shuffled JSONL source (steps, prefetch gate) -> parse -> async image fetch -> preprocess images -> tokenize -+-> slots keyed by rank
- *                                                   |            |                    |                |       |
- *                                                   +------------+--------------------+----------------+--> dead letters --(empty slots)--+
+ *         |                                         |            |                    |                |       |
+ *         |                                         +------------+--------------------+----------------+--> dead letters --(empty slots)--+
+ *         +--> padding markers (slots past the epoch's end) ------------------------------------------------------(empty slots)--+
  * </pre>
  *
  * <p>Upstream operators run unordered; the sink, keyed by DP rank, puts samples back into their
@@ -98,7 +99,21 @@ public final class StokerPipeline {
                         .uid("jsonl-source");
 
         SingleOutputStreamOperator<SftRecord> records =
-                lines.process(new ParseRecordFunction()).name("parse").uid("parse");
+                lines.filter(line -> !line.padding)
+                        .name("records")
+                        .uid("records")
+                        .process(new ParseRecordFunction())
+                        .name("parse")
+                        .uid("parse");
+        TypeInformation<SlotResult> slotType = TypeInformation.of(SlotResult.class);
+        DataStream<SlotResult> paddingSlots =
+                lines.filter(line -> line.padding)
+                        .name("padding-markers")
+                        .uid("padding-markers")
+                        .map(line -> SlotResult.empty(line.ref.sampleIndex))
+                        .returns(slotType)
+                        .name("padding-slots")
+                        .uid("padding-slots");
 
         long maxObjectBytes = conf.get(StokerOptions.MAX_OBJECT_SIZE).getBytes();
         long timeoutMs = conf.get(StokerOptions.FETCH_TIMEOUT).toMillis();
@@ -143,7 +158,6 @@ public final class StokerPipeline {
                                 preprocessed.getSideOutput(DeadLetters.TAG),
                                 tokenized.getSideOutput(DeadLetters.TAG));
 
-        TypeInformation<SlotResult> slotType = TypeInformation.of(SlotResult.class);
         DataStream<SlotResult> slots =
                 tokenized
                         .map(new SampleAccounting())
@@ -155,7 +169,8 @@ public final class StokerPipeline {
                                         .map(new DeadLetterAccounting())
                                         .returns(slotType)
                                         .name("dead-letter-accounting")
-                                        .uid("dead-letter-accounting"));
+                                        .uid("dead-letter-accounting"),
+                                paddingSlots);
         KeyedStream<SlotResult, Integer> byRank = slots.keyBy(new RankOfSlot(plan), Types.INT);
         return new Outputs(byRank, deadLetters);
     }

@@ -4,6 +4,7 @@ import dev.stoker.operators.model.TokenizedSample;
 import dev.stoker.operators.model.TrainingBatch;
 import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
+import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.stream.Collectors;
 import org.apache.arrow.memory.BufferAllocator;
@@ -44,17 +45,18 @@ public final class ArrowBatchEncoder {
             check(s);
             seqLen = Math.max(seqLen, s.inputIds.length);
         }
-        Map<String, String> metadata =
-                Map.of(
-                        "stoker.format_version", String.valueOf(BatchSchema.FORMAT_VERSION),
-                        "stoker.step", String.valueOf(batch.step),
-                        "stoker.rank", String.valueOf(batch.rank),
-                        "stoker.slots", String.valueOf(batch.slots),
-                        "stoker.backfilled_slots",
-                                Arrays.stream(batch.backfilledSlots)
-                                        .mapToObj(String::valueOf)
-                                        .collect(Collectors.joining(",")),
-                        "stoker.pad_token_id", String.valueOf(padTokenId));
+        // insertion-ordered, so the file's bytes do not depend on the JVM's Map.of iteration order
+        Map<String, String> metadata = new LinkedHashMap<>();
+        metadata.put("stoker.format_version", String.valueOf(BatchSchema.FORMAT_VERSION));
+        metadata.put("stoker.step", String.valueOf(batch.step));
+        metadata.put("stoker.rank", String.valueOf(batch.rank));
+        metadata.put("stoker.slots", String.valueOf(batch.slots));
+        metadata.put(
+                "stoker.backfilled_slots",
+                Arrays.stream(batch.backfilledSlots)
+                        .mapToObj(String::valueOf)
+                        .collect(Collectors.joining(",")));
+        metadata.put("stoker.pad_token_id", String.valueOf(padTokenId));
         VectorSchemaRoot root =
                 VectorSchemaRoot.create(
                         BatchSchema.forBatch(seqLen, patchDim, metadata), allocator);

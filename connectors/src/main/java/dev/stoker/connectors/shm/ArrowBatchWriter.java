@@ -6,6 +6,7 @@ import dev.stoker.operators.model.SlotResult;
 import dev.stoker.operators.model.TokenizedSample;
 import dev.stoker.operators.model.TrainingBatch;
 import java.io.IOException;
+import java.nio.file.Files;
 import java.util.HashMap;
 import java.util.Map;
 import org.apache.arrow.memory.BufferAllocator;
@@ -78,6 +79,10 @@ final class ArrowBatchWriter implements SinkWriter<SlotResult> {
         }
         TrainingBatch batch = Backfill.fill(step, rank, slots);
         bytesWritten.inc(files.write(batch, allocator));
+        if (step <= Acks.consumedStep(layout, rank, firstStep)) {
+            // the reader acknowledged this step (written before a restore) while we rewrote it
+            Files.deleteIfExists(layout.batchFile(step, rank));
+        }
         slotsBackfilled.inc(batch.backfilledSlots.length);
         progress.written.inc();
         progress.highestStep = Math.max(progress.highestStep, step);
@@ -93,19 +98,16 @@ final class ArrowBatchWriter implements SinkWriter<SlotResult> {
         long first = plan.firstIndex(step, rank);
         int b = plan.microBatchSize();
         for (int k = 0; k < b; k++) {
-            if (!plan.isPadding(first + k) && !stager.isStaged(step, rank, k)) {
+            if (!stager.isStaged(step, rank, k)) {
                 return null;
             }
         }
         TokenizedSample[] slots = new TokenizedSample[b];
         for (int k = 0; k < b; k++) {
-            long index = first + k;
-            if (plan.isPadding(index)) {
-                continue;
-            }
-            slots[k] = inMemory.get(index);
+            slots[k] = inMemory.get(first + k);
             if (slots[k] == null) {
-                slots[k] = stager.read(step, rank, k).sample; // staged before a restore
+                // an empty slot, or one staged before a restore
+                slots[k] = stager.read(step, rank, k).sample;
             }
         }
         return slots;

@@ -3,6 +3,7 @@ package dev.stoker.connectors.source;
 import dev.stoker.connectors.shm.PrefetchGate;
 import dev.stoker.operators.batch.BatchPlan;
 import dev.stoker.operators.model.JsonlLine;
+import java.util.List;
 import java.util.Map;
 import java.util.TreeSet;
 import java.util.function.Supplier;
@@ -117,7 +118,8 @@ public final class ShuffledJsonlSource
                                 seed,
                                 gate,
                                 new RecordLineReader(listing, maxLineBytes, fileCacheBytes)),
-                context);
+                context,
+                gate.layout().generation());
     }
 
     @Override
@@ -125,14 +127,16 @@ public final class ShuffledJsonlSource
         return TypeInformation.of(JsonlLine.class);
     }
 
-    /** Progress within a split: records of the step already emitted. */
+    /** Progress within a split: slots of the step already emitted. */
     static final class SplitProgress {
+        final String generation;
         final long step;
-        int recordsEmitted;
+        int elementsEmitted;
 
         SplitProgress(StepSplit split) {
+            this.generation = split.generation;
             this.step = split.step;
-            this.recordsEmitted = split.recordsEmitted;
+            this.elementsEmitted = split.elementsEmitted;
         }
     }
 
@@ -140,10 +144,21 @@ public final class ShuffledJsonlSource
             extends SingleThreadMultiplexSourceReaderBase<
                     JsonlLine, JsonlLine, StepSplit, SplitProgress> {
 
+        private final String generation;
+
         Reader(
                 Supplier<SplitReader<JsonlLine, StepSplit>> splitReader,
-                SourceReaderContext context) {
+                SourceReaderContext context,
+                String generation) {
             super(splitReader, new Emitter(), context.getConfiguration(), context);
+            this.generation = generation;
+        }
+
+        @Override
+        public void addSplits(List<StepSplit> splits) {
+            // Splits restored from a savepoint of an earlier generation are dropped: this
+            // generation's enumerator hands out every step from its first step again.
+            super.addSplits(splits.stream().filter(s -> s.generation.equals(generation)).toList());
         }
 
         @Override
@@ -166,7 +181,7 @@ public final class ShuffledJsonlSource
 
         @Override
         protected StepSplit toSplitType(String splitId, SplitProgress progress) {
-            return new StepSplit(progress.step, progress.recordsEmitted);
+            return new StepSplit(progress.generation, progress.step, progress.elementsEmitted);
         }
     }
 
@@ -176,7 +191,7 @@ public final class ShuffledJsonlSource
         public void emitRecord(
                 JsonlLine line, SourceOutput<JsonlLine> output, SplitProgress state) {
             output.collect(line);
-            state.recordsEmitted++;
+            state.elementsEmitted++;
         }
     }
 }

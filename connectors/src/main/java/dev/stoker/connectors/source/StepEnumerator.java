@@ -57,7 +57,7 @@ final class StepEnumerator implements SplitEnumerator<StepSplit, StepEnumeratorS
         if (step == null) {
             context.signalNoMoreSplits(subtaskId);
         } else {
-            context.assignSplit(new StepSplit(step, 0), subtaskId);
+            context.assignSplit(new StepSplit(generation, step, 0), subtaskId);
         }
     }
 

@@ -4,16 +4,19 @@ import org.apache.flink.api.connector.source.SourceSplit;
 
 /**
  * One global step of the batch plan as a source split: the {@code W*B} slots of step {@link #step}
- * over all ranks, read in slot order. {@link #recordsEmitted} is the checkpointed progress: how
- * many of the step's records were already emitted (padding slots are not records).
+ * over all ranks, read in slot order, for one shared-memory generation. {@link #elementsEmitted} is
+ * the checkpointed progress: how many of the step's slots (records and padding markers) were
+ * already emitted.
  */
 public final class StepSplit implements SourceSplit {
+    final String generation;
     final long step;
-    final int recordsEmitted;
+    final int elementsEmitted;
 
-    StepSplit(long step, int recordsEmitted) {
+    StepSplit(String generation, long step, int elementsEmitted) {
+        this.generation = generation;
         this.step = step;
-        this.recordsEmitted = recordsEmitted;
+        this.elementsEmitted = elementsEmitted;
     }
 
     @Override
@@ -23,6 +26,6 @@ public final class StepSplit implements SourceSplit {
 
     @Override
     public String toString() {
-        return splitId() + " (" + recordsEmitted + " records emitted)";
+        return splitId() + " of generation " + generation + " (" + elementsEmitted + " emitted)";
     }
 }

@@ -22,8 +22,8 @@ import org.apache.flink.connector.base.source.reader.splitreader.SplitsChange;
  *
  * <p>Before a step's records are read, the {@link PrefetchGate} must allow the step; while it does
  * not, {@link #fetch()} waits on the fetcher thread (polling the readers' acks), never on the task
- * thread, so checkpoints pass. Records come out in slot order, each tagged with its slot index;
- * padding slots are skipped.
+ * thread, so checkpoints pass. Records come out in slot order, each tagged with its slot index; a
+ * padding slot gives a {@link JsonlLine#padding padding marker}.
  */
 final class StepSplitReader implements SplitReader<JsonlLine, StepSplit> {
     private static final long GATE_POLL_MS = 20;
@@ -58,15 +58,13 @@ final class StepSplitReader implements SplitReader<JsonlLine, StepSplit> {
         splits.remove();
         List<JsonlLine> records = new ArrayList<>();
         long first = split.step * plan.globalBatchSize();
-        int seen = 0;
-        for (long slot = first; slot < first + plan.globalBatchSize(); slot++) {
-            if (plan.isPadding(slot)) {
-                continue;
-            }
-            if (seen++ < split.recordsEmitted) {
-                continue;
-            }
-            records.add(lines.read(orderOf(slot).recordAt(plan.positionOf(slot)), slot));
+        for (long slot = first + split.elementsEmitted;
+                slot < first + plan.globalBatchSize();
+                slot++) {
+            records.add(
+                    plan.isPadding(slot)
+                            ? JsonlLine.padding(slot)
+                            : lines.read(orderOf(slot).recordAt(plan.positionOf(slot)), slot));
         }
         return new RecordsBySplits<>(Map.of(split.splitId(), records), Set.of(split.splitId()));
     }

@@ -6,7 +6,10 @@ import java.io.DataOutputStream;
 import java.io.IOException;
 import org.apache.flink.core.io.SimpleVersionedSerializer;
 
-/** Checkpoint format of a {@link StepSplit}: version 1 = (step int64, recordsEmitted int32). */
+/**
+ * Checkpoint format of a {@link StepSplit}: version 1 = (generation UTF, step int64,
+ * elementsEmitted int32).
+ */
 final class StepSplitSerializer implements SimpleVersionedSerializer<StepSplit> {
     static final StepSplitSerializer INSTANCE = new StepSplitSerializer();
 
@@ -17,10 +20,11 @@ final class StepSplitSerializer implements SimpleVersionedSerializer<StepSplit> 
 
     @Override
     public byte[] serialize(StepSplit split) throws IOException {
-        ByteArrayOutputStream bytes = new ByteArrayOutputStream(12);
+        ByteArrayOutputStream bytes = new ByteArrayOutputStream(32);
         try (DataOutputStream out = new DataOutputStream(bytes)) {
+            out.writeUTF(split.generation);
             out.writeLong(split.step);
-            out.writeInt(split.recordsEmitted);
+            out.writeInt(split.elementsEmitted);
         }
         return bytes.toByteArray();
     }
@@ -32,7 +36,7 @@ final class StepSplitSerializer implements SimpleVersionedSerializer<StepSplit> 
         }
         try (DataInputStream in =
                 new DataInputStream(new java.io.ByteArrayInputStream(serialized))) {
-            return new StepSplit(in.readLong(), in.readInt());
+            return new StepSplit(in.readUTF(), in.readLong(), in.readInt());
         }
     }
 }

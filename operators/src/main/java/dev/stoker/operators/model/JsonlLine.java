@@ -16,7 +16,20 @@ public class JsonlLine {
     /** Length in bytes of the original line; larger than {@code bytes.length} if it was cut. */
     public long originalLength;
 
+    /**
+     * {@code true} for a padding marker: a slot past the end of the epoch that holds no record
+     * ({@link #ref} has only the slot index; no bytes). The pipeline turns it into an empty slot.
+     */
+    public boolean padding;
+
     public JsonlLine() {}
+
+    /** The padding marker of slot {@code slotIndex}. */
+    public static JsonlLine padding(long slotIndex) {
+        JsonlLine marker = new JsonlLine(new RecordRef(null, 0, slotIndex, null), new byte[0], 0);
+        marker.padding = true;
+        return marker;
+    }
 
     public JsonlLine(RecordRef ref, byte[] bytes, long originalLength) {
         this.ref = ref;

@@ -1,0 +1,344 @@
+package dev.stoker.job;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.awt.image.BufferedImage;
+import java.io.IOException;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Random;
+import javax.imageio.ImageIO;
+import org.apache.flink.api.common.JobID;
+import org.apache.flink.api.common.JobStatus;
+import org.apache.flink.configuration.CheckpointingOptions;
+import org.apache.flink.configuration.Configuration;
+import org.apache.flink.configuration.RestartStrategyOptions;
+import org.apache.flink.configuration.StateRecoveryOptions;
+import org.apache.flink.core.execution.JobClient;
+import org.apache.flink.core.execution.SavepointFormatType;
+import org.apache.flink.runtime.minicluster.MiniCluster;
+import org.apache.flink.runtime.testutils.MiniClusterResourceConfiguration;
+import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
+import org.apache.flink.test.junit5.InjectMiniCluster;
+import org.apache.flink.test.junit5.MiniClusterExtension;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
+import org.junit.jupiter.api.io.TempDir;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * Contract 2 (determinism) and 3 (bounded memory) on a MiniCluster of two TaskManagers: the
+ * sequence of (step, rank, sha256 of the batch file) a simulated trainer consumes is the same for
+ * an uninterrupted run, a run whose TaskManagers are killed several times, a run stopped with a
+ * savepoint while the trainer is down and resumed with the trainer's step, restores that change the
+ * parallelism (2 -> 4 -> 1), and a slow trainer during which checkpoints keep completing and no
+ * rank ever has more than prefetch-depth batches in shared memory.
+ */
+class ExactlyOnceITCase {
+    private static final Logger LOG = LoggerFactory.getLogger(ExactlyOnceITCase.class);
+    private static final ObjectMapper JSON = new ObjectMapper();
+    private static final int WORLD_SIZE = 2;
+    private static final int MICRO_BATCH_SIZE = 3;
+    private static final int EPOCHS = 2;
+    private static final int PREFETCH_DEPTH = 3;
+    private static final int RECORDS_PER_FILE = 30;
+    private static final int FILES = 3;
+
+    @RegisterExtension
+    static final MiniClusterExtension MINI_CLUSTER =
+            new MiniClusterExtension(
+                    new MiniClusterResourceConfiguration.Builder()
+                            .setNumberTaskManagers(2)
+                            .setNumberSlotsPerTaskManager(2)
+                            .build());
+
+    @TempDir static Path datasetRoot;
+    private static List<TrainerSim.Consumed> reference;
+    private static long numSteps;
+
+    private Path outputRoot;
+
+    /**
+     * Three JSONL files of small generated images; a few records are bad (dead letters, so their
+     * slots get back-filled). With W=2, B=3 and 2 epochs that is 2 x 15 steps.
+     */
+    @BeforeAll
+    static void writeDataset() throws IOException {
+        Files.createDirectories(datasetRoot.resolve("img"));
+        Random random = new Random(3);
+        for (int i = 0; i < 12; i++) {
+            BufferedImage img = new BufferedImage(56 + 8 * i, 56, BufferedImage.TYPE_INT_RGB);
+            for (int y = 0; y < img.getHeight(); y++) {
+                for (int x = 0; x < img.getWidth(); x++) {
+                    img.setRGB(x, y, random.nextInt(0xffffff));
+                }
+            }
+            ImageIO.write(img, "png", datasetRoot.resolve("img/" + i + ".png").toFile());
+        }
+        for (int f = 0; f < FILES; f++) {
+            StringBuilder jsonl = new StringBuilder();
+            for (int i = 0; i < RECORDS_PER_FILE; i++) {
+                int r = f * RECORDS_PER_FILE + i;
+                if (r % 17 == 5) {
+                    jsonl.append("{\"id\": \"broken-").append(r).append("\", \n");
+                    continue;
+                }
+                String image = r % 23 == 7 ? "img/missing.png" : "img/" + (r % 12) + ".png";
+                jsonl.append(
+                        String.format(
+                                "{\"id\": \"r%d\", \"image\": \"%s\", \"conversations\": ["
+                                        + "{\"from\": \"human\", \"value\": \"<image>\\nRecord %d: what is shown?\"},"
+                                        + " {\"from\": \"gpt\", \"value\": \"Noise number %d.\"}]}\n",
+                                r, image, r, r));
+            }
+            Files.writeString(datasetRoot.resolve("part-" + f + ".jsonl"), jsonl);
+        }
+        numSteps = EPOCHS * (long) Math.ceil(FILES * RECORDS_PER_FILE / 6.0);
+    }
+
+    private static MiniCluster miniCluster;
+
+    @BeforeEach
+    void createOutput(@InjectMiniCluster MiniCluster cluster) throws Exception {
+        miniCluster = cluster;
+        outputRoot = JobRun.createOutputRoot();
+        if (reference == null) {
+            reference = uninterruptedRun();
+        }
+    }
+
+    @AfterEach
+    void deleteOutput() throws IOException {
+        JobRun.deleteOutputRoot(outputRoot);
+    }
+
+    private Path jobDir() {
+        return outputRoot.resolve("exactly-once");
+    }
+
+    private Configuration config(int parallelism) {
+        Configuration conf = new Configuration();
+        conf.set(StokerOptions.DATASET_PATH, datasetRoot.toString());
+        conf.set(
+                StokerOptions.TOKENIZER_PATH,
+                SharedData.dataDir().resolve("tokenizers/qwen3").toString());
+        conf.set(StokerOptions.OUTPUT_ROOT, outputRoot.toString());
+        conf.set(StokerOptions.JOB_NAME, "exactly-once");
+        conf.set(StokerOptions.DP_WORLD_SIZE, WORLD_SIZE);
+        conf.set(StokerOptions.MICRO_BATCH_SIZE, MICRO_BATCH_SIZE);
+        conf.set(StokerOptions.EPOCHS, EPOCHS);
+        conf.set(StokerOptions.SHUFFLE_SEED, 11L);
+        conf.set(StokerOptions.PREFETCH_DEPTH, PREFETCH_DEPTH);
+        conf.set(StokerOptions.FETCH_CAPACITY, 4);
+        conf.set(
+                CheckpointingOptions.CHECKPOINTS_DIRECTORY,
+                outputRoot.resolve("checkpoints").toUri().toString());
+        conf.set(RestartStrategyOptions.RESTART_STRATEGY, "fixed-delay");
+        conf.set(RestartStrategyOptions.RESTART_STRATEGY_FIXED_DELAY_ATTEMPTS, 20);
+        conf.set(RestartStrategyOptions.RESTART_STRATEGY_FIXED_DELAY_DELAY, Duration.ofMillis(200));
+        conf.set(org.apache.flink.configuration.CoreOptions.DEFAULT_PARALLELISM, parallelism);
+        return conf;
+    }
+
+    private JobClient submit(Configuration conf, long checkpointMillis) throws Exception {
+        StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment(conf);
+        env.enableCheckpointing(checkpointMillis);
+        StokerJob.build(env, conf);
+        return env.executeAsync("exactly-once");
+    }
+
+    private static void awaitStatus(JobClient job, JobStatus want) throws Exception {
+        long deadline = System.currentTimeMillis() + 120_000;
+        while (job.getJobStatus().get() != want) {
+            assertThat(System.currentTimeMillis()).as("job reaches %s", want).isLessThan(deadline);
+            Thread.sleep(50);
+        }
+    }
+
+    private List<TrainerSim.Consumed> uninterruptedRun() throws Exception {
+        try (TrainerSim trainer = new TrainerSim(jobDir(), WORLD_SIZE, 0, numSteps - 1, 0)) {
+            JobClient job = submit(config(2), 500);
+            List<TrainerSim.Consumed> out = trainer.await(180_000);
+            awaitStatus(job, JobStatus.FINISHED);
+            assertThat(out).hasSize((int) numSteps * WORLD_SIZE);
+            LOG.info("Uninterrupted run: {} batches consumed", out.size());
+            return out;
+        } finally {
+            JobRun.deleteOutputRoot(outputRoot);
+            outputRoot = JobRun.createOutputRoot();
+        }
+    }
+
+    @Test
+    void taskManagersKilledSeveralTimesChangeNothing() throws Exception {
+        try (TrainerSim trainer = new TrainerSim(jobDir(), WORLD_SIZE, 0, numSteps - 1, 20)) {
+            JobClient job = submit(config(2), 300);
+            Random random = new Random();
+            for (int kill = 0; kill < 3; kill++) {
+                long at = (kill + 1) * numSteps * WORLD_SIZE / 4 + random.nextInt(4);
+                while (trainer.stepsDone() < at) {
+                    Thread.sleep(5);
+                }
+                LOG.info("Killing a TaskManager after {} consumed batches", trainer.stepsDone());
+                miniCluster.terminateTaskManager(0).get();
+                miniCluster.startTaskManager();
+            }
+            assertThat(trainer.await(180_000)).containsExactlyElementsOf(reference);
+            awaitStatus(job, JobStatus.FINISHED);
+            assertThat(restarts(job.getJobID())).as("job restarts").isGreaterThanOrEqualTo(1);
+        }
+    }
+
+    @Test
+    void savepointWhileTrainerIsDownThenResumeWithItsStepAtOtherParallelisms() throws Exception {
+        List<TrainerSim.Consumed> all = new ArrayList<>();
+        long stopAt = 8;
+        // run 1 at parallelism 2: the trainer stops after step 8 (its last checkpoint)
+        TrainerSim first = new TrainerSim(jobDir(), WORLD_SIZE, 0, stopAt, 0);
+        JobClient job = submit(config(2), 300);
+        all.addAll(first.await(120_000));
+        awaitPrefetched(stopAt + PREFETCH_DEPTH);
+        Thread.sleep(500); // the source waits at the prefetch bound; checkpoints go on
+        String savepoint1 = stopWithSavepoint(job);
+
+        // run 2 at parallelism 4 from the savepoint, with the trainer's step; the trainer goes on
+        // to step 20, the job is stopped again while it waits
+        long stopAgainAt = 20;
+        TrainerSim second = new TrainerSim(jobDir(), WORLD_SIZE, stopAt + 1, stopAgainAt, 0);
+        JobClient job2 = submit(resumeConfig(4, savepoint1, stopAt), 300);
+        all.addAll(second.await(120_000));
+        assertThat(restoredFromSavepoint(job2.getJobID())).isTrue();
+        awaitPrefetched(stopAgainAt + PREFETCH_DEPTH);
+        String savepoint2 = stopWithSavepoint(job2);
+
+        // run 3 at parallelism 1; this time the trainer restarted from an older checkpoint (step
+        // 17), so steps 18..20 are delivered again and the trainer's view continues from 17
+        long trainerCheckpoint = 17;
+        all.removeIf(c -> c.step() > trainerCheckpoint);
+        TrainerSim third =
+                new TrainerSim(jobDir(), WORLD_SIZE, trainerCheckpoint + 1, numSteps - 1, 0);
+        JobClient job3 = submit(resumeConfig(1, savepoint2, trainerCheckpoint), 300);
+        all.addAll(third.await(180_000));
+        awaitStatus(job3, JobStatus.FINISHED);
+        assertThat(restoredFromSavepoint(job3.getJobID())).isTrue();
+
+        all.sort(
+                (a, b) ->
+                        a.step() != b.step()
+                                ? Long.compare(a.step(), b.step())
+                                : a.rank() - b.rank());
+        assertThat(all).containsExactlyElementsOf(reference);
+    }
+
+    @Test
+    void slowTrainerKeepsCheckpointsCompletingAndSharedMemoryBounded() throws Exception {
+        try (TrainerSim trainer = new TrainerSim(jobDir(), WORLD_SIZE, 0, numSteps - 1, 150)) {
+            JobClient job = submit(config(2), 1000);
+            assertThat(trainer.await(180_000)).containsExactlyElementsOf(reference);
+            JsonNode stats = checkpointStats(job.getJobID());
+            awaitStatus(job, JobStatus.FINISHED);
+            JsonNode counts = stats.get("counts");
+            LOG.info(
+                    "Slow trainer: checkpoints {}, latest completed {}, summary {}",
+                    counts,
+                    stats.path("latest").path("completed"),
+                    stats.get("summary"));
+            for (JsonNode cp : stats.get("history")) {
+                if (cp.get("status").asText().equals("FAILED")) {
+                    LOG.warn("Checkpoint {} failed: {}", cp.get("id"), cp.get("failure_message"));
+                }
+            }
+            assertThat(counts.get("completed").asInt()).isGreaterThanOrEqualTo(5);
+            assertThat(counts.get("failed").asInt()).isZero();
+            long maxDurationMs =
+                    stats.get("summary").get("end_to_end_duration").get("max").asLong();
+            long maxSizeBytes = stats.get("summary").get("checkpointed_size").get("max").asLong();
+            assertThat(maxDurationMs).as("slowest checkpoint (ms)").isLessThan(10_000);
+            assertThat(maxSizeBytes).as("largest checkpoint (bytes)").isLessThan(1 << 20);
+            assertThat(trainer.maxFilesPerRank())
+                    .as("batch files a rank had in shared memory at once")
+                    .isLessThanOrEqualTo(PREFETCH_DEPTH)
+                    .isPositive();
+        }
+    }
+
+    private Configuration resumeConfig(int parallelism, String savepoint, long resumeStep) {
+        Configuration conf = config(parallelism);
+        conf.set(StateRecoveryOptions.SAVEPOINT_PATH, savepoint);
+        conf.set(StokerOptions.RESUME_STEP, resumeStep);
+        return conf;
+    }
+
+    private String stopWithSavepoint(JobClient job) throws Exception {
+        String path =
+                job.stopWithSavepoint(
+                                false,
+                                outputRoot.resolve("savepoints").toUri().toString(),
+                                SavepointFormatType.CANONICAL)
+                        .get();
+        awaitStatus(job, JobStatus.FINISHED);
+        LOG.info("Savepoint {}", path);
+        return path;
+    }
+
+    /** Waits until every rank's batch {@code step} is written (the prefetch bound). */
+    private void awaitPrefetched(long step) throws Exception {
+        long deadline = System.currentTimeMillis() + 60_000;
+        while (true) {
+            Path gen = JobRun.generationDir(jobDir());
+            boolean all = true;
+            for (int rank = 0; rank < WORLD_SIZE; rank++) {
+                all &=
+                        Files.exists(
+                                gen.resolve("rank-" + rank)
+                                        .resolve(String.format("step-%010d.arrow", step)));
+            }
+            if (all) {
+                assertThat(
+                                gen.resolve("rank-0")
+                                        .resolve(String.format("step-%010d.arrow", step + 1)))
+                        .as("nothing beyond the prefetch bound")
+                        .doesNotExist();
+                return;
+            }
+            assertThat(System.currentTimeMillis()).isLessThan(deadline);
+            Thread.sleep(20);
+        }
+    }
+
+    private static JsonNode rest(String path) throws Exception {
+        URI base = miniCluster.getRestAddress().get();
+        HttpResponse<String> response =
+                HttpClient.newHttpClient()
+                        .send(
+                                HttpRequest.newBuilder(base.resolve(path)).build(),
+                                HttpResponse.BodyHandlers.ofString());
+        return JSON.readTree(response.body());
+    }
+
+    private static JsonNode checkpointStats(JobID job) throws Exception {
+        return rest("/jobs/" + job + "/checkpoints");
+    }
+
+    private static boolean restoredFromSavepoint(JobID job) throws Exception {
+        JsonNode restored = checkpointStats(job).path("latest").path("restored");
+        return restored.path("is_savepoint").asBoolean(false);
+    }
+
+    private static long restarts(JobID job) throws Exception {
+        return rest("/jobs/" + job + "/exceptions").path("exceptionHistory").path("entries").size();
+    }
+}
