@@ -4,20 +4,26 @@ Typical trainer loop, one process per DP rank::
 
     from stoker import BatchReader
 
-    reader = BatchReader("/dev/shm/stoker/my-job", rank=dp_rank)
+    # start_step: the step after the trainer checkpoint's step; default: the job's first_step
+    reader = BatchReader("/dev/shm/stoker/my-job", rank=dp_rank, start_step=None)
     for batch in reader:                 # waits for each step's file
         inputs = batch.to_torch()        # dict of torch tensors over the mapped memory
-        loss = model(**inputs).loss
+        loss = model(**inputs).loss      # batch.backfilled_slots: rows that repeat another row
         ...
     print(reader.wait_time_ratio)
 
-Requesting step ``s + 1`` acknowledges step ``s`` (``ack.json``) and unlinks its file.
+The job directory holds ``manifest.json``, which names the current *generation*; batches live in
+``gen-<generation>/rank-<r>/step-<s:010d>.arrow``. Requesting step ``s + 1`` acknowledges step
+``s`` (``ack.json`` in the same directory, which also paces the job's prefetch) and unlinks its
+file. When the job is resubmitted while the trainer runs (a new generation), the reader follows
+the manifest to the new generation's directory and continues at the same step.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import warnings
 from collections.abc import Iterator
@@ -32,49 +38,114 @@ import pyarrow.ipc
 
 from .schema import COLUMNS, FORMAT_VERSION, match_column
 
-__all__ = ["Batch", "BatchReader", "BatchFormatError", "Manifest"]
+__all__ = ["Batch", "BatchReader", "BatchFormatError", "Manifest", "ResumeError"]
+
+_GENERATION_RE = re.compile(r"[A-Za-z0-9_-]+\Z")
+_STEP_FILE_RE = re.compile(r"step-(\d{10})\.arrow\Z")
 
 
 class BatchFormatError(ValueError):
     """A batch file or the manifest does not follow the protocol/schema; the message names the file."""
 
 
+class ResumeError(ValueError):
+    """The job's current generation will not produce the step this reader needs next.
+
+    Raised when the requested start step lies before the generation's ``first_step``, when a new
+    generation starts after the reader's next step, or when the rank's ``ack.json`` says the
+    step was already consumed (so the job will not write it again). The message names both steps
+    and the fix: resubmit the job from its savepoint with ``--stoker.resume-step <step - 1>``.
+    """
+
+
+def _resume_fix(next_step: int) -> str:
+    return (
+        f"resubmit the job (from its savepoint) with --stoker.resume-step {next_step - 1} "
+        f"so that it produces step {next_step} onwards, or restart the trainer from a checkpoint "
+        "that matches the job"
+    )
+
+
 @dataclass(frozen=True)
 class Manifest:
-    """Job-level facts from ``manifest.json``."""
+    """Job-level facts from ``manifest.json`` (format_version 2).
+
+    Attributes:
+        format_version: protocol version, 2.
+        job_name: the Flink job's name.
+        generation: stamp of the current submission; batches are in ``gen-<generation>/``.
+        world_size: DP ranks W.
+        micro_batch_size: rows per batch B.
+        num_records: records per epoch N.
+        epochs: passes over the dataset.
+        steps_per_epoch: ``ceil(N / (W*B))``.
+        num_steps: steps of the whole run (``epochs * steps_per_epoch``); steps count on across
+            epochs, so every rank's steps are ``0 .. num_steps - 1``.
+        first_step: first step this generation produces (the job's resume step + 1).
+        shuffle_seed: seed of the per-epoch shuffle, or ``None`` when the order is not shuffled.
+        patch_dim: D, floats per ``pixel_values`` row, or ``None`` if absent.
+        raw: the parsed JSON object.
+    """
 
     format_version: int
     job_name: str
+    generation: str
     world_size: int
     micro_batch_size: int
     num_records: int
+    epochs: int
+    steps_per_epoch: int
     num_steps: int
+    first_step: int
+    shuffle_seed: int | None
     patch_dim: int | None
     raw: dict[str, Any] = field(repr=False, compare=False)
 
     @classmethod
     def load(cls, path: Path) -> Manifest:
-        """Parse ``manifest.json``; raises :class:`BatchFormatError` naming ``path``."""
+        """Parse ``manifest.json``.
+
+        Raises:
+            BatchFormatError: unreadable or not JSON, a required field missing or of the wrong
+                type, an unsupported ``format_version``, an invalid generation stamp or
+                out-of-range sizes; the message names ``path``.
+        """
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
+            version = int(raw["format_version"])
+            if version != FORMAT_VERSION:
+                raise BatchFormatError(
+                    f"{path}: format_version {version} is not supported (expected "
+                    f"{FORMAT_VERSION}); the job and the reader come from different releases"
+                )
+            num_steps = int(raw["num_steps"])
+            seed = raw.get("shuffle_seed")
             m = cls(
-                format_version=int(raw["format_version"]),
+                format_version=version,
                 job_name=str(raw.get("job_name", "")),
+                generation=str(raw["generation"]),
                 world_size=int(raw["world_size"]),
                 micro_batch_size=int(raw["micro_batch_size"]),
                 num_records=int(raw.get("num_records", -1)),
-                num_steps=int(raw["num_steps"]),
+                epochs=int(raw.get("epochs", 1)),
+                steps_per_epoch=int(raw.get("steps_per_epoch", num_steps)),
+                num_steps=num_steps,
+                first_step=int(raw["first_step"]),
+                shuffle_seed=int(seed) if seed is not None else None,
                 patch_dim=int(raw["patch_dim"]) if raw.get("patch_dim") is not None else None,
                 raw=raw,
             )
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except BatchFormatError:
+            raise
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             raise BatchFormatError(f"{path}: invalid manifest: {e!r}") from e
-        if m.format_version != FORMAT_VERSION:
+        if not _GENERATION_RE.match(m.generation):
+            raise BatchFormatError(f"{path}: invalid generation stamp {m.generation!r}")
+        if m.world_size < 1 or m.micro_batch_size < 1 or m.num_steps < 0 or m.first_step < 0:
             raise BatchFormatError(
-                f"{path}: format_version {m.format_version} is not supported (expected {FORMAT_VERSION})"
+                f"{path}: need world_size >= 1, micro_batch_size >= 1, num_steps >= 0 and "
+                f"first_step >= 0: {raw}"
             )
-        if m.world_size < 1 or m.num_steps < 0:
-            raise BatchFormatError(f"{path}: world_size must be >= 1 and num_steps >= 0: {raw}")
         return m
 
 
@@ -89,8 +160,18 @@ class Batch:
       -100 for ignored positions; mask is 1/0).
     * ``pixel_values``: ``(P, D)`` float32, normalized pixel patches of all images in row order.
     * ``image_grid_thw``: ``(I, 3)`` int64, (grid_t, grid_h, grid_w) per image, in patches.
-    * ``sample_index``: ``(B,)`` int64, position of each row's record in the dataset order.
+    * ``sample_index``: ``(B,)`` int64, slot index of each row's record in the run's
+      deterministic order (``epoch * steps_per_epoch * W * B + position in the epoch's shuffled
+      order``); a back-filled row repeats the index of the row it copies.
     * ``source``: ``list[str]`` of length B, ``"<jsonl uri>:<1-based line>"``.
+    * ``backfilled_slots``: ``tuple[int, ...]``, ascending rows (slots ``0 .. B-1``) that hold a
+      copy of another row of the batch because their own record was dead-lettered or lay past
+      the end of the epoch; empty when none. Weight them out of the loss to train on every
+      record exactly once per epoch, e.g. ``keep = np.ones(B, bool);
+      keep[list(batch.backfilled_slots)] = False``.
+
+    B is the manifest's ``micro_batch_size`` for every batch read by :class:`BatchReader`, or 0
+    when no slot of the batch held a sample.
 
     Arrays are not writable; the mapping stays valid (even after the file is unlinked) for as
     long as any array or tensor built from it is alive.
@@ -107,13 +188,14 @@ class Batch:
     sample_index: np.ndarray
     source: list[str]
     metadata: dict[str, str]
+    backfilled_slots: tuple[int, ...] = ()
     #: (start address, size in bytes) of the file mapping the arrays live in.
     mapping_range: tuple[int, int] = (0, 0)
     _keepalive: Any = field(default=None, repr=False)
 
     @property
     def num_samples(self) -> int:
-        """B, the number of rows (may be below the micro-batch size, or 0)."""
+        """B, the number of rows (the micro-batch size, or 0), back-filled rows included."""
         return int(self.input_ids.shape[0])
 
     @property
@@ -131,6 +213,14 @@ class Batch:
         """Pad token id from the schema metadata, if present."""
         v = self.metadata.get("stoker.pad_token_id")
         return int(v) if v not in (None, "") else None
+
+    def file_bytes(self) -> memoryview:
+        """The whole batch file as a read-only byte view of the mapping (no copy).
+
+        Valid while this batch is alive, also after the file was unlinked; e.g.
+        ``hashlib.sha256(batch.file_bytes()).hexdigest()`` fingerprints the batch.
+        """
+        return memoryview(self._keepalive[1])
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The model inputs as numpy arrays, named as Hugging Face names them."""
@@ -179,23 +269,70 @@ def _write_json_atomic(path: Path, obj: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def _read_consumed_step(ack: Path) -> int | None:
+    """``consumed_step`` of an ``ack.json``, or ``None`` if missing or unreadable."""
+    try:
+        return int(json.loads(ack.read_text(encoding="utf-8"))["consumed_step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _unlink_steps_below(rank_dir: Path, step: int) -> int:
+    """Unlink the published batch files of steps ``< step`` in ``rank_dir``; returns how many.
+
+    Only ``step-<10 digits>.arrow`` entries directly in ``rank_dir`` are touched (never
+    ``.staging/`` or temporary files). A missing directory counts as empty.
+    """
+    removed = 0
+    try:
+        entries = list(os.scandir(rank_dir))
+    except FileNotFoundError:
+        return 0
+    for entry in entries:
+        m = _STEP_FILE_RE.match(entry.name)
+        if m is None or int(m.group(1)) >= step:
+            continue
+        try:
+            os.unlink(entry.path)
+            removed += 1
+        except FileNotFoundError:
+            pass
+    return removed
+
+
 class BatchReader:
     """Iterate the batches of one DP rank from a Stoker job directory.
 
     Args:
         root: job directory, e.g. ``/dev/shm/stoker/<job-name>`` (holds ``manifest.json``).
-        rank: 0-based DP rank; reads ``<root>/rank-<rank>/``.
+        rank: 0-based DP rank; reads ``<root>/gen-<generation>/rank-<rank>/``.
         poll_interval_s: seconds between checks for a file that is not there yet.
-        timeout_s: maximum seconds to wait for the manifest or any one batch file;
-            ``None`` waits forever.
-        start_step: first step to read (resume after a trainer restart); default 0.
+        timeout_s: maximum seconds to wait for the manifest or any one batch file (restarted
+            when the reader follows a new generation); ``None`` waits forever.
+        start_step: first step to read, i.e. the step after the trainer checkpoint's step.
+            ``None`` (default): the manifest's ``first_step``. A start step after
+            ``first_step`` is announced to the job on the first request: ``ack.json`` gets
+            ``consumed_step = start_step - 1`` (so the job's prefetch gate moves on and the sink
+            does not write steps the trainer skips) and files of earlier steps are unlinked.
+        manifest_poll_interval_s: while waiting for a batch file, seconds between checks of
+            ``manifest.json`` for a new generation (a ``stat``; the file is parsed only when
+            it changed).
 
-    Iterating yields :class:`Batch` for steps ``start_step .. num_steps - 1``.
+    Iterating yields :class:`Batch` for steps ``start_step .. num_steps - 1``, in order, each
+    exactly once. If the job is resubmitted meanwhile (new generation in ``manifest.json``),
+    the reader switches to the new generation's directory: it acks ``next_step - 1`` there,
+    unlinks that directory's files of earlier steps and keeps waiting for ``next_step``.
 
     Raises (while iterating):
         TimeoutError: a file did not appear within ``timeout_s`` (message names the path).
-        BatchFormatError: the manifest or a batch file does not match the protocol/schema
-            (message names the file).
+        BatchFormatError: the manifest or a batch file does not match the protocol/schema,
+            or a new generation changed ``world_size`` or ``micro_batch_size`` (message names
+            the file).
+        ResumeError: (a ``ValueError``) ``start_step`` is before the generation's
+            ``first_step``, a new generation starts after the reader's next step, or the
+            rank's ``ack.json`` already marks the next step consumed. The message names the
+            steps and the ``--stoker.resume-step`` to resubmit the job with. The error repeats
+            on every later request.
         ValueError: ``rank`` is outside ``[0, world_size)``.
     """
 
@@ -206,54 +343,99 @@ class BatchReader:
         *,
         poll_interval_s: float = 0.005,
         timeout_s: float | None = None,
-        start_step: int = 0,
+        start_step: int | None = None,
+        manifest_poll_interval_s: float = 0.1,
     ) -> None:
         if rank < 0:
             raise ValueError(f"rank must be >= 0, got {rank}")
         if poll_interval_s <= 0:
             raise ValueError(f"poll_interval_s must be > 0, got {poll_interval_s}")
+        if manifest_poll_interval_s <= 0:
+            raise ValueError(
+                f"manifest_poll_interval_s must be > 0, got {manifest_poll_interval_s}"
+            )
+        if start_step is not None and start_step < 0:
+            raise ValueError(f"start_step must be >= 0, got {start_step}")
         self.root = Path(root)
         self.rank = rank
-        self.rank_dir = self.root / f"rank-{rank}"
         self.poll_interval_s = poll_interval_s
         self.timeout_s = timeout_s
+        self.manifest_poll_interval_s = manifest_poll_interval_s
+        self._requested_start = start_step
         self._manifest: Manifest | None = None
-        self._next_step = start_step
+        self._manifest_sig: tuple[int, int, int] | None = None
+        self._next_manifest_check = 0.0
+        self._next_step: int | None = None  # resolved on the first request
         self._pending_ack: tuple[int, Path] | None = None
+        self._failure: Exception | None = None
         self._t0: float | None = None
         self._done = False
         #: Seconds spent inside ``__next__`` (waiting, acking, mapping), i.e. data-wait time.
         self.data_wait_s = 0.0
         #: Number of batches returned.
         self.batches_read = 0
-        #: Number of steps acknowledged in ``ack.json``.
+        #: Number of returned batches acknowledged in ``ack.json`` (skip acks not counted).
         self.steps_acked = 0
-        #: Rows (samples), images and patches returned so far.
+        #: Rows (samples, back-filled rows included), back-filled rows, images and patches
+        #: returned so far.
         self.samples_read = 0
+        self.backfilled_read = 0
         self.images_read = 0
         self.patches_read = 0
         #: Bytes of batch files mapped so far.
         self.bytes_mapped = 0
-        #: Last step acknowledged, or ``None``.
+        #: Last step acknowledged (also by a start or generation-switch ack), or ``None``.
         self.last_acked_step: int | None = None
+        #: Times the reader followed the job to a new generation.
+        self.generation_switches = 0
 
     # ------------------------------------------------------------------ public API
     @property
     def manifest(self) -> Manifest:
-        """The job manifest; waits for ``manifest.json`` (TimeoutError after ``timeout_s``)."""
+        """The manifest of the generation being read; waits for ``manifest.json``.
+
+        Raises:
+            TimeoutError: no manifest within ``timeout_s``.
+            BatchFormatError: the manifest is invalid.
+            ValueError: ``rank`` is outside ``[0, world_size)``.
+        """
         if self._manifest is None:
             path = self.root / "manifest.json"
             self._wait_for(path)
+            sig = self._stat_manifest()  # before reading: a newer file is then seen as changed
             m = Manifest.load(path)
             if self.rank >= m.world_size:
                 raise ValueError(f"rank {self.rank} is outside world_size {m.world_size} ({path})")
-            self._manifest = m
+            self._manifest, self._manifest_sig = m, sig
+            self._next_manifest_check = time.monotonic() + self.manifest_poll_interval_s
         return self._manifest
 
     @property
+    def generation(self) -> str:
+        """The generation being read (``manifest.generation``)."""
+        return self.manifest.generation
+
+    @property
+    def rank_dir(self) -> Path:
+        """``<root>/gen-<generation>/rank-<rank>``, the directory being read."""
+        return self.root / f"gen-{self.manifest.generation}" / f"rank-{self.rank}"
+
+    @property
     def num_steps(self) -> int:
-        """Steps in the epoch (from the manifest)."""
+        """Steps of the whole run, all epochs (from the manifest)."""
         return self.manifest.num_steps
+
+    @property
+    def start_step(self) -> int:
+        """The first step this reader returns: ``start_step`` if given, else ``first_step``."""
+        if self._requested_start is not None:
+            return self._requested_start
+        return self.manifest.first_step
+
+    @property
+    def next_step(self) -> int:
+        """The step the next request returns (``start_step`` before the first request)."""
+        return self.start_step if self._next_step is None else self._next_step
 
     @property
     def elapsed_s(self) -> float:
@@ -273,9 +455,11 @@ class BatchReader:
             "batches_read": self.batches_read,
             "steps_acked": self.steps_acked,
             "samples_read": self.samples_read,
+            "backfilled_read": self.backfilled_read,
             "images_read": self.images_read,
             "patches_read": self.patches_read,
             "bytes_mapped": self.bytes_mapped,
+            "generation_switches": self.generation_switches,
             "data_wait_s": self.data_wait_s,
             "elapsed_s": self.elapsed_s,
             "wait_time_ratio": self.wait_time_ratio,
@@ -290,20 +474,26 @@ class BatchReader:
         if self._t0 is None:
             self._t0 = t_start
         try:
+            if self._failure is not None:
+                raise self._failure
+            if self._next_step is None:
+                self._start(t_start)
             self._ack_pending(t_start)
+            assert self._next_step is not None
             if self._done or self._next_step >= self.num_steps:
                 self._done = True
                 raise StopIteration
             step = self._next_step
-            path = self.rank_dir / _step_name(step)
-            self._wait_for(path)
-            batch = read_batch_file(
-                path, expected_step=step, expected_rank=self.rank, patch_dim=self.manifest.patch_dim
-            )
+            try:
+                batch = self._wait_and_read(step, t_start)
+            except (ResumeError, BatchFormatError) as e:
+                self._failure = e
+                raise
             self._next_step += 1
-            self._pending_ack = (step, path)
+            self._pending_ack = (step, Path(batch.path))
             self.batches_read += 1
             self.samples_read += batch.num_samples
+            self.backfilled_read += len(batch.backfilled_slots)
             self.images_read += batch.num_images
             self.patches_read += int(batch.pixel_values.shape[0])
             self.bytes_mapped += batch.mapping_range[1]
@@ -316,27 +506,135 @@ class BatchReader:
         self._done = True
 
     # ------------------------------------------------------------------ internals
-    def _ack_pending(self, t_request: float) -> None:
-        if self._pending_ack is None:
+    def _start(self, t_request: float) -> None:
+        m = self.manifest
+        start = self.start_step
+        if start < m.first_step:
+            raise ResumeError(
+                f"rank {self.rank}: start_step {start} is before first_step {m.first_step} of "
+                f"generation {m.generation} ({self.root / 'manifest.json'}): the job does not "
+                f"produce steps before {m.first_step}; {_resume_fix(start)}"
+            )
+        self._adopt(m, start, t_request, announce=start > m.first_step)
+        self._next_step = start
+
+    def _adopt(self, m: Manifest, next_step: int, t_request: float, *, announce: bool) -> None:
+        """Start reading generation ``m`` at ``next_step``; with ``announce``, ack the skip."""
+        rank_dir = self.root / f"gen-{m.generation}" / f"rank-{self.rank}"
+        consumed = _read_consumed_step(rank_dir / "ack.json")
+        if consumed is not None and consumed >= next_step:
+            raise ResumeError(
+                f"rank {self.rank}: {rank_dir / 'ack.json'} says step {consumed} was already "
+                f"consumed in generation {m.generation}, so the job will not write step "
+                f"{next_step} again; {_resume_fix(next_step)}"
+            )
+        if not announce:
             return
-        step, path = self._pending_ack
+        try:
+            # the sink creates the generation directory before it publishes the manifest; a
+            # missing one was removed by a newer generation, which the manifest check will find
+            rank_dir.mkdir(mode=0o700, exist_ok=True)
+            self._write_ack(rank_dir, next_step - 1, t_request)
+        except FileNotFoundError:
+            return
+        _unlink_steps_below(rank_dir, next_step)
+
+    def _write_ack(self, rank_dir: Path, step: int, t_request: float) -> None:
         # data-wait so far, including the part of the current request already spent
         data_wait = self.data_wait_s + (time.monotonic() - t_request)
         _write_json_atomic(
-            self.rank_dir / "ack.json",
+            rank_dir / "ack.json",
             {
                 "consumed_step": step,
                 "data_wait_s": round(data_wait, 6),
                 "elapsed_s": round(self.elapsed_s, 6),
             },
         )
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            pass
-        self._pending_ack = None
-        self.steps_acked += 1
         self.last_acked_step = step
+
+    def _ack_pending(self, t_request: float) -> None:
+        if self._pending_ack is None:
+            return
+        step, path = self._pending_ack
+        self._pending_ack = None
+        try:
+            self._write_ack(path.parent, step, t_request)
+        except FileNotFoundError:
+            # the generation directory is gone: a new generation replaces it, and following
+            # it acks next_step - 1 = step there
+            return
+        self.steps_acked += 1
+        # this step's file, and any of an earlier step the sink published while it learnt of
+        # a skip (start step or generation switch)
+        _unlink_steps_below(path.parent, step + 1)
+
+    def _stat_manifest(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self.root / "manifest.json")
+        except FileNotFoundError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def _check_generation(self, t_request: float) -> bool:
+        """Follow a new generation named by ``manifest.json``; returns whether it switched."""
+        now = time.monotonic()
+        if now < self._next_manifest_check:
+            return False
+        self._next_manifest_check = now + self.manifest_poll_interval_s
+        sig = self._stat_manifest()
+        if sig is None or sig == self._manifest_sig:
+            return False
+        self._manifest_sig = sig
+        path = self.root / "manifest.json"
+        try:
+            m = Manifest.load(path)
+        except BatchFormatError:
+            if not path.exists():  # removed between stat and read
+                return False
+            raise
+        old = self.manifest
+        if m.generation == old.generation:
+            return False  # rewritten by another sink subtask or after a failover
+        if (m.world_size, m.micro_batch_size) != (old.world_size, old.micro_batch_size):
+            raise BatchFormatError(
+                f"{path}: generation {m.generation} has world_size {m.world_size} and "
+                f"micro_batch_size {m.micro_batch_size}, but this reader started on generation "
+                f"{old.generation} with world_size {old.world_size} and micro_batch_size "
+                f"{old.micro_batch_size}; restart the trainer with the new configuration"
+            )
+        assert self._next_step is not None
+        if self._next_step < m.first_step:
+            raise ResumeError(
+                f"rank {self.rank}: the job was resubmitted (generation {m.generation}) and "
+                f"produces steps from first_step {m.first_step}, but this reader needs step "
+                f"{self._next_step} next; {_resume_fix(self._next_step)}"
+            )
+        self._adopt(m, self._next_step, t_request, announce=True)
+        self._manifest = m
+        self.generation_switches += 1
+        return True
+
+    def _wait_and_read(self, step: int, t_request: float) -> Batch:
+        deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
+        while True:
+            if self._check_generation(t_request) and self.timeout_s is not None:
+                deadline = time.monotonic() + self.timeout_s
+            m = self.manifest
+            path = self.rank_dir / _step_name(step)
+            if path.exists():
+                try:
+                    return read_batch_file(
+                        path,
+                        expected_step=step,
+                        expected_rank=self.rank,
+                        patch_dim=m.patch_dim,
+                        micro_batch_size=m.micro_batch_size,
+                    )
+                except FileNotFoundError:
+                    pass  # removed since: its generation was replaced; the check will follow
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"timed out after {self.timeout_s}s waiting for {path}")
+            time.sleep(self.poll_interval_s)
 
     def _wait_for(self, path: Path) -> None:
         deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
@@ -416,13 +714,24 @@ def read_batch_file(
     expected_step: int | None = None,
     expected_rank: int | None = None,
     patch_dim: int | None = None,
+    micro_batch_size: int | None = None,
 ) -> Batch:
     """Memory-map one batch file and build a :class:`Batch` over it without copying.
 
+    Args:
+        path: an Arrow IPC file ``step-<s>.arrow``.
+        expected_step, expected_rank: check the ``stoker.step`` / ``stoker.rank`` metadata.
+        patch_dim: check D of ``pixel_values`` (the manifest's ``patch_dim``).
+        micro_batch_size: check that the batch has exactly this many rows, or 0, and that
+            ``stoker.slots`` agrees (the manifest's ``micro_batch_size``).
+
     Raises:
+        FileNotFoundError: ``path`` does not exist.
         BatchFormatError: not an Arrow IPC file, not exactly one record batch, missing or
-            mistyped columns, nulls, inconsistent lengths, step/rank metadata that disagrees with
-            the file's place, or data that would need a copy (e.g. compressed buffers).
+            mistyped columns, nulls, inconsistent lengths, step/rank/slots metadata that
+            disagrees with the file's place, a row count other than ``micro_batch_size`` or 0,
+            an invalid ``stoker.backfilled_slots``, or data that would need a copy (e.g.
+            compressed buffers).
     """
     path = Path(path)
     source = pa.memory_map(str(path), "r")
@@ -491,6 +800,18 @@ def read_batch_file(
                 "the reader refuses to copy"
             )
 
+    if micro_batch_size is not None:
+        if b not in (0, micro_batch_size):
+            raise BatchFormatError(
+                f"{path}: holds {b} rows, expected micro_batch_size {micro_batch_size} (or 0)"
+            )
+        if meta.get("stoker.slots", str(micro_batch_size)) != str(micro_batch_size):
+            raise BatchFormatError(
+                f"{path}: metadata stoker.slots={meta['stoker.slots']!r} but the manifest's "
+                f"micro_batch_size is {micro_batch_size}"
+            )
+    backfilled = _parse_backfilled(meta.get("stoker.backfilled_slots", ""), b, path)
+
     step = int(meta.get("stoker.step", expected_step if expected_step is not None else -1))
     rank = int(meta.get("stoker.rank", expected_rank if expected_rank is not None else -1))
     return Batch(
@@ -505,9 +826,38 @@ def read_batch_file(
         sample_index=sample_index,
         source=src.to_pylist(),
         metadata=meta,
+        backfilled_slots=backfilled,
         mapping_range=(lo, size),
         _keepalive=(source, whole, rb),
     )
+
+
+def _parse_backfilled(text: str, rows: int, path: Path) -> tuple[int, ...]:
+    """Parse ``stoker.backfilled_slots`` (``""`` or e.g. ``"0,2"``) into ascending row numbers.
+
+    Raises:
+        BatchFormatError: not comma-separated integers, a slot outside ``[0, rows)``, a
+            repeated slot, or every row back-filled.
+    """
+    if not text.strip():
+        return ()
+    try:
+        slots = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise BatchFormatError(
+            f"{path}: metadata stoker.backfilled_slots={text!r} is not comma-separated integers"
+        ) from None
+    if any(not 0 <= k < rows for k in slots) or len(set(slots)) != len(slots):
+        raise BatchFormatError(
+            f"{path}: metadata stoker.backfilled_slots={text!r} must list distinct rows in "
+            f"[0, {rows})"
+        )
+    if len(slots) == rows:
+        raise BatchFormatError(
+            f"{path}: metadata stoker.backfilled_slots={text!r} marks every row back-filled; "
+            "a batch without a sample has 0 rows"
+        )
+    return tuple(sorted(slots))
 
 
 def validate_schema(

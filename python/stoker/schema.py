@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-FORMAT_VERSION = 1
+#: Batch protocol version of ``manifest.json`` and the ``stoker.format_version`` metadata.
+FORMAT_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ METADATA_KEYS: tuple[str, ...] = (
     "stoker.step",
     "stoker.rank",
     "stoker.slots",
+    "stoker.backfilled_slots",
     "stoker.pad_token_id",
 )
 

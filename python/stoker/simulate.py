@@ -2,16 +2,23 @@
 
     python -m stoker.simulate --root /dev/shm/stoker/<job> [--ranks 0,1 | --world-size W]
         [--step-time-ms 20] [--flink-rest http://127.0.0.1:8081] [--timeout-s 600]
+        [--start-step S] [--record batches.jsonl]
 
-Each rank runs a :class:`~stoker.reader.BatchReader`, touches the arrays of every batch (so a
-broken mapping would fail loudly), then sleeps ``--step-time-ms`` (no CPU use). A progress line
-is printed about once a second; a summary at the end. Exit code 0 only if every rank received
-``num_steps`` batches.
+Each rank runs a :class:`~stoker.reader.BatchReader` (from ``--start-step``, default the
+manifest's ``first_step``), touches the arrays of every batch (so a broken mapping would fail
+loudly), then sleeps ``--step-time-ms`` (no CPU use). A progress line is printed about once a
+second; a summary at the end. With ``--record FILE``, one JSON line per batch is appended to
+FILE: ``{"step", "rank", "sha256", "rows", "backfilled"}`` (``sha256``: hex digest of the batch
+file's bytes, read from the mapping before the step is acknowledged; ``rows``: B;
+``backfilled``: list of back-filled rows). Exit code 0 only if every rank received every step
+from its start step to ``num_steps - 1``, in order; 1 otherwise; 2 on a bad manifest or
+arguments.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import threading
@@ -22,13 +29,13 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
-from .reader import BatchReader, Manifest
+from .reader import Batch, BatchReader, Manifest
 
-__all__ = ["main", "RankResult", "run_rank", "flink_job_status"]
+__all__ = ["main", "RankResult", "BatchRecorder", "run_rank", "flink_job_status"]
 
 
 @dataclass
@@ -36,8 +43,14 @@ class RankResult:
     """Progress of one simulated rank (updated by its thread)."""
 
     rank: int
+    #: First step the rank reads and one past its last (known once its reader started).
+    start_step: int | None = None
+    end_step: int | None = None
+    #: Directory the rank's reader reads (``gen-<generation>/rank-<r>``), once started.
+    rank_dir: Path | None = None
     steps: int = 0
     samples: int = 0
+    backfilled: int = 0
     images: int = 0
     tokens: int = 0
     checksum: int = 0
@@ -51,19 +64,81 @@ class RankResult:
     def wait_time_ratio(self) -> float:
         return self.wait_s / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
+    @property
+    def expected_steps(self) -> int | None:
+        """Steps the rank must receive, ``end_step - start_step``; ``None`` before it started."""
+        if self.start_step is None or self.end_step is None:
+            return None
+        return max(0, self.end_step - self.start_step)
 
-def run_rank(reader: BatchReader, result: RankResult, step_time_s: float) -> None:
-    """Consume every batch of ``reader``; records counts and errors in ``result``."""
+    @property
+    def complete(self) -> bool:
+        """Every step from the start step to ``num_steps - 1`` arrived and nothing failed."""
+        return self.error is None and self.steps == self.expected_steps
+
+
+class BatchRecorder:
+    """Appends one JSON line per batch to a file; safe to share between rank threads.
+
+    Line: ``{"step": int, "rank": int, "sha256": str (hex digest of the batch file's bytes),
+    "rows": int (B), "backfilled": list[int] (back-filled rows)}``.
+    """
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+        self._lock = threading.Lock()
+
+    def record(self, batch: Batch) -> None:
+        """Hash ``batch``'s file from its mapping and append its line (flushed at once)."""
+        line = json.dumps(
+            {
+                "step": batch.step,
+                "rank": batch.rank,
+                "sha256": hashlib.sha256(batch.file_bytes()).hexdigest(),
+                "rows": batch.num_samples,
+                "backfilled": list(batch.backfilled_slots),
+            }
+        )
+        with self._lock:
+            self._out.write(line + "\n")
+            self._out.flush()
+
+
+def run_rank(
+    reader: BatchReader,
+    result: RankResult,
+    step_time_s: float,
+    recorder: BatchRecorder | None = None,
+) -> None:
+    """Consume every batch of ``reader``; records counts and errors in ``result``.
+
+    Each batch is recorded with ``recorder`` (if given) before the next one is requested, i.e.
+    before it is acknowledged. A batch out of order ends the rank with an error.
+    """
     try:
+        start = reader.start_step
+        with result.lock:
+            result.start_step = start
+            result.end_step = reader.num_steps
+            result.rank_dir = reader.rank_dir
         for batch in reader:
+            if batch.step != start + result.steps:
+                raise RuntimeError(
+                    f"rank {result.rank} got step {batch.step}, expected {start + result.steps}"
+                )
+            if recorder is not None:
+                recorder.record(batch)
             # Touch the mapped memory: token count, one pixel column, and the image grids.
             tokens = int(batch.attention_mask.sum())
             touched = int(batch.input_ids.sum()) + int(batch.image_grid_thw.sum())
             if batch.pixel_values.size:
                 touched += int(np.isfinite(batch.pixel_values[:, 0]).sum())
             with result.lock:
+                result.end_step = reader.num_steps  # a new generation may change it
+                result.rank_dir = reader.rank_dir
                 result.steps += 1
                 result.samples += batch.num_samples
+                result.backfilled += len(batch.backfilled_slots)
                 result.images += batch.num_images
                 result.tokens += tokens
                 result.checksum = (result.checksum + touched) & 0xFFFFFFFF
@@ -137,15 +212,20 @@ def _source_records_read(rest: str, jid: str, vid: str, timeout_s: float) -> int
     return int(float(values[0]["sum"])) if values else None
 
 
-def _batches_written(root: str, rank: int, consumed: int) -> int:
-    """Batches the sink has published for ``rank``: consumed ones plus files waiting (step >= consumed)."""
+def _batches_written(rank_dir: Path | None, received: int, next_step: int) -> int:
+    """Batches published for a rank since its start: ``received`` plus files of steps >= ``next_step``.
+
+    ``rank_dir`` is the generation's ``rank-<r>`` directory (``None``: not known yet).
+    """
+    if rank_dir is None:
+        return received
     waiting = 0
-    for path in Path(root, f"rank-{rank}").glob("step-*.arrow"):
+    for path in rank_dir.glob("step-*.arrow"):
         try:
-            waiting += int(path.name[5:15]) >= consumed
+            waiting += int(path.name[5:15]) >= next_step
         except ValueError:
             continue
-    return consumed + waiting
+    return received + waiting
 
 
 def _parse_ranks(text: str) -> list[int]:
@@ -184,11 +264,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--progress-interval-s", type=float, default=1.0, help="seconds between progress lines"
     )
+    p.add_argument(
+        "--start-step",
+        type=int,
+        default=None,
+        help="first step to read (the trainer checkpoint's step + 1); default: manifest first_step",
+    )
+    p.add_argument(
+        "--record",
+        metavar="FILE",
+        help='append one JSON line per batch to FILE: {"step", "rank", "sha256", "rows", "backfilled"}',
+    )
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.start_step is not None and args.start_step < 0:
+        print(f"error: --start-step must be >= 0, got {args.start_step}", file=sys.stderr)
+        return 2
     probe = BatchReader(
         args.root, 0, poll_interval_s=args.poll_interval_ms / 1000, timeout_s=args.timeout_s
     )
@@ -209,23 +303,47 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"error: ranks {bad} outside manifest world_size {manifest.world_size}", file=sys.stderr
         )
         return 2
+    start = manifest.first_step if args.start_step is None else args.start_step
+    if start < manifest.first_step:
+        print(
+            f"error: --start-step {start} is before first_step {manifest.first_step} of the job's "
+            f"generation {manifest.generation}: resubmit the job (from its savepoint) with "
+            f"--stoker.resume-step {start - 1}",
+            file=sys.stderr,
+        )
+        return 2
     print(
-        f"job={manifest.job_name!r} world_size={manifest.world_size} num_steps={manifest.num_steps} "
+        f"job={manifest.job_name!r} generation={manifest.generation} "
+        f"world_size={manifest.world_size} num_steps={manifest.num_steps} start_step={start} "
         f"micro_batch_size={manifest.micro_batch_size} ranks={ranks}",
         flush=True,
     )
 
+    if args.record is None:
+        return _run(args, manifest, ranks, None)
+    with open(args.record, "a", encoding="utf-8") as record_file:
+        return _run(args, manifest, ranks, record_file)
+
+
+def _run(
+    args: argparse.Namespace, manifest: Manifest, ranks: list[int], record_file: TextIO | None
+) -> int:
+    recorder = BatchRecorder(record_file) if record_file is not None else None
     results = {r: RankResult(r) for r in ranks}
     readers = {
         r: BatchReader(
-            args.root, r, poll_interval_s=args.poll_interval_ms / 1000, timeout_s=args.timeout_s
+            args.root,
+            r,
+            poll_interval_s=args.poll_interval_ms / 1000,
+            timeout_s=args.timeout_s,
+            start_step=args.start_step,
         )
         for r in ranks
     }
     threads = [
         threading.Thread(
             target=run_rank,
-            args=(readers[r], results[r], args.step_time_ms / 1000),
+            args=(readers[r], results[r], args.step_time_ms / 1000, recorder),
             name=f"stoker-rank-{r}",
             daemon=True,
         )
@@ -248,10 +366,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             res = results[r]
             with res.lock:
                 total += res.samples
-                written = _batches_written(args.root, r, res.steps)
+                expected = res.expected_steps
+                next_step = (res.start_step or 0) + res.steps
+                written = _batches_written(res.rank_dir, res.steps, next_step)
                 parts.append(
-                    f"r{r}={res.steps}/{manifest.num_steps} (written {written}) "
-                    f"wait={res.wait_time_ratio:.0%}"
+                    f"r{r}={res.steps}/{'?' if expected is None else expected} "
+                    f"(written {written}) wait={res.wait_time_ratio:.0%}"
                 )
         line = f"[{el:6.1f}s] " + " ".join(parts) + f" samples/s={total / el:.1f}"
         if args.flink_rest:
@@ -269,11 +389,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         total_images += res.images
         total_wait += res.wait_s
         total_el += res.elapsed_s
-        complete = res.steps == manifest.num_steps and res.error is None
+        complete = res.complete
         ok &= complete
         status = "ok" if complete else f"INCOMPLETE ({res.error or 'fewer steps than num_steps'})"
+        expected = res.expected_steps
+        span = (
+            ""
+            if res.start_step is None
+            else f" (steps {res.start_step}..{(res.end_step or 0) - 1})"
+        )
         print(
-            f"  rank {r}: steps={res.steps}/{manifest.num_steps} samples={res.samples} images={res.images} "
+            f"  rank {r}: steps={res.steps}/{'?' if expected is None else expected}{span} "
+            f"samples={res.samples} backfilled={res.backfilled} images={res.images} "
             f"tokens={res.tokens} wait_time_ratio={res.wait_time_ratio:.3f} {status}"
         )
     overall_ratio = total_wait / total_el if total_el > 0 else 0.0

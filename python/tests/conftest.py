@@ -1,4 +1,8 @@
-"""Helpers that write batches exactly as the protocol and batch-schema.json describe."""
+"""Helpers that write batches exactly as the protocol (format_version 2) and batch-schema.json describe.
+
+A job directory ``root`` holds ``manifest.json`` naming the current generation; batches are in
+``root/gen-<generation>/rank-<r>/``. The helpers default to generation :data:`GEN`.
+"""
 
 from __future__ import annotations
 
@@ -19,10 +23,27 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_JSON = REPO_ROOT / "schema" / "batch-schema.json"
 PATCH_DIM = 1176
 PAD = 151643
+GEN = "g1"
 
 
-def make_samples(step: int, rank: int, n: int, *, patch_dim: int = PATCH_DIM, seed: int = 0):
-    """n deterministic samples: dicts with ids, grids and patches."""
+def rank_dir(root: Path, rank: int, generation: str = GEN) -> Path:
+    """``root/gen-<generation>/rank-<rank>``."""
+    return root / f"gen-{generation}" / f"rank-{rank}"
+
+
+def make_samples(
+    step: int,
+    rank: int,
+    n: int,
+    *,
+    patch_dim: int = PATCH_DIM,
+    seed: int = 0,
+    world_size: int = 1,
+):
+    """n deterministic samples of batch (step, rank): dicts with index, source, ids, grids, patches.
+
+    ``index`` is the slot index ``(step * world_size + rank) * n + slot`` (micro-batch size n).
+    """
     rng = np.random.default_rng(seed * 1_000_003 + step * 1009 + rank)
     out = []
     for slot in range(n):
@@ -34,7 +55,7 @@ def make_samples(step: int, rank: int, n: int, *, patch_dim: int = PATCH_DIM, se
         p = sum(t * h * w for t, h, w in grids)
         out.append(
             {
-                "index": step * 1000 + rank * 100 + slot,
+                "index": (step * world_size + rank) * n + slot,
                 "source": f"s3://bucket/sft/a.jsonl:{slot + 1}",
                 "ids": rng.integers(0, 150000, size=length).tolist(),
                 "grids": grids,
@@ -94,26 +115,28 @@ def write_batch(
     *,
     slots: int = 4,
     metadata: dict[str, str] | None = None,
+    generation: str = GEN,
 ) -> Path:
-    """Publish per the protocol: write .step-*.arrow.tmp, then atomic rename."""
-    rank_dir = root / f"rank-{rank}"
-    rank_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """Publish per the protocol: write gen-<g>/rank-<r>/.step-*.arrow.tmp, then atomic rename."""
+    rdir = rank_dir(root, rank, generation)
+    rdir.mkdir(mode=0o700, parents=True, exist_ok=True)
     meta = {
-        "stoker.format_version": "1",
+        "stoker.format_version": "2",
         "stoker.step": str(step),
         "stoker.rank": str(rank),
         "stoker.slots": str(slots),
+        "stoker.backfilled_slots": "",
         "stoker.pad_token_id": str(PAD),
     }
     if metadata is not None:
         meta.update(metadata)
     schema = rb.schema.with_metadata(meta)
     name = f"step-{step:010d}.arrow"
-    tmp = rank_dir / f".{name}.tmp"
+    tmp = rdir / f".{name}.tmp"
     with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema) as w:
         w.write_batch(pa.RecordBatch.from_arrays(rb.columns, schema=schema))
     os.chmod(tmp, 0o600)
-    final = rank_dir / name
+    final = rdir / name
     os.rename(tmp, final)
     return final
 
@@ -126,23 +149,62 @@ def write_manifest(
     micro_batch_size: int = 4,
     patch_dim: int = PATCH_DIM,
     job_name: str = "test-job",
+    generation: str = GEN,
+    first_step: int = 0,
+    epochs: int = 1,
+    shuffle_seed: int | None = 0,
 ) -> None:
-    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """Like the sink: create gen-<generation>/, then publish manifest.json by atomic rename."""
+    (root / f"gen-{generation}").mkdir(mode=0o700, parents=True, exist_ok=True)
+    steps_per_epoch = num_steps // epochs
     tmp = root / ".manifest.json.tmp"
     tmp.write_text(
         json.dumps(
             {
-                "format_version": 1,
+                "format_version": 2,
                 "job_name": job_name,
+                "generation": generation,
                 "world_size": world_size,
                 "micro_batch_size": micro_batch_size,
-                "num_records": world_size * num_steps * micro_batch_size,
+                "num_records": world_size * steps_per_epoch * micro_batch_size,
+                "epochs": epochs,
+                "steps_per_epoch": steps_per_epoch,
                 "num_steps": num_steps,
+                "first_step": first_step,
+                "shuffle_seed": shuffle_seed,
                 "patch_dim": patch_dim,
             }
         )
     )
     os.rename(tmp, root / "manifest.json")
+
+
+def write_steps(
+    root: Path,
+    steps,
+    *,
+    world_size: int,
+    micro_batch_size: int = 4,
+    patch_dim: int = PATCH_DIM,
+    generation: str = GEN,
+) -> dict[tuple[int, int], list]:
+    """Publish full batches of ``steps`` for every rank; returns the samples per (step, rank)."""
+    written = {}
+    for step in steps:
+        for rank in range(world_size):
+            samples = make_samples(
+                step, rank, micro_batch_size, patch_dim=patch_dim, world_size=world_size
+            )
+            write_batch(
+                root,
+                step,
+                rank,
+                build_record_batch(samples, patch_dim=patch_dim),
+                slots=micro_batch_size,
+                generation=generation,
+            )
+            written[(step, rank)] = samples
+    return written
 
 
 def make_job(
@@ -152,28 +214,30 @@ def make_job(
     num_steps: int,
     micro_batch_size: int = 4,
     patch_dim: int = PATCH_DIM,
+    generation: str = GEN,
+    first_step: int = 0,
 ) -> dict[tuple[int, int], list]:
-    """A complete job directory; returns the samples per (step, rank)."""
+    """A complete generation: manifest and steps ``first_step .. num_steps-1`` of every rank.
+
+    Returns the samples per (step, rank).
+    """
     write_manifest(
         root,
         world_size=world_size,
         num_steps=num_steps,
         micro_batch_size=micro_batch_size,
         patch_dim=patch_dim,
+        generation=generation,
+        first_step=first_step,
     )
-    written = {}
-    for step in range(num_steps):
-        for rank in range(world_size):
-            samples = make_samples(step, rank, micro_batch_size, patch_dim=patch_dim)
-            write_batch(
-                root,
-                step,
-                rank,
-                build_record_batch(samples, patch_dim=patch_dim),
-                slots=micro_batch_size,
-            )
-            written[(step, rank)] = samples
-    return written
+    return write_steps(
+        root,
+        range(first_step, num_steps),
+        world_size=world_size,
+        micro_batch_size=micro_batch_size,
+        patch_dim=patch_dim,
+        generation=generation,
+    )
 
 
 @pytest.fixture

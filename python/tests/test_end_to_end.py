@@ -1,8 +1,11 @@
 """Java writer -> Python reader on real files in /dev/shm.
 
 Runs the real job (the shaded jar built by ``./stoker test``, on embedded Flink) over the shared
-LLaVA-style dataset, then reads every batch of every rank with ``BatchReader`` and checks the
-documented shapes and dtypes and the relations between the columns.
+LLaVA-style dataset while one ``BatchReader`` per rank consumes and acknowledges the batches (the
+job's prefetch gate waits for those acks), and checks the documented layout, shapes, dtypes,
+back-fill, accounting and the seeded row order of ``docs/batch-protocol.md``. A second
+submission resumed at a later step (a new generation) must reproduce the first run's batches
+from there on.
 """
 
 from __future__ import annotations
@@ -13,23 +16,30 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from stoker.dead_letters import read_dead_letters
-from stoker.reader import BatchReader
+from stoker.reader import Batch, BatchReader
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED = REPO_ROOT.parent / "shared" / "data"
+DATASET = SHARED / "llava-style"
 IMAGE_PAD = 151655
 VISION_START = 151652
 WORLD_SIZE = 2
 MICRO_BATCH = 4
+PREFETCH_DEPTH = 4  # the job's default stoker.prefetch-depth
+RESUME_STEP = 2
+JOB_TIMEOUT_S = 600
 
 
-def _job_command(dataset: Path, out_root: Path) -> list[str]:
+def _job_command(out_root: Path, *extra: str) -> list[str]:
     jar = os.environ.get("STOKER_JAR", str(REPO_ROOT / "job/target/stoker-job.jar"))
     cp_file = os.environ.get(
         "STOKER_CLASSPATH_FILE", str(REPO_ROOT / "job/target/runtime-classpath.txt")
@@ -49,7 +59,7 @@ def _job_command(dataset: Path, out_root: Path) -> list[str]:
         classpath,
         "dev.stoker.job.StokerJob",
         "--stoker.dataset.path",
-        str(dataset),
+        str(DATASET),
         "--stoker.tokenizer.path",
         str(SHARED / "tokenizers" / "qwen3"),
         "--stoker.output.root",
@@ -68,67 +78,302 @@ def _job_command(dataset: Path, out_root: Path) -> list[str]:
         "1s",
         "--restart-strategy.type",
         "none",
+        *extra,
     ]
 
 
+@dataclass
+class Seen:
+    """What one rank's reader got: per step, copies of the columns the checks need."""
+
+    steps: list[int] = field(default_factory=list)
+    rows: dict[int, dict] = field(default_factory=dict)
+    generation: str | None = None
+    error: BaseException | None = None
+
+
+def _check_batch(batch: Batch) -> None:
+    b, seq_len = batch.input_ids.shape
+    assert b == MICRO_BATCH, f"step {batch.step}: {b} rows"  # every slot filled or back-filled
+    assert batch.input_ids.dtype == np.int64 and batch.labels.dtype == np.int64
+    assert batch.attention_mask.dtype == np.int64
+    assert batch.labels.shape == (b, seq_len) and batch.attention_mask.shape == (b, seq_len)
+    assert batch.pixel_values.dtype == np.float32 and batch.pixel_values.shape[1] == 1176
+    assert batch.image_grid_thw.dtype == np.int64 and batch.image_grid_thw.shape[1] == 3
+    assert batch.pixel_values.shape[0] == int(np.prod(batch.image_grid_thw, axis=1).sum())
+    # every image becomes <|vision_start|> + t*h*w/4 image pads + <|vision_end|>
+    pads = int((batch.input_ids == IMAGE_PAD).sum())
+    assert pads == int(np.prod(batch.image_grid_thw, axis=1).sum()) // 4
+    assert int((batch.input_ids == VISION_START).sum()) == batch.image_grid_thw.shape[0]
+    # labels are ids or -100; nothing is trained on padding or image pads
+    trained = batch.labels != -100
+    assert np.array_equal(batch.labels[trained], batch.input_ids[trained])
+    assert not np.any(trained & (batch.attention_mask == 0))
+    assert not np.any(trained & (batch.input_ids == IMAGE_PAD))
+    assert np.all(trained.sum(axis=1) > 0)
+    # pixel values are normalised with the CLIP mean/std: roughly within [-1.8, 2.2]
+    assert batch.pixel_values.min() >= -1.8 and batch.pixel_values.max() <= 2.2
+    # a back-filled slot k copies the first filled slot after it, wrapping around
+    filled = [k for k in range(b) if k not in batch.backfilled_slots]
+    assert filled, f"step {batch.step}: every row back-filled"
+    for k in batch.backfilled_slots:
+        j = next(x for x in [*range(k + 1, b), *range(k)] if x in filled)
+        assert batch.sample_index[k] == batch.sample_index[j]
+        assert batch.source[k] == batch.source[j]
+        assert np.array_equal(batch.input_ids[k], batch.input_ids[j])
+
+
+def _read_rank(
+    job_dir: Path,
+    rank: int,
+    seen: Seen,
+    hold_first_s: float = 0.0,
+    start_step: int | None = None,
+    after_generation: str | None = None,
+) -> None:
+    try:
+        if after_generation is not None:
+            # a restarted trainer starts once the resubmitted job has published its manifest
+            deadline = time.monotonic() + JOB_TIMEOUT_S
+            while time.monotonic() < deadline:
+                try:
+                    gen = json.loads((job_dir / "manifest.json").read_text())["generation"]
+                except (OSError, ValueError, KeyError):
+                    gen = None
+                if gen not in (None, after_generation):
+                    break
+                time.sleep(0.05)
+        reader = BatchReader(job_dir, rank, timeout_s=JOB_TIMEOUT_S, start_step=start_step)
+        first = True
+        for batch in reader:
+            if first and hold_first_s > 0:
+                _check_prefetch_gate(reader, hold_first_s)
+            first = False
+            _check_batch(batch)
+            seen.steps.append(batch.step)
+            seen.generation = reader.generation
+            seen.rows[batch.step] = {
+                "sample_index": batch.sample_index.tolist(),
+                "source": list(batch.source),
+                "backfilled": batch.backfilled_slots,
+                "input_ids": batch.input_ids.copy(),
+            }
+            del batch
+    except BaseException as e:  # reported by the test
+        seen.error = e
+
+
+def _check_prefetch_gate(reader: BatchReader, hold_s: float) -> None:
+    """While this rank holds its first step unacknowledged, the job writes at most
+    ``PREFETCH_DEPTH`` steps for any rank: steps <= first_step - 1 + depth."""
+    first = reader.manifest.first_step
+    last_allowed = first - 1 + PREFETCH_DEPTH
+    gen_dir = reader.rank_dir.parent
+    deadline = time.monotonic() + 120
+    want = reader.rank_dir / f"step-{min(last_allowed, reader.num_steps - 1):010d}.arrow"
+    while not want.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(hold_s)  # give the job time to (wrongly) run ahead
+    for r in range(WORLD_SIZE):
+        written = sorted(p.name for p in (gen_dir / f"rank-{r}").glob("step-*.arrow"))
+        beyond = [n for n in written if int(n[5:15]) > last_allowed]
+        assert not beyond, f"rank {r}: {beyond} written past the prefetch gate ({written})"
+
+
+def _run_job(
+    out_root: Path,
+    log: Path,
+    *extra: str,
+    hold_first_s: float = 0.0,
+    start_step: int | None = None,
+    after_generation: str | None = None,
+) -> list[Seen]:
+    """Run the job to completion while one reader thread per rank consumes its batches."""
+    job_dir = out_root / "e2e"
+    seen = [Seen() for _ in range(WORLD_SIZE)]
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            _job_command(out_root, *extra), stdout=out, stderr=subprocess.STDOUT, text=True
+        )
+        threads = [
+            threading.Thread(
+                target=_read_rank,
+                args=(
+                    job_dir,
+                    r,
+                    seen[r],
+                    hold_first_s if r == 0 else 0.0,
+                    start_step,
+                    after_generation,
+                ),
+                daemon=True,
+            )
+            for r in range(WORLD_SIZE)
+        ]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + JOB_TIMEOUT_S
+        try:
+            while any(t.is_alive() for t in threads) or proc.poll() is None:
+                rc = proc.poll()
+                if rc not in (None, 0):
+                    pytest.fail(f"job failed (exit {rc}):\n{log.read_text()[-6000:]}")
+                if rc == 0 and any(t.is_alive() for t in threads):
+                    # the job is done: every batch is published; give the readers a moment
+                    for t in threads:
+                        t.join(timeout=30)
+                    if any(t.is_alive() for t in threads):
+                        pytest.fail(f"job finished but readers still wait: {seen}")
+                if time.monotonic() > deadline:
+                    pytest.fail(
+                        f"job did not finish in {JOB_TIMEOUT_S}s:\n{log.read_text()[-6000:]}"
+                    )
+                time.sleep(0.2)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    for r, s in enumerate(seen):
+        if s.error is not None:
+            raise AssertionError(f"rank {r} reader failed: {s.error!r}") from s.error
+    return seen
+
+
 @pytest.fixture(scope="module")
-def job_output():
+def runs():
     if not SHARED.is_dir():
         pytest.fail(f"{SHARED} is missing; tests need ../shared beside the repository")
     out_root = Path(tempfile.mkdtemp(prefix="stoker-e2e-", dir="/dev/shm"))
     try:
-        proc = subprocess.run(
-            _job_command(SHARED / "llava-style", out_root),
-            capture_output=True,
-            text=True,
-            timeout=600,
+        first = _run_job(out_root, out_root / "job-1.log", hold_first_s=1.0)
+        manifest1 = json.loads((out_root / "e2e" / "manifest.json").read_text())
+        # the trainer restarted from its checkpoint at RESUME_STEP; the job is resubmitted
+        resumed = _run_job(
+            out_root,
+            out_root / "job-2.log",
+            "--stoker.resume-step",
+            str(RESUME_STEP),
+            "--stoker.dead-letter.path",
+            str(out_root / "dead-letters-2"),
+            start_step=RESUME_STEP + 1,
+            after_generation=manifest1["generation"],
         )
-        assert proc.returncode == 0, f"job failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-        yield out_root / "e2e"
+        manifest2 = json.loads((out_root / "e2e" / "manifest.json").read_text())
+        yield {
+            "job_dir": out_root / "e2e",
+            "first": first,
+            "manifest1": manifest1,
+            "resumed": resumed,
+            "manifest2": manifest2,
+        }
     finally:
         shutil.rmtree(out_root, ignore_errors=True)
 
 
-def test_every_rank_reads_every_step_with_documented_shapes(job_output: Path) -> None:
-    manifest = json.loads((job_output / "manifest.json").read_text())
-    assert manifest["world_size"] == WORLD_SIZE
-    records = sum(
-        1
-        for line in (SHARED / "llava-style" / "train.jsonl").read_text().splitlines()
-        if line.strip()
+def _records() -> list[int]:
+    """1-based line numbers of the dataset's records (non-blank lines), in listing order."""
+    lines = (DATASET / "train.jsonl").read_text().splitlines()
+    return [i + 1 for i, line in enumerate(lines) if line.strip()]
+
+
+def _java_shuffle(n: int, seed: int, epoch: int) -> list[int]:
+    """``SampleOrder``: Fisher-Yates driven by java.util.Random(seed * 1_000_003 + epoch)."""
+    mask = (1 << 48) - 1
+    state = ((seed * 1_000_003 + epoch) ^ 0x5DEECE66D) & mask
+
+    def next31() -> int:
+        nonlocal state
+        state = (state * 0x5DEECE66D + 0xB) & mask
+        return state >> 17
+
+    def next_int(bound: int) -> int:
+        r = next31()
+        if bound & (bound - 1) == 0:
+            return (bound * r) >> 31
+        u = r
+        while True:
+            r = u % bound
+            if u - r + bound - 1 < 1 << 31:  # the int overflow check of Random.nextInt
+                return r
+            u = next31()
+
+    order = list(range(n))
+    for i in range(n - 1, 0, -1):
+        j = next_int(i + 1)
+        order[i], order[j] = order[j], order[i]
+    return order
+
+
+def test_manifest_and_layout(runs) -> None:
+    m = runs["manifest1"]
+    n = len(_records())
+    steps = -(-n // (WORLD_SIZE * MICRO_BATCH))
+    assert m["format_version"] == 2 and m["job_name"] == "e2e"
+    assert (m["world_size"], m["micro_batch_size"]) == (WORLD_SIZE, MICRO_BATCH)
+    assert (m["num_records"], m["epochs"], m["steps_per_epoch"], m["num_steps"]) == (
+        n,
+        1,
+        steps,
+        steps,
     )
-    assert manifest["num_records"] == records
+    assert m["first_step"] == 0 and m["shuffle_seed"] == 0 and m["patch_dim"] == 1176
+    m2 = runs["manifest2"]
+    assert m2["generation"] != m["generation"] and m2["first_step"] == RESUME_STEP + 1
+    # the resubmitted job removed the first generation; readers consumed every file
+    job_dir = runs["job_dir"]
+    assert sorted(p.name for p in job_dir.glob("gen-*")) == [f"gen-{m2['generation']}"]
+    for r in range(WORLD_SIZE):
+        rank_dir = job_dir / f"gen-{m2['generation']}" / f"rank-{r}"
+        assert not list(rank_dir.glob("step-*.arrow"))
+        ack = json.loads((rank_dir / "ack.json").read_text())
+        assert ack["consumed_step"] == steps - 1
 
-    seen: list[int] = []
-    for rank in range(WORLD_SIZE):
-        steps = 0
-        for batch in BatchReader(job_output, rank, timeout_s=30):
-            steps += 1
-            b, seq_len = batch.input_ids.shape
-            assert batch.input_ids.dtype == np.int64 and batch.labels.dtype == np.int64
-            assert batch.attention_mask.dtype == np.int64
-            assert batch.labels.shape == (b, seq_len) and batch.attention_mask.shape == (b, seq_len)
-            assert batch.pixel_values.dtype == np.float32 and batch.pixel_values.shape[1] == 1176
-            assert batch.image_grid_thw.dtype == np.int64 and batch.image_grid_thw.shape[1] == 3
-            assert b <= MICRO_BATCH
-            assert batch.pixel_values.shape[0] == int(np.prod(batch.image_grid_thw, axis=1).sum())
-            # every image becomes <|vision_start|> + t*h*w/4 image pads + <|vision_end|>
-            pads = int((batch.input_ids == IMAGE_PAD).sum())
-            assert pads == int(np.prod(batch.image_grid_thw, axis=1).sum()) // 4
-            assert int((batch.input_ids == VISION_START).sum()) == batch.image_grid_thw.shape[0]
-            # labels are ids or -100; nothing is trained on padding or image pads
-            trained = batch.labels != -100
-            assert np.array_equal(batch.labels[trained], batch.input_ids[trained])
-            assert not np.any(trained & (batch.attention_mask == 0))
-            assert not np.any(trained & (batch.input_ids == IMAGE_PAD))
-            assert np.all(trained.sum(axis=1) > 0)
-            # pixel values are normalised with the CLIP mean/std: roughly within [-1.8, 2.2]
-            assert batch.pixel_values.min() >= -1.8 and batch.pixel_values.max() <= 2.2
-            seen.extend(int(i) for i in batch.sample_index)
-        assert steps == manifest["num_steps"]
 
-    dead = read_dead_letters(job_output / "dead-letters")
-    assert len(seen) + len(dead) == records
-    assert sorted(seen + [d["sample_index"] for d in dead]) == list(range(records))
+def test_every_rank_reads_every_step_in_order(runs) -> None:
+    m = runs["manifest1"]
+    for r, seen in enumerate(runs["first"]):
+        assert seen.steps == list(range(m["num_steps"])), r
+        assert seen.generation == m["generation"]
+
+
+def test_accounting_and_seeded_order(runs) -> None:
+    """Each record is in exactly one filled slot or one dead letter; slot index p holds record
+    order[p] of the seeded shuffle."""
+    lines = _records()
+    n = len(lines)
+    order = _java_shuffle(n, seed=0, epoch=0)
+    filled: list[int] = []
+    for seen in runs["first"]:
+        for step, row in seen.rows.items():
+            for k, (index, source) in enumerate(
+                zip(row["sample_index"], row["source"], strict=True)
+            ):
+                assert index // (WORLD_SIZE * MICRO_BATCH) == step
+                if k in row["backfilled"]:
+                    continue
+                assert index % MICRO_BATCH == k
+                filled.append(index)
+                assert source.endswith(f"train.jsonl:{lines[order[index]]}"), (index, source)
+    dead = read_dead_letters(runs["job_dir"] / "dead-letters")
+    dead_index = [d["sample_index"] for d in dead]
+    assert len(filled) + len(dead) == n
+    assert sorted(filled + dead_index) == list(range(n))
     for d in dead:
         assert d["file"].endswith("train.jsonl") and d["line"] >= 1 and d["reason"] and d["message"]
+        assert d["line"] == lines[order[d["sample_index"]]]
+    # padding slots (past the epoch's last record) are back-filled
+    slots = runs["manifest1"]["num_steps"] * WORLD_SIZE * MICRO_BATCH
+    backfilled = sum(len(row["backfilled"]) for s in runs["first"] for row in s.rows.values())
+    assert backfilled == slots - len(filled)
+
+
+def test_resumed_generation_reproduces_the_batches(runs) -> None:
+    m2 = runs["manifest2"]
+    for r, (first, resumed) in enumerate(zip(runs["first"], runs["resumed"], strict=True)):
+        assert resumed.generation == m2["generation"]
+        assert resumed.steps == list(range(RESUME_STEP + 1, m2["num_steps"])), r
+        for step in resumed.steps:
+            a, b = first.rows[step], resumed.rows[step]
+            assert a["sample_index"] == b["sample_index"] and a["source"] == b["source"]
+            assert a["backfilled"] == b["backfilled"]
+            assert np.array_equal(a["input_ids"], b["input_ids"])

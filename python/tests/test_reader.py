@@ -1,5 +1,6 @@
 import json
 import os
+import shutil
 import threading
 import time
 
@@ -7,17 +8,20 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from conftest import (
+    GEN,
     PAD,
     PATCH_DIM,
     SCHEMA_JSON,
     build_record_batch,
     make_job,
     make_samples,
+    rank_dir,
     write_batch,
     write_manifest,
+    write_steps,
 )
 
-from stoker import BatchFormatError, BatchReader, read_batch_file
+from stoker import BatchFormatError, BatchReader, ResumeError, read_batch_file
 from stoker.schema import arrow_schema
 
 
@@ -92,16 +96,17 @@ def test_arrays_are_zero_copy_views_of_the_mapping(shm_root):
 
 def test_ack_written_and_file_unlinked_only_when_next_step_requested(shm_root):
     make_job(shm_root, world_size=1, num_steps=3)
-    rank_dir = shm_root / "rank-0"
+    rdir = rank_dir(shm_root, 0)
     reader = BatchReader(shm_root, 0, timeout_s=5)
     b0 = next(reader)
-    ack = rank_dir / "ack.json"
+    assert reader.rank_dir == rdir and reader.generation == GEN
+    ack = rdir / "ack.json"
     assert not ack.exists()
-    assert (rank_dir / "step-0000000000.arrow").exists()
+    assert (rdir / "step-0000000000.arrow").exists()
     keep = b0.input_ids.copy()
     b1 = next(reader)
-    assert not (rank_dir / "step-0000000000.arrow").exists()
-    assert (rank_dir / "step-0000000001.arrow").exists()
+    assert not (rdir / "step-0000000000.arrow").exists()
+    assert (rdir / "step-0000000001.arrow").exists()
     content = json.loads(ack.read_text())
     assert set(content) == {"consumed_step", "data_wait_s", "elapsed_s"}
     assert content["consumed_step"] == 0
@@ -113,7 +118,7 @@ def test_ack_written_and_file_unlinked_only_when_next_step_requested(shm_root):
     with pytest.raises(StopIteration):
         next(reader)
     assert json.loads(ack.read_text())["consumed_step"] == 2
-    assert sorted(p.name for p in rank_dir.iterdir()) == ["ack.json"]  # no tmp files left over
+    assert sorted(p.name for p in rdir.iterdir()) == ["ack.json"]  # no tmp files left over
     assert oct(ack.stat().st_mode & 0o777) == oct(0o600)
     assert reader.steps_acked == 3 and reader.batches_read == 3
     assert reader.samples_read == 12
@@ -126,9 +131,9 @@ def test_waits_for_manifest_and_file_published_later(shm_root):
 
     def publisher():
         time.sleep(delay / 2)
-        write_manifest(shm_root, world_size=1, num_steps=1)
+        write_manifest(shm_root, world_size=1, num_steps=1, micro_batch_size=2)
         time.sleep(delay / 2)
-        write_batch(shm_root, 0, 0, build_record_batch(samples))
+        write_batch(shm_root, 0, 0, build_record_batch(samples), slots=2)
 
     t = threading.Thread(target=publisher)
     reader = BatchReader(shm_root, 0, poll_interval_s=0.005, timeout_s=10)
@@ -156,7 +161,7 @@ def test_empty_batch_b0(shm_root, seq_len):
     write_batch(
         shm_root, 0, 0, pa.RecordBatch.from_pylist([], schema=arrow_schema(seq_len, PATCH_DIM))
     )
-    write_batch(shm_root, 1, 0, build_record_batch(make_samples(1, 0, 1)))
+    write_batch(shm_root, 1, 0, build_record_batch(make_samples(1, 0, 4)))
     reader = BatchReader(shm_root, 0, timeout_s=5)
     b = next(reader)
     assert b.num_samples == 0
@@ -166,14 +171,15 @@ def test_empty_batch_b0(shm_root, seq_len):
     assert b.image_grid_thw.shape == (0, 3) and b.image_grid_thw.dtype == np.int64
     assert b.sample_index.shape == (0,)
     assert b.source == []
-    assert next(reader).num_samples == 1  # an empty step does not stop the epoch
-    assert reader.samples_read == 1
+    assert b.backfilled_slots == ()
+    assert next(reader).num_samples == 4  # an empty step does not stop the epoch
+    assert reader.samples_read == 4
 
 
 def test_file_with_no_record_batch_reads_as_empty(shm_root):
     write_manifest(shm_root, world_size=1, num_steps=1)
-    (shm_root / "rank-0").mkdir()
-    p = shm_root / "rank-0" / "step-0000000000.arrow"
+    rank_dir(shm_root, 0).mkdir()
+    p = rank_dir(shm_root, 0) / "step-0000000000.arrow"
     with pa.OSFile(str(p), "wb") as sink, pa.ipc.new_file(sink, arrow_schema(3, PATCH_DIM)):
         pass
     b = next(BatchReader(shm_root, 0, timeout_s=5))
@@ -186,9 +192,9 @@ def test_file_with_no_record_batch_reads_as_empty(shm_root):
 
 def test_two_record_batches_is_an_error(shm_root):
     write_manifest(shm_root, world_size=1, num_steps=1)
-    (shm_root / "rank-0").mkdir()
-    rb = build_record_batch(make_samples(0, 0, 2))
-    p = shm_root / "rank-0" / "step-0000000000.arrow"
+    rank_dir(shm_root, 0).mkdir()
+    rb = build_record_batch(make_samples(0, 0, 4))
+    p = rank_dir(shm_root, 0) / "step-0000000000.arrow"
     with pa.OSFile(str(p), "wb") as sink, pa.ipc.new_file(sink, rb.schema) as w:
         w.write_batch(rb)
         w.write_batch(rb)
@@ -198,9 +204,9 @@ def test_two_record_batches_is_an_error(shm_root):
 
 def test_compressed_file_is_refused_rather_than_copied(shm_root):
     write_manifest(shm_root, world_size=1, num_steps=1)
-    (shm_root / "rank-0").mkdir()
-    rb = build_record_batch(make_samples(0, 0, 2))
-    p = shm_root / "rank-0" / "step-0000000000.arrow"
+    rank_dir(shm_root, 0).mkdir()
+    rb = build_record_batch(make_samples(0, 0, 4))
+    p = rank_dir(shm_root, 0) / "step-0000000000.arrow"
     opts = pa.ipc.IpcWriteOptions(compression="zstd")
     with pa.OSFile(str(p), "wb") as sink, pa.ipc.new_file(sink, rb.schema, options=opts) as w:
         w.write_batch(rb)
@@ -215,7 +221,7 @@ def test_sliced_arrays_respect_offsets(shm_root):
     sliced = full.slice(2, 3)
     write_manifest(shm_root, world_size=1, num_steps=1)
     path = write_batch(shm_root, 0, 0, sliced)
-    b = read_batch_file(path)
+    b = read_batch_file(path)  # without micro_batch_size: any row count
     exp = _expected_arrays(samples)
     L = exp["input_ids"].shape[1]
     np.testing.assert_array_equal(b.input_ids, exp["input_ids"][2:5])
@@ -250,7 +256,7 @@ def test_in_memory_offsets_are_respected_without_copy():
 
 def test_wrong_schema_raises_clear_error_naming_file(shm_root):
     write_manifest(shm_root, world_size=1, num_steps=1)
-    rb = build_record_batch(make_samples(0, 0, 2))
+    rb = build_record_batch(make_samples(0, 0, 4))
     # input_ids as int32 and pixel_values missing
     bad = pa.RecordBatch.from_arrays(
         [
@@ -278,7 +284,7 @@ def test_wrong_schema_raises_clear_error_naming_file(shm_root):
 def test_patch_dim_mismatch_with_manifest_is_an_error(shm_root):
     write_manifest(shm_root, world_size=1, num_steps=1, patch_dim=1176)
     write_batch(
-        shm_root, 0, 0, build_record_batch(make_samples(0, 0, 2, patch_dim=588), patch_dim=588)
+        shm_root, 0, 0, build_record_batch(make_samples(0, 0, 4, patch_dim=588), patch_dim=588)
     )
     with pytest.raises(BatchFormatError, match="patch_dim=1176"):
         next(BatchReader(shm_root, 0, timeout_s=5))
@@ -287,7 +293,7 @@ def test_patch_dim_mismatch_with_manifest_is_an_error(shm_root):
 def test_step_metadata_must_match_file_name(shm_root):
     write_manifest(shm_root, world_size=1, num_steps=1)
     write_batch(
-        shm_root, 0, 0, build_record_batch(make_samples(0, 0, 1)), metadata={"stoker.step": "7"}
+        shm_root, 0, 0, build_record_batch(make_samples(0, 0, 4)), metadata={"stoker.step": "7"}
     )
     with pytest.raises(BatchFormatError, match="stoker.step"):
         next(BatchReader(shm_root, 0, timeout_s=5))
@@ -295,8 +301,8 @@ def test_step_metadata_must_match_file_name(shm_root):
 
 def test_garbage_file_is_a_clear_error(shm_root):
     write_manifest(shm_root, world_size=1, num_steps=1)
-    (shm_root / "rank-0").mkdir()
-    p = shm_root / "rank-0" / "step-0000000000.arrow"
+    rank_dir(shm_root, 0).mkdir()
+    p = rank_dir(shm_root, 0) / "step-0000000000.arrow"
     p.write_bytes(b"not arrow at all" * 10)
     with pytest.raises(BatchFormatError, match="not an Arrow IPC file"):
         next(BatchReader(shm_root, 0, timeout_s=5))
@@ -325,3 +331,274 @@ def test_to_torch_shares_memory_or_raises_clear_import_error(shm_root):
     t = b.to_torch()
     assert t["input_ids"].dtype == torch.int64 and tuple(t["input_ids"].shape) == b.input_ids.shape
     assert t["pixel_values"].data_ptr() == b.pixel_values.ctypes.data
+
+
+# ------------------------------------------------------------------ format_version 2: resume,
+# generations, back-fill
+
+
+def _ack(shm_root, rank=0, generation=GEN):
+    return json.loads((rank_dir(shm_root, rank, generation) / "ack.json").read_text())
+
+
+def _step_files(d):
+    return sorted(p.name for p in d.glob("step-*.arrow"))
+
+
+def test_default_start_is_the_manifest_first_step(shm_root):
+    make_job(shm_root, world_size=2, num_steps=6, first_step=3)
+    reader = BatchReader(shm_root, 1, timeout_s=5)
+    assert reader.start_step == 3 and reader.next_step == 3
+    b = next(reader)
+    assert b.step == 3 and reader.manifest.first_step == 3
+    # starting exactly at first_step needs no announcement: the job assumes first_step - 1
+    assert not (rank_dir(shm_root, 1) / "ack.json").exists()
+    assert [x.step for x in reader] == [4, 5]
+    assert _ack(shm_root, 1)["consumed_step"] == 5
+
+
+def test_start_after_first_step_acks_the_skip_and_unlinks_earlier_steps(shm_root):
+    make_job(shm_root, world_size=1, num_steps=6, first_step=1)
+    rdir = rank_dir(shm_root, 0)
+    # a straggler of an earlier generation's layout in .staging must be left alone
+    (rdir / ".staging").mkdir()
+    (rdir / ".staging" / "step-0000000002.slot-0").write_bytes(b"x")
+    reader = BatchReader(shm_root, 0, timeout_s=5, start_step=4)
+    b = next(reader)
+    assert b.step == 4
+    ack = _ack(shm_root)
+    assert ack["consumed_step"] == 3  # the job's gate moves on; the sink skips steps <= 3
+    assert set(ack) == {"consumed_step", "data_wait_s", "elapsed_s"}
+    assert _step_files(rdir) == ["step-0000000004.arrow", "step-0000000005.arrow"]
+    assert (rdir / ".staging" / "step-0000000002.slot-0").exists()
+    assert reader.last_acked_step == 3 and reader.steps_acked == 0
+    assert [x.step for x in reader] == [5]
+
+
+def test_start_ack_is_written_before_the_rank_dir_exists(shm_root):
+    """The reader announces its start even before the sink wrote anything for the rank."""
+    write_manifest(shm_root, world_size=1, num_steps=8, first_step=0)
+    reader = BatchReader(shm_root, 0, timeout_s=0.2, start_step=6)
+    with pytest.raises(TimeoutError, match="step-0000000006.arrow"):
+        next(reader)
+    assert _ack(shm_root)["consumed_step"] == 5
+    assert oct(rank_dir(shm_root, 0).stat().st_mode & 0o777) == oct(0o700)
+
+
+def test_start_step_before_first_step_is_a_clear_error(shm_root):
+    make_job(shm_root, world_size=1, num_steps=6, first_step=3)
+    reader = BatchReader(shm_root, 0, timeout_s=5, start_step=1)
+    with pytest.raises(ValueError) as ei:
+        next(reader)
+    assert isinstance(ei.value, ResumeError)
+    msg = str(ei.value)
+    assert "start_step 1" in msg and "first_step 3" in msg
+    assert "--stoker.resume-step 0" in msg
+    with pytest.raises(ResumeError):  # stays failed
+        next(reader)
+    assert not (rank_dir(shm_root, 0) / "ack.json").exists()
+
+
+def test_start_step_already_consumed_in_this_generation_is_a_clear_error(shm_root):
+    """The trainer restarted from an older checkpoint than the job's progress: no silent hang."""
+    make_job(shm_root, world_size=1, num_steps=6)
+    (rank_dir(shm_root, 0) / "ack.json").write_text(json.dumps({"consumed_step": 4}))
+    with pytest.raises(ResumeError, match=r"step 4 was already consumed.*--stoker.resume-step 2"):
+        next(BatchReader(shm_root, 0, timeout_s=5, start_step=3))
+    # continuing right after the acked step is fine
+    assert next(BatchReader(shm_root, 0, timeout_s=5, start_step=5)).step == 5
+
+
+def _publish_generation(shm_root, generation, first_step, *, num_steps, files_first=False):
+    """Like a resubmitted job: the new generation's manifest and its files (steps first_step..)."""
+    steps = range(first_step, num_steps)
+    if files_first:  # as if the sink had written them before the reader noticed the manifest
+        write_steps(shm_root, steps, world_size=1, generation=generation)
+    write_manifest(
+        shm_root, world_size=1, num_steps=num_steps, generation=generation, first_step=first_step
+    )
+    if not files_first:
+        time.sleep(0.2)
+        write_steps(shm_root, steps, world_size=1, generation=generation)
+
+
+def test_generation_switch_mid_iteration_continues_at_the_next_step(shm_root):
+    make_job(shm_root, world_size=1, num_steps=2)  # g1: steps 0, 1 only (the job was stopped)
+    write_manifest(shm_root, world_size=1, num_steps=6)  # the full run, steps 2.. never come
+    reader = BatchReader(shm_root, 0, timeout_s=10, manifest_poll_interval_s=0.05)
+    assert [next(reader).step, next(reader).step] == [0, 1]
+    errors = []
+
+    def resubmit():
+        try:
+            time.sleep(0.3)  # the reader is waiting for g1's step 2
+            # resumed at step 0 (one behind the trainer): g2 produces steps 1..5
+            _publish_generation(shm_root, "g2", 1, num_steps=6, files_first=True)
+            shutil.rmtree(shm_root / f"gen-{GEN}")  # the new sink removes other generations
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    t = threading.Thread(target=resubmit)
+    t.start()
+    b2 = next(reader)
+    t.join()
+    assert not errors
+    assert b2.step == 2 and "gen-g2" in b2.path
+    assert reader.generation == "g2" and reader.generation_switches == 1
+    g2 = rank_dir(shm_root, 0, "g2")
+    assert reader.rank_dir == g2
+    # the switch acked step 1 in the new generation and removed its step-1 file
+    assert _ack(shm_root, 0, "g2")["consumed_step"] == 1
+    assert "step-0000000001.arrow" not in _step_files(g2)
+    np.testing.assert_array_equal(b2.sample_index, [s["index"] for s in make_samples(2, 0, 4)])
+    # a file of a skipped step the sink published while it learnt of the ack goes at the next ack
+    write_steps(shm_root, [1], world_size=1, generation="g2")
+    assert next(reader).step == 3
+    assert _step_files(g2) == [
+        "step-0000000003.arrow",
+        "step-0000000004.arrow",
+        "step-0000000005.arrow",
+    ]
+    assert [b.step for b in reader] == [4, 5]
+    assert _ack(shm_root, 0, "g2")["consumed_step"] == 5
+    assert reader.batches_read == 6
+
+
+def test_generation_switch_while_the_old_files_are_still_there(shm_root):
+    """Checked before each wait too: a switch is followed even if the old generation's next file
+    exists (its directory is about to be removed)."""
+    make_job(shm_root, world_size=1, num_steps=4)
+    reader = BatchReader(shm_root, 0, timeout_s=5, manifest_poll_interval_s=0.01)
+    assert next(reader).step == 0
+    _publish_generation(shm_root, "g2", 1, num_steps=4)
+    time.sleep(0.02)
+    b = next(reader)
+    assert b.step == 1 and "gen-g2" in b.path
+    assert _ack(shm_root, 0, "g2")["consumed_step"] == 0
+
+
+def test_switch_to_a_generation_that_starts_after_the_reader_is_a_clear_error(shm_root):
+    make_job(shm_root, world_size=1, num_steps=2)
+    write_manifest(shm_root, world_size=1, num_steps=8)
+    reader = BatchReader(shm_root, 0, timeout_s=10, manifest_poll_interval_s=0.05)
+    assert [b.step for b in (next(reader), next(reader))] == [0, 1]
+
+    def resubmit():
+        time.sleep(0.2)
+        _publish_generation(shm_root, "g2", 5, num_steps=8)
+
+    t = threading.Thread(target=resubmit)
+    t.start()
+    with pytest.raises(ResumeError) as ei:
+        next(reader)
+    t.join()
+    msg = str(ei.value)
+    assert "g2" in msg and "first_step 5" in msg and "step 2" in msg
+    assert "--stoker.resume-step 1" in msg
+    assert not (rank_dir(shm_root, 0, "g2") / "ack.json").exists()
+    with pytest.raises(ResumeError):
+        next(reader)
+
+
+def test_switch_to_another_world_size_is_a_format_error(shm_root):
+    make_job(shm_root, world_size=1, num_steps=1)
+    write_manifest(shm_root, world_size=1, num_steps=4)
+    reader = BatchReader(shm_root, 0, timeout_s=10, manifest_poll_interval_s=0.05)
+    next(reader)
+    threading.Timer(
+        0.1, lambda: write_manifest(shm_root, world_size=2, num_steps=4, generation="g2")
+    ).start()
+    with pytest.raises(BatchFormatError, match="world_size 2"):
+        next(reader)
+
+
+def test_manifest_rewritten_with_the_same_generation_is_not_a_switch(shm_root):
+    make_job(shm_root, world_size=1, num_steps=1)
+    write_manifest(shm_root, world_size=1, num_steps=2)
+    reader = BatchReader(shm_root, 0, timeout_s=5, manifest_poll_interval_s=0.01)
+    next(reader)
+
+    def failover():  # each sink subtask (re)writes the same manifest
+        time.sleep(0.1)
+        write_manifest(shm_root, world_size=1, num_steps=2)
+        time.sleep(0.1)
+        write_steps(shm_root, [1], world_size=1)
+
+    t = threading.Thread(target=failover)
+    t.start()
+    assert next(reader).step == 1
+    t.join()
+    assert reader.generation_switches == 0
+
+
+def test_backfilled_slots_are_parsed(shm_root):
+    write_manifest(shm_root, world_size=1, num_steps=2)
+    samples = make_samples(0, 0, 4)
+    # slots 0 and 2 were dead-lettered: each holds a copy of the next filled slot
+    rows = [samples[1], samples[1], samples[3], samples[3]]
+    write_batch(
+        shm_root, 0, 0, build_record_batch(rows), metadata={"stoker.backfilled_slots": "0,2"}
+    )
+    write_steps(shm_root, [1], world_size=1)
+    reader = BatchReader(shm_root, 0, timeout_s=5)
+    b = next(reader)
+    assert b.backfilled_slots == (0, 2)
+    assert b.num_samples == 4
+    assert b.sample_index.tolist() == [1, 1, 3, 3]
+    assert next(reader).backfilled_slots == ()
+    assert reader.backfilled_read == 2 and reader.samples_read == 8
+
+
+@pytest.mark.parametrize(
+    ("value", "match"),
+    [
+        ("0,x", "not comma-separated integers"),
+        ("4", r"\[0, 4\)"),
+        ("1,1", "distinct"),
+        ("0,1,2,3", "every row"),
+    ],
+)
+def test_invalid_backfilled_slots_is_a_format_error(shm_root, value, match):
+    write_manifest(shm_root, world_size=1, num_steps=1)
+    write_batch(
+        shm_root,
+        0,
+        0,
+        build_record_batch(make_samples(0, 0, 4)),
+        metadata={"stoker.backfilled_slots": value},
+    )
+    with pytest.raises(BatchFormatError, match=match):
+        next(BatchReader(shm_root, 0, timeout_s=5))
+
+
+def test_row_count_other_than_micro_batch_size_is_a_format_error(shm_root):
+    write_manifest(shm_root, world_size=1, num_steps=1, micro_batch_size=4)
+    write_batch(shm_root, 0, 0, build_record_batch(make_samples(0, 0, 3)))
+    with pytest.raises(BatchFormatError, match="holds 3 rows, expected micro_batch_size 4"):
+        next(BatchReader(shm_root, 0, timeout_s=5))
+
+
+def test_manifest_v2_fields(shm_root):
+    write_manifest(shm_root, world_size=2, num_steps=6, epochs=2, first_step=3, shuffle_seed=None)
+    m = BatchReader(shm_root, 0, timeout_s=5).manifest
+    assert (m.format_version, m.generation, m.world_size, m.micro_batch_size) == (2, GEN, 2, 4)
+    assert (m.epochs, m.steps_per_epoch, m.num_steps, m.first_step) == (2, 3, 6, 3)
+    assert m.shuffle_seed is None and m.num_records == 24 and m.patch_dim == PATCH_DIM
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"format_version": 1}, "format_version 1 is not supported"),
+        ({"generation": "../x"}, "invalid generation"),
+        ({"first_step": None}, "invalid manifest"),
+    ],
+)
+def test_invalid_manifest_is_a_format_error(shm_root, change, match):
+    write_manifest(shm_root, world_size=1, num_steps=1)
+    path = shm_root / "manifest.json"
+    raw = json.loads(path.read_text())
+    raw.update(change)
+    path.write_text(json.dumps(raw))
+    with pytest.raises(BatchFormatError, match=match):
+        next(BatchReader(shm_root, 0, timeout_s=5))

@@ -1,8 +1,10 @@
+import hashlib
+import json
 import subprocess
 import sys
 from pathlib import Path
 
-from conftest import make_job
+from conftest import build_record_batch, make_job, make_samples, rank_dir, write_batch
 
 from stoker.simulate import flink_job_status, main
 
@@ -39,12 +41,12 @@ def test_simulate_two_ranks_exits_0_with_summary(shm_root):
     assert "wait_time_ratio=" in out and "result: OK" in out
     # every batch consumed, acked and unlinked
     for r in (0, 1):
-        assert sorted(p.name for p in (shm_root / f"rank-{r}").iterdir()) == ["ack.json"]
+        assert sorted(p.name for p in rank_dir(shm_root, r).iterdir()) == ["ack.json"]
 
 
 def test_simulate_fails_when_a_rank_is_incomplete(shm_root, capsys):
     make_job(shm_root, world_size=2, num_steps=2)
-    (shm_root / "rank-1" / "step-0000000001.arrow").unlink()
+    (rank_dir(shm_root, 1) / "step-0000000001.arrow").unlink()
     rc = main(["--root", str(shm_root), "--step-time-ms", "0", "--timeout-s", "0.3"])
     out = capsys.readouterr().out
     assert rc == 1
@@ -113,3 +115,87 @@ def test_flink_status_reads_records_read_from_the_source_operator_metric():
     finally:
         srv.shutdown()
     assert msg == "flink: test-job RUNNING records_read=42"
+
+
+def test_simulate_records_every_batch_with_its_file_hash(shm_root, tmp_path, capsys):
+    make_job(shm_root, world_size=2, num_steps=4)
+    # step 2 of rank 1: slot 3 was dead-lettered and back-filled with a copy of slot 0
+    samples = make_samples(2, 1, 4, world_size=2)
+    write_batch(
+        shm_root,
+        2,
+        1,
+        build_record_batch(samples[:3] + samples[:1]),
+        metadata={"stoker.backfilled_slots": "3"},
+    )
+    want = {
+        (int(p.name[5:15]), r): hashlib.sha256(p.read_bytes()).hexdigest()
+        for r in (0, 1)
+        for p in rank_dir(shm_root, r).glob("step-*.arrow")
+    }
+    record = tmp_path / "batches.jsonl"
+    record.write_text('{"earlier": "run"}\n')  # appended to, not replaced
+    rc = main(
+        [
+            "--root",
+            str(shm_root),
+            "--step-time-ms",
+            "0",
+            "--timeout-s",
+            "5",
+            "--record",
+            str(record),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "rank 1: steps=4/4 (steps 0..3) samples=16 backfilled=1" in out
+    lines = [json.loads(x) for x in record.read_text().splitlines()]
+    assert lines[0] == {"earlier": "run"}
+    got = lines[1:]
+    assert len(got) == 8
+    assert all(set(x) == {"step", "rank", "sha256", "rows", "backfilled"} for x in got)
+    assert {(x["step"], x["rank"]): x["sha256"] for x in got} == want
+    for r in (0, 1):
+        assert [x["step"] for x in got if x["rank"] == r] == [0, 1, 2, 3]
+    assert all(x["rows"] == 4 for x in got)
+    assert {(x["step"], x["rank"]): x["backfilled"] for x in got if x["backfilled"]} == {
+        (2, 1): [3]
+    }
+
+
+def test_simulate_start_step_skips_earlier_steps_and_exits_0(shm_root, tmp_path, capsys):
+    make_job(shm_root, world_size=2, num_steps=5)
+    record = tmp_path / "batches.jsonl"
+    rc = main(
+        [
+            "--root",
+            str(shm_root),
+            "--step-time-ms",
+            "0",
+            "--timeout-s",
+            "5",
+            "--start-step",
+            "3",
+            "--record",
+            str(record),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "start_step=3" in out
+    assert "rank 0: steps=2/2 (steps 3..4)" in out and "result: OK" in out
+    got = sorted((x["rank"], x["step"]) for x in map(json.loads, record.read_text().splitlines()))
+    assert got == [(0, 3), (0, 4), (1, 3), (1, 4)]
+    for r in (0, 1):
+        assert sorted(p.name for p in rank_dir(shm_root, r).iterdir()) == ["ack.json"]
+        ack = json.loads((rank_dir(shm_root, r) / "ack.json").read_text())
+        assert ack["consumed_step"] == 4
+
+
+def test_simulate_start_step_before_first_step_exits_2(shm_root, capsys):
+    make_job(shm_root, world_size=1, num_steps=5, first_step=2)
+    rc = main(["--root", str(shm_root), "--timeout-s", "5", "--start-step", "1"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "first_step 2" in err and "--stoker.resume-step 0" in err
