@@ -22,7 +22,8 @@ import org.apache.flink.metrics.MetricGroup;
 /**
  * Writes each batch to {@code rank-<r>/.step-<s>.arrow.tmp} and renames it to {@code
  * step-<s>.arrow}. Exposes per rank {@code batchesWritten} and {@code batchesAhead} (written minus
- * acknowledged by the reader through {@code ack.json}).
+ * acknowledged by the reader through {@code ack.json}), and the trainer's feedback ({@link
+ * TrainerFeedbackMetrics}).
  */
 final class ArrowBatchWriter implements SinkWriter<TrainingBatch> {
     private static final ObjectMapper JSON = new ObjectMapper();
@@ -77,6 +78,7 @@ final class ArrowBatchWriter implements SinkWriter<TrainingBatch> {
         MetricGroup group = metrics.addGroup("rank", String.valueOf(rank));
         RankProgress progress = new RankProgress(group.counter("batchesWritten"));
         group.gauge("batchesAhead", () -> progress.written.getCount() - 1 - consumedStep(rank));
+        TrainerFeedbackMetrics.register(group, layout.ackFile(rank));
         return progress;
     }
 
