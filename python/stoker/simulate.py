@@ -2,16 +2,20 @@
 
     python -m stoker.simulate --root /dev/shm/stoker/<job> [--ranks 0,1 | --world-size W]
         [--step-time-ms 20] [--flink-rest http://127.0.0.1:8081] [--timeout-s 600]
+        [--record batches.jsonl]
 
 Each rank runs a :class:`~stoker.reader.BatchReader`, touches the arrays of every batch (so a
 broken mapping would fail loudly), then sleeps ``--step-time-ms`` (no CPU use). A progress line
 is printed about once a second; a summary at the end. Exit code 0 only if every rank received
-``num_steps`` batches.
+``num_steps`` batches. ``--record`` appends one JSON line per batch read,
+``{"step", "rank", "sha256", "samples"}`` (SHA-256 of the batch file), so two runs can be compared
+batch by batch.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import threading
@@ -52,10 +56,34 @@ class RankResult:
         return self.wait_s / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
 
-def run_rank(reader: BatchReader, result: RankResult, step_time_s: float) -> None:
+class BatchLog:
+    """Appends ``{"step", "rank", "sha256", "samples"}`` per batch to a JSONL file (thread-safe)."""
+
+    def __init__(self, path: str) -> None:
+        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
+        self._lock = threading.Lock()
+
+    def add(self, step: int, rank: int, path: str, samples: int) -> None:
+        # The file is still there: the reader unlinks it only when the next step is requested.
+        with open(path, "rb") as f:
+            digest = hashlib.file_digest(f, "sha256").hexdigest()
+        line = json.dumps({"step": step, "rank": rank, "sha256": digest, "samples": samples})
+        with self._lock:
+            self._file.write(line + "\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def run_rank(
+    reader: BatchReader, result: RankResult, step_time_s: float, log: BatchLog | None = None
+) -> None:
     """Consume every batch of ``reader``; records counts and errors in ``result``."""
     try:
         for batch in reader:
+            if log is not None:
+                log.add(batch.step, batch.rank, batch.path, batch.num_samples)
             # Touch the mapped memory: token count, one pixel column, and the image grids.
             tokens = int(batch.attention_mask.sum())
             touched = int(batch.input_ids.sum()) + int(batch.image_grid_thw.sum())
@@ -184,6 +212,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--progress-interval-s", type=float, default=1.0, help="seconds between progress lines"
     )
+    p.add_argument(
+        "--record",
+        metavar="PATH",
+        help="append one JSON line per batch read: step, rank, sha256 of the batch file, samples",
+    )
     return p
 
 
@@ -216,6 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
 
     results = {r: RankResult(r) for r in ranks}
+    batch_log = BatchLog(args.record) if args.record else None
     readers = {
         r: BatchReader(
             args.root, r, poll_interval_s=args.poll_interval_ms / 1000, timeout_s=args.timeout_s
@@ -225,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     threads = [
         threading.Thread(
             target=run_rank,
-            args=(readers[r], results[r], args.step_time_ms / 1000),
+            args=(readers[r], results[r], args.step_time_ms / 1000, batch_log),
             name=f"stoker-rank-{r}",
             daemon=True,
         )
@@ -258,6 +292,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             line += " | " + flink_job_status(args.flink_rest, manifest.job_name)
         print(line, flush=True)
     elapsed = time.monotonic() - t0
+    if batch_log is not None:
+        batch_log.close()
 
     ok = True
     total_samples = total_images = 0
