@@ -315,11 +315,7 @@ def _workflow(
     )
 
     # a savepoint, then cancel
-    assert cluster.state(jid) == "RUNNING", "the job finished before the savepoint"
-    sp_out = cluster.flink("savepoint", jid)
-    m = re.search(r"Savepoint completed\. Path: (\S+)", sp_out)
-    assert m, f"`flink savepoint` printed no path:\n{sp_out}"
-    savepoint = m.group(1)
+    savepoint = _savepoint(cluster, jid)
     cluster.flink("cancel", jid)
     _wait("the job to be cancelled", 60, lambda: cluster.state(jid) == "CANCELED")
 
@@ -355,6 +351,25 @@ def _workflow(
     # (a replay after the failover or the restore) stays behind as a file nobody reads.
     left = sorted(p.name for p in (out / JOB_NAME).glob("rank-*/step-*.arrow"))
     assert left == [], f"batch files published again after the trainer consumed them: {left}"
+
+
+def _savepoint(cluster: Cluster, jid: str, attempts: int = 10) -> str:
+    """``flink savepoint``, tried again when a task declines it (one closing at the end of input)."""
+    for _ in range(attempts):
+        assert cluster.state(jid) == "RUNNING", "the job finished before the savepoint"
+        proc = subprocess.run(
+            [str(CLUSTER), "flink", "savepoint", jid],
+            env=cluster.env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        m = re.search(r"Savepoint completed\. Path: (\S+)", proc.stdout)
+        if proc.returncode == 0 and m:
+            return m.group(1)
+        assert "declined" in proc.stdout + proc.stderr, f"`flink savepoint` failed:\n{proc.stdout}"
+        time.sleep(1)
+    pytest.fail(f"every savepoint of {jid} was declined")
 
 
 def _check_metrics(cluster: Cluster, jid: str) -> None:
