@@ -39,7 +39,12 @@ try {
   await page.goto(`${args.rest}/#/job/running/${args.job}/overview/${vertex.id}/metrics`, {
     waitUntil: "networkidle",
   });
-  await page.waitForSelector("text=Add metric", { timeout: 30000 });
+  try {
+    await page.waitForSelector("text=Add metric", { timeout: 120000 });
+  } catch (e) {
+    await page.screenshot({ path: `${args.out}.failed.png` });
+    throw new Error(`the Metrics tab did not show (page saved as ${args.out}.failed.png): ${e}`);
+  }
   for (const name of args.metrics.split(",")) {
     // The "Add metric" drop-down is a searchable select: open it, type the name, pick the match.
     await page.click("text=Add metric");
