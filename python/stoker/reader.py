@@ -542,12 +542,15 @@ class BatchReader:
     def _write_ack(self, rank_dir: Path, step: int, t_request: float) -> None:
         # data-wait so far, including the part of the current request already spent
         data_wait = self.data_wait_s + (time.monotonic() - t_request)
+        elapsed = self.elapsed_s
         _write_json_atomic(
             rank_dir / "ack.json",
             {
                 "consumed_step": step,
                 "data_wait_s": round(data_wait, 6),
-                "elapsed_s": round(self.elapsed_s, 6),
+                "elapsed_s": round(elapsed, 6),
+                # the sink shows it as the gauge trainerWaitTimeRatio (web UI, REST)
+                "wait_time_ratio": round(min(1.0, data_wait / elapsed), 6) if elapsed > 0 else 0.0,
             },
         )
         self.last_acked_step = step

@@ -108,9 +108,12 @@ def test_ack_written_and_file_unlinked_only_when_next_step_requested(shm_root):
     assert not (rdir / "step-0000000000.arrow").exists()
     assert (rdir / "step-0000000001.arrow").exists()
     content = json.loads(ack.read_text())
-    assert set(content) == {"consumed_step", "data_wait_s", "elapsed_s"}
+    assert set(content) == {"consumed_step", "data_wait_s", "elapsed_s", "wait_time_ratio"}
     assert content["consumed_step"] == 0
     assert 0 <= content["data_wait_s"] <= content["elapsed_s"] + 1e-3
+    assert content["wait_time_ratio"] == pytest.approx(
+        min(1.0, content["data_wait_s"] / content["elapsed_s"]), abs=1e-5
+    )
     # memory of the unlinked file stays valid while the arrays are alive
     np.testing.assert_array_equal(b0.input_ids, keep)
     assert b1.step == 1

@@ -83,6 +83,11 @@ final class StokerConfig {
         }
     }
 
+    /** Every {@link StokerOptions} option. */
+    static List<ConfigOption<?>> options() {
+        return OPTIONS;
+    }
+
     /** {@code <output-root>/<job-name>}. */
     static String jobDir(Configuration conf) {
         return conf.get(StokerOptions.OUTPUT_ROOT) + "/" + conf.get(StokerOptions.JOB_NAME);

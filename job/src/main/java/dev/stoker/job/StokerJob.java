@@ -85,6 +85,7 @@ public final class StokerJob {
         conf.set(PipelineOptions.NAME, conf.get(StokerOptions.JOB_NAME));
         env.configure(conf);
         env.getConfig().enableObjectReuse();
+        JobParameters.publish(env, conf);
         int maxLine = (int) conf.get(StokerOptions.MAX_LINE_LENGTH).getBytes();
         DatasetListing listing =
                 DatasetListing.scan(

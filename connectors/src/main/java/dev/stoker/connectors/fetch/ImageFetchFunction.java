@@ -1,5 +1,6 @@
 package dev.stoker.connectors.fetch;
 
+import com.codahale.metrics.SlidingWindowReservoir;
 import dev.stoker.operators.model.DeadLetter;
 import dev.stoker.operators.model.FetchedRecord;
 import dev.stoker.operators.model.RejectReason;
@@ -11,7 +12,9 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import org.apache.flink.api.common.functions.OpenContext;
+import org.apache.flink.dropwizard.metrics.DropwizardHistogramWrapper;
 import org.apache.flink.metrics.Counter;
+import org.apache.flink.metrics.Histogram;
 import org.apache.flink.streaming.api.functions.async.ResultFuture;
 import org.apache.flink.streaming.api.functions.async.RichAsyncFunction;
 import org.apache.flink.types.Either;
@@ -37,6 +40,7 @@ public final class ImageFetchFunction
     private transient volatile boolean closed;
     private transient Counter bytesFetched;
     private transient Counter imagesFetched;
+    private transient Histogram readLatencyMs;
 
     public ImageFetchFunction(ImageStore store, int threads, Duration timeout) {
         this.store = store;
@@ -51,6 +55,16 @@ public final class ImageFetchFunction
                         threads, new ExecutorThreadFactory("stoker-image-fetch"));
         bytesFetched = getRuntimeContext().getMetricGroup().counter("imageBytesFetched");
         imagesFetched = getRuntimeContext().getMetricGroup().counter("imagesFetched");
+        // the counterpart of the S3 path's s3.getLatencyMs: one image read, last 10,000 reads
+        readLatencyMs =
+                getRuntimeContext()
+                        .getMetricGroup()
+                        .addGroup("fs")
+                        .histogram(
+                                "readLatencyMs",
+                                new DropwizardHistogramWrapper(
+                                        new com.codahale.metrics.Histogram(
+                                                new SlidingWindowReservoir(10_000))));
     }
 
     @Override
@@ -64,10 +78,13 @@ public final class ImageFetchFunction
         byte[][] bytes = new byte[record.images.length][];
         for (int i = 0; i < bytes.length; i++) {
             String path = record.images[i].path;
+            long start = System.nanoTime();
             try {
                 bytes[i] = store.read(path);
             } catch (RejectedRecordException e) {
                 return FetchOutcomes.imageRejected(record, i, e);
+            } finally {
+                readLatencyMs.update((System.nanoTime() - start) / 1_000_000);
             }
             bytesFetched.inc(bytes[i].length);
             imagesFetched.inc();

@@ -23,7 +23,7 @@ import org.apache.flink.metrics.MetricGroup;
  * staged files are read back only after a restore. Metrics per rank: {@code batchesWritten}, {@code
  * batchesAhead} (highest written step minus the reader's acknowledged step); overall: {@code
  * batchBytesWritten}, {@code slotsStaged}, {@code slotsBackfilled}, {@code
- * slotsSkippedAlreadyConsumed}.
+ * slotsSkippedAlreadyConsumed}; and the trainer's feedback ({@link TrainerFeedbackMetrics}).
  */
 final class ArrowBatchWriter implements SinkWriter<SlotResult> {
     private final ShmLayout layout;
@@ -126,6 +126,7 @@ final class ArrowBatchWriter implements SinkWriter<SlotResult> {
         group.gauge(
                 "batchesAhead",
                 () -> progress.highestStep - Acks.consumedStep(layout, rank, firstStep));
+        TrainerFeedbackMetrics.register(group, layout.ackFile(rank));
         return progress;
     }
 

@@ -28,7 +28,7 @@ import org.apache.flink.util.Collector;
  * <p>Metrics on the operator's group: counters {@code imagesPreprocessed}, {@code imagesRejected}
  * and {@code imagePreprocessNanos} (total wall time in {@link QwenImageProcessor#process},
  * nanoseconds; divide its rate by the rate of {@code imagesPreprocessed} for the mean time per
- * image).
+ * image), and the cost per megapixel ({@link PreprocessMetrics}).
  */
 public class PreprocessImagesFunction
         extends ProcessFunction<Either<DeadLetter, FetchedRecord>, PreprocessedRecord> {
@@ -39,6 +39,7 @@ public class PreprocessImagesFunction
     private transient Counter imagesPreprocessed;
     private transient Counter imagesRejected;
     private transient Counter preprocessNanos;
+    private transient PreprocessMetrics cost;
 
     public PreprocessImagesFunction(QwenVisionConfig config) {
         this.config = config;
@@ -51,6 +52,7 @@ public class PreprocessImagesFunction
         imagesPreprocessed = metrics.counter("imagesPreprocessed");
         imagesRejected = metrics.counter("imagesRejected");
         preprocessNanos = metrics.counter("imagePreprocessNanos");
+        cost = new PreprocessMetrics(metrics, config.patchSize);
     }
 
     @Override
@@ -71,6 +73,7 @@ public class PreprocessImagesFunction
             try {
                 images[i] = processor.process(fetched.imageBytes[i], refs[i]);
                 imagesPreprocessed.inc();
+                cost.imageDone(System.nanoTime() - start, images[i]);
             } catch (RejectedRecordException e) {
                 imagesRejected.inc();
                 String message =

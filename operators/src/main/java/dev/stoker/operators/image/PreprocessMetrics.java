@@ -1,0 +1,48 @@
+package dev.stoker.operators.image;
+
+import dev.stoker.operators.model.PreprocessedImage;
+import org.apache.flink.metrics.Counter;
+import org.apache.flink.metrics.Gauge;
+import org.apache.flink.metrics.MetricGroup;
+
+/**
+ * Cost of the image stage per unit of work, for tuning (web UI: operator {@code
+ * preprocess-images}):
+ *
+ * <ul>
+ *   <li>{@code imageMegapixels} (counter): megapixels of model input produced, i.e. resized pixels
+ *       ({@code patches x patch_size^2}), summed over images;
+ *   <li>{@code preprocessMsPerMegapixel} (gauge): milliseconds of decode + resize + normalize +
+ *       patchify per megapixel of model input since the subtask started (-1 before the first
+ *       image). Divide an image budget by it to size preprocessing parallelism.
+ * </ul>
+ */
+public final class PreprocessMetrics {
+    private final int pixelsPerPatch;
+    private final Counter megapixels;
+    private long nanos;
+    private long pixels;
+
+    /**
+     * @param group the operator's metric group
+     * @param patchSize the model's spatial patch size (a patch covers {@code patchSize^2} pixels)
+     */
+    public PreprocessMetrics(MetricGroup group, int patchSize) {
+        this.pixelsPerPatch = patchSize * patchSize;
+        this.megapixels = group.counter("imageMegapixels");
+        group.gauge("preprocessMsPerMegapixel", (Gauge<Double>) this::msPerMegapixel);
+    }
+
+    /** Records one preprocessed image and the wall time it took. */
+    public synchronized void imageDone(long elapsedNanos, PreprocessedImage image) {
+        long px = (long) image.numPatches() * pixelsPerPatch;
+        long mpBefore = pixels / 1_000_000;
+        nanos += elapsedNanos;
+        pixels += px;
+        megapixels.inc(pixels / 1_000_000 - mpBefore);
+    }
+
+    synchronized double msPerMegapixel() {
+        return pixels == 0 ? -1 : (nanos / 1e6) / (pixels / 1e6);
+    }
+}
