@@ -61,11 +61,18 @@ class ExactlyOnceITCase {
     static final MiniClusterExtension MINI_CLUSTER =
             new MiniClusterExtension(
                     new MiniClusterResourceConfiguration.Builder()
+                            .setConfiguration(clusterConfig())
                             .setNumberTaskManagers(2)
                             .setNumberSlotsPerTaskManager(2)
                             .build());
 
     @TempDir static Path datasetRoot;
+
+    private static Configuration clusterConfig() {
+        Configuration conf = new Configuration();
+        conf.set(org.apache.flink.configuration.WebOptions.CHECKPOINTS_HISTORY_SIZE, 1000);
+        return conf;
+    }
     private static List<TrainerSim.Consumed> reference;
     private static long numSteps;
 
@@ -256,13 +263,17 @@ class ExactlyOnceITCase {
                     counts,
                     stats.path("latest").path("completed"),
                     stats.get("summary"));
+            List<String> failures = new ArrayList<>();
             for (JsonNode cp : stats.get("history")) {
                 if (cp.get("status").asText().equals("FAILED")) {
-                    LOG.warn("Checkpoint {} failed: {}", cp.get("id"), cp.get("failure_message"));
+                    failures.add(cp.path("failure_message").asText());
                 }
             }
+            LOG.info("Slow trainer: failed checkpoints: {}", failures);
             assertThat(counts.get("completed").asInt()).isGreaterThanOrEqualTo(5);
-            assertThat(counts.get("failed").asInt()).isZero();
+            // Only the end of the bounded input, when tasks finish one by one while the trainer
+            // consumes the last batches, may decline a checkpoint; backpressure never does.
+            assertThat(failures).allMatch(m -> m.contains("task is closing"));
             long maxDurationMs =
                     stats.get("summary").get("end_to_end_duration").get("max").asLong();
             long maxSizeBytes = stats.get("summary").get("checkpointed_size").get("max").asLong();
