@@ -1,5 +1,6 @@
 package dev.stoker.job;
 
+import dev.stoker.connectors.fetch.TransientFailurePolicy;
 import java.time.Duration;
 import org.apache.flink.configuration.ConfigOption;
 import org.apache.flink.configuration.ConfigOptions;
@@ -142,6 +143,17 @@ public final class StokerOptions {
                     .defaultValue(Duration.ofSeconds(60))
                     .withDescription(
                             "Time after which a record's image fetch is abandoned and dead-lettered.");
+
+    public static final ConfigOption<TransientFailurePolicy> FETCH_TRANSIENT_FAILURES =
+            ConfigOptions.key("stoker.fetch.transient-failures")
+                    .enumType(TransientFailurePolicy.class)
+                    .defaultValue(TransientFailurePolicy.DEAD_LETTER)
+                    .withDescription(
+                            "What an s3:// image GET that still fails after the client's retries (5xx, throttling,"
+                                    + " timeouts, resets) or exceeds stoker.fetch.timeout becomes: DEAD_LETTER (the"
+                                    + " slot is back-filled, the job never restarts) or FAIL_OVER (the task fails and"
+                                    + " the job retries from its last checkpoint, so batches stay deterministic)."
+                                    + " Counted either way in the fetch operator's s3.transientFailures.");
 
     public static final ConfigOption<MemorySize> MAX_OBJECT_SIZE =
             ConfigOptions.key("stoker.fetch.max-object-size")

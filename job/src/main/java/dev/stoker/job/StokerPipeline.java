@@ -123,7 +123,8 @@ public final class StokerPipeline {
                                 listing.root(),
                                 maxObjectBytes,
                                 s3Settings(conf),
-                                conf.get(StokerOptions.FETCH_TIMEOUT))
+                                conf.get(StokerOptions.FETCH_TIMEOUT),
+                                conf.get(StokerOptions.FETCH_TRANSIENT_FAILURES))
                         : new ImageFetchFunction(
                                 new ImageStore(listing.root(), maxObjectBytes),
                                 conf.get(StokerOptions.FETCH_THREADS),

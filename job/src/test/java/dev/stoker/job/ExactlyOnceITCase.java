@@ -73,6 +73,7 @@ class ExactlyOnceITCase {
         conf.set(org.apache.flink.configuration.WebOptions.CHECKPOINTS_HISTORY_SIZE, 1000);
         return conf;
     }
+
     private static List<TrainerSim.Consumed> reference;
     private static long numSteps;
 

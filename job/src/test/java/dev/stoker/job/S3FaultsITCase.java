@@ -3,6 +3,7 @@ package dev.stoker.job;
 import static org.assertj.core.api.Assertions.assertThat;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import dev.stoker.connectors.fetch.TransientFailurePolicy;
 import dev.stoker.connectors.s3.FaultInjectingBlobStore;
 import dev.stoker.connectors.s3.FaultInjectingBlobStore.Body;
 import dev.stoker.connectors.s3.LocalS3Server;
@@ -17,6 +18,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import org.apache.flink.configuration.Configuration;
+import org.apache.flink.configuration.RestartStrategyOptions;
 import org.apache.flink.runtime.testutils.MiniClusterResourceConfiguration;
 import org.apache.flink.test.junit5.MiniClusterExtension;
 import org.junit.jupiter.api.AfterAll;
@@ -32,7 +34,8 @@ import org.junit.jupiter.api.io.TempDir;
  * S3 misbehaviour played by the test S3 server ({@link FaultInjectingBlobStore} as S3Proxy
  * middleware) against the whole job: slow and stalled GETs (the async-timeout case of
  * ../shared/data/bad-inputs). The job fails on any restart (restart strategy none, see {@link
- * JobRun}) and checks its own accounting.
+ * JobRun}) and checks its own accounting, except where a test asks for restarts (the FAIL_OVER
+ * policy for transient failures).
  */
 class S3FaultsITCase {
     private static final String BUCKET = "sft-test";
@@ -250,6 +253,53 @@ class S3FaultsITCase {
         assertThat(expectedDeadLetters).isEqualTo(300);
         assertThat(run.deadLetters()).hasSize(expectedDeadLetters);
         assertThat(run.samples()).hasSize(2 * RECORDS_PER_FILE - expectedDeadLetters);
+    }
+
+    /**
+     * Under {@code stoker.fetch.transient-failures=FAIL_OVER} a GET that still fails after the
+     * client's retries fails the task instead of emptying a slot: with one GET at a time, 2
+     * attempts per GET and img_001 answering 503 four times, two GETs exhaust their retries, the
+     * job fails over twice and every img_001 record still arrives. A 404 stays a dead letter: it is
+     * permanent.
+     */
+    @Test
+    void failOverPolicyRetriesTransientFailuresThroughRestarts() throws Exception {
+        Path local = SharedData.dataDir().resolve("bad-inputs/s3-throttling");
+        String prefix = "fail-over";
+        S3.uploadDirectory(local, BUCKET, prefix);
+        FaultInjectingBlobStore faults = S3.faults();
+        faults.answerNext(BUCKET, prefix + "/images/img_001.jpg", 503, 503, 503, 503);
+        faults.answerAlways(BUCKET, prefix + "/images/img_006.jpg", 404);
+        long errorsBefore = faults.injectedErrors();
+
+        Configuration options = s3Config();
+        options.set(StokerOptions.FETCH_TRANSIENT_FAILURES, TransientFailurePolicy.FAIL_OVER);
+        options.set(StokerOptions.S3_MAX_ATTEMPTS, 2);
+        options.set(StokerOptions.FETCH_CAPACITY, 1);
+        options.set(RestartStrategyOptions.RESTART_STRATEGY, "fixed-delay");
+        options.set(RestartStrategyOptions.RESTART_STRATEGY_FIXED_DELAY_ATTEMPTS, 5);
+        options.set(
+                RestartStrategyOptions.RESTART_STRATEGY_FIXED_DELAY_DELAY, Duration.ofMillis(100));
+        JobRun.Result run = JobRun.run("s3://" + BUCKET + "/" + prefix, outputRoot, 2, 4, options);
+        run.assertAccounted();
+
+        assertThat(faults.injectedErrors() - errorsBefore)
+                .as("the four 503 answers were all served")
+                .isGreaterThanOrEqualTo(4);
+        assertThat(run.deadLetters())
+                .as("only the 404 records are dead letters")
+                .isNotEmpty()
+                .allMatch(dl -> dl.get("reason").asText().equals("IMAGE_NOT_FOUND"))
+                .allMatch(dl -> dl.get("message").asText().contains("img_006.jpg"));
+        Map<Long, String> records = StokerJobITCase.readRecords(local.resolve("train.jsonl"));
+        long img001 = records.values().stream().filter(i -> i.contains("img_001")).count();
+        assertThat(img001).isPositive();
+        assertThat(
+                        run.samples().stream()
+                                .filter(smp -> records.get(smp.sampleIndex()).contains("img_001"))
+                                .count())
+                .as("every img_001 record arrived")
+                .isEqualTo(img001);
     }
 
     private static String key(int k) {

@@ -28,7 +28,9 @@ import software.amazon.awssdk.core.interceptor.ExecutionInterceptor;
  *       attempt to the last byte, backoff and retries included;
  *   <li>{@code bytesFetched} (counter) and {@code bytesPerSecond} (meter, 60 s window);
  *   <li>{@code retries} (counter): HTTP attempts beyond the first of each GET;
- *   <li>{@code failures.<REASON>} (counters): GETs that ended as a dead letter, by reason.
+ *   <li>{@code failures.<REASON>} (counters): GETs that ended as a dead letter, by reason;
+ *   <li>{@code transientFailures} (counter, the alarm): records whose GETs failed for a transient
+ *       reason after all retries (see {@link TransientFailurePolicy}).
  * </ul>
  */
 public final class S3FetchMetrics {
@@ -39,6 +41,7 @@ public final class S3FetchMetrics {
     private final Histogram latencyMs;
     private final Counter bytes;
     private final Counter retries;
+    private final Counter transientFailures;
     private final Map<RejectReason, Counter> failures = new EnumMap<>(RejectReason.class);
 
     /** Registers the metrics on {@code group} (typically {@code operatorGroup.addGroup("s3")}). */
@@ -53,6 +56,7 @@ public final class S3FetchMetrics {
         bytes = group.counter("bytesFetched", new SimpleCounter());
         group.meter("bytesPerSecond", new MeterView(bytes));
         retries = group.counter("retries", new SimpleCounter());
+        transientFailures = group.counter("transientFailures", new SimpleCounter());
         MetricGroup failureGroup = group.addGroup("failures");
         for (RejectReason reason : RejectReason.values()) {
             if (reason.stage() == Stage.FETCH || reason == RejectReason.UNSAFE_PATH) {
@@ -87,6 +91,11 @@ public final class S3FetchMetrics {
 
     void fetched(long numBytes) {
         bytes.inc(numBytes);
+    }
+
+    /** Counts a record whose fetch failed transiently after all retries. */
+    void transientFailure() {
+        transientFailures.inc();
     }
 
     /** Counts a GET that ended as a dead letter with {@code reason}. */

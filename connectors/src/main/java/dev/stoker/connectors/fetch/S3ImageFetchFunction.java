@@ -27,7 +27,9 @@ import org.apache.flink.types.Either;
  * the first rejected image (in record order) and its key. A record exceeding the operator timeout
  * becomes a {@link RejectReason#FETCH_TIMEOUT} dead letter; keep {@link
  * S3ClientSettings#requestTimeout} below it so the client gives up (and frees its connection)
- * first.
+ * first. Transient failures (5xx or throttling after the client's retries, timeouts, resets) follow
+ * the {@link TransientFailurePolicy}: a dead letter, or a failed task so the job fails over and
+ * retries from its last checkpoint.
  *
  * <p>{@link #close()} marks the function closed before closing the client: GETs that fail because
  * of the close are ignored (their records are in the operator's checkpoint), so stop-with-savepoint
@@ -42,6 +44,7 @@ public final class S3ImageFetchFunction
     private final long maxObjectBytes;
     private final S3ClientSettings settings;
     private final Duration timeout;
+    private final TransientFailurePolicy transientFailures;
     private transient S3ImageStore store;
     private transient S3FetchMetrics metrics;
     private transient volatile boolean closed;
@@ -53,13 +56,19 @@ public final class S3ImageFetchFunction
      * @param maxObjectBytes largest accepted image object, in bytes
      * @param settings client settings (endpoint, credentials, retries, connections)
      * @param timeout the async operator's timeout, for the dead letter's message
+     * @param transientFailures what a transient failure after all retries becomes
      */
     public S3ImageFetchFunction(
-            String root, long maxObjectBytes, S3ClientSettings settings, Duration timeout) {
+            String root,
+            long maxObjectBytes,
+            S3ClientSettings settings,
+            Duration timeout,
+            TransientFailurePolicy transientFailures) {
         this.root = root;
         this.maxObjectBytes = maxObjectBytes;
         this.settings = settings;
         this.timeout = timeout;
+        this.transientFailures = transientFailures;
     }
 
     @Override
@@ -100,7 +109,15 @@ public final class S3ImageFetchFunction
                                 ? r
                                 : new RejectedRecordException(
                                         RejectReason.FETCH_FAILED, String.valueOf(e.getCause()));
-                return FetchOutcomes.imageRejected(record, i, rejected);
+                Either<DeadLetter, FetchedRecord> dead =
+                        FetchOutcomes.imageRejected(record, i, rejected);
+                if (rejected.isTransient()) {
+                    metrics.transientFailure();
+                    if (transientFailures == TransientFailurePolicy.FAIL_OVER) {
+                        throw new TransientFetchException(dead.left().toString(), rejected);
+                    }
+                }
+                return dead;
             }
         }
         for (byte[] b : bytes) {
@@ -113,7 +130,13 @@ public final class S3ImageFetchFunction
     @Override
     public void timeout(SftRecord record, ResultFuture<Either<DeadLetter, FetchedRecord>> result) {
         metrics.failed(RejectReason.FETCH_TIMEOUT);
-        result.complete(Collections.singleton(FetchOutcomes.timedOut(record, timeout)));
+        metrics.transientFailure();
+        Either<DeadLetter, FetchedRecord> dead = FetchOutcomes.timedOut(record, timeout);
+        if (transientFailures == TransientFailurePolicy.FAIL_OVER) {
+            result.completeExceptionally(new TransientFetchException(dead.left().toString(), null));
+        } else {
+            result.complete(Collections.singleton(dead));
+        }
     }
 
     @Override

@@ -126,7 +126,7 @@ public final class S3ImageStore implements AutoCloseable {
                     }
                     metrics.failed(RejectReason.FETCH_FAILED);
                     return CompletableFuture.failedFuture(
-                            new RejectedRecordException(
+                            RejectedRecordException.transientFailure(
                                     RejectReason.FETCH_FAILED,
                                     "GET " + where + " failed: " + cause,
                                     cause));
@@ -149,14 +149,18 @@ public final class S3ImageStore implements AutoCloseable {
                 return new byte
                         [0]; // an empty object has no byte 0; the decoder rejects it as corrupt
             }
+            // 5xx and 429 (throttling) outlasted the retries; 403 and other 4xx are permanent
+            boolean transientStatus = status >= 500 || status == 429;
             throw reject(
                     RejectReason.FETCH_FAILED,
-                    "GET " + where + " failed with " + statusText + attempts);
+                    "GET " + where + " failed with " + statusText + attempts,
+                    transientStatus);
         }
         if (isTimeout(t)) {
             throw reject(
                     RejectReason.FETCH_TIMEOUT,
-                    "GET " + where + " did not complete in time" + attempts);
+                    "GET " + where + " did not complete in time" + attempts,
+                    true);
         }
         throw reject(
                 RejectReason.FETCH_FAILED,
@@ -167,7 +171,8 @@ public final class S3ImageStore implements AutoCloseable {
                         + ": "
                         + t.getClass().getSimpleName()
                         + ": "
-                        + t.getMessage());
+                        + t.getMessage(),
+                true);
     }
 
     /** Whether {@code t} or one of its causes is the SDK's call or attempt timeout. */
@@ -182,8 +187,16 @@ public final class S3ImageStore implements AutoCloseable {
     }
 
     private CompletionException reject(RejectReason reason, String message) {
+        return reject(reason, message, false);
+    }
+
+    private CompletionException reject(
+            RejectReason reason, String message, boolean transientFailure) {
         metrics.failed(reason);
-        return new CompletionException(new RejectedRecordException(reason, message));
+        return new CompletionException(
+                transientFailure
+                        ? RejectedRecordException.transientFailure(reason, message, null)
+                        : new RejectedRecordException(reason, message));
     }
 
     private static String attempts(Throwable t) {
