@@ -28,16 +28,31 @@ import org.junit.jupiter.params.provider.EnumSource;
  * per image, in normalised units) and the distance to {@code Qwen2VLImageProcessorPil} (the "slow"
  * Pillow backend, reported and held to the same tolerance).
  *
- * <p>{@code parity/pixels.arrow} holds each reference's resized uint8 RGB image (PNG, the
- * slow one as {@code slow - fast + 128}) at {@code max_pixels = min(preset, 200704)}: the golden
- * script checked that the processors' {@code pixel_values} are exactly {@code patchify((u8 / 255 -
- * mean) / std)} of it, and {@link #patchifyReproducesTheReferencePixelValues} checks here that
- * {@link QwenImageProcessor#patchify} is that function, against full reference {@code pixel_values}
- * in {@code parity/pixel_values.arrow}.
+ * <p>{@code parity/pixels.arrow} holds each reference's resized uint8 RGB image (PNG, the slow one
+ * as {@code slow - fast + 128}) at {@code max_pixels = min(preset, 200704)}: the golden script
+ * checked that the processors' {@code pixel_values} are exactly {@code patchify((u8 / 255 - mean) /
+ * std)} of it, and {@link #patchifyReproducesTheReferencePixelValues} checks here that {@link
+ * QwenImageProcessor#patchify} is that function, against full reference {@code pixel_values} in
+ * {@code parity/pixel_values.arrow}.
  */
 class HfPixelParityTest {
     static final double MEAN_TOLERANCE = 0.02;
     static final double MAX_TOLERANCE = 0.25;
+
+    /**
+     * Images whose decoded pixels differ from Pillow's (docs/parity.md, "Not matching"): lossy WebP
+     * (TwelveMonkeys' VP8 decoder vs libwebp's YUV-to-RGB upsampling) and one baseline JPEG (Java's
+     * libjpeg 6b vs Pillow's libjpeg-turbo). They are held to the measured distance instead, so a
+     * regression still fails; resizing and normalisation are exact for them as for the rest.
+     */
+    static final Map<String, Double> KNOWN_DECODE_DIFFERENCES =
+            Map.of(
+                    "llava-style/images/photos/rocket.jpg", 0.6,
+                    "llava-style/images/webp/flower.webp", 2.3,
+                    "llava-style/images/webp/transparent.webp", 0.9,
+                    "llava-style/images/webp/hopper.webp", 0.4,
+                    "qwen-messages/images/drawings/cartoon_actually_webp.jpeg", 0.3,
+                    "qwen-messages/images/drawings/items_actually_webp.png", 1.0);
 
     private static List<Map<String, Object>> pixels;
 
@@ -91,7 +106,12 @@ class HfPixelParityTest {
             slowImage.add(stoker.pixelValues, processor.patchify(slow).pixelValues);
             toFast.merge(fastImage);
             toSlow.merge(slowImage);
-            if (fastImage.mean() > MEAN_TOLERANCE || fastImage.max > MAX_TOLERANCE) {
+            Double known = KNOWN_DECODE_DIFFERENCES.get(name);
+            if (known != null) {
+                if (fastImage.mean() > 0.1 || fastImage.max > known) {
+                    failures.add(name + ": known decoder difference grew: vs fast " + fastImage);
+                }
+            } else if (fastImage.mean() > MEAN_TOLERANCE || fastImage.max > MAX_TOLERANCE) {
                 failures.add(name + " " + width + "x" + height + ": vs fast " + fastImage);
             }
             System.out.printf(
