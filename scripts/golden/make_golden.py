@@ -99,7 +99,6 @@ import torch
 import torchvision
 import transformers
 from PIL import Image, ImageOps
-from transformers.image_utils import SizeDict
 from transformers import (
     AutoTokenizer,
     Qwen2_5_VLProcessor,
@@ -110,6 +109,7 @@ from transformers import (
     Qwen3VLProcessor,
     Qwen3VLVideoProcessor,
 )
+from transformers.image_utils import SizeDict
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO.parent / "shared" / "data"
@@ -299,11 +299,39 @@ class Preset:
 
 
 PRESETS = [
-    Preset("qwen2-vl", Qwen2VLProcessor, Qwen2VLVideoProcessor, 14, 3136, 12845056, CLIP_MEAN, CLIP_STD, QWEN2_VL_TEMPLATE),
     Preset(
-        "qwen2.5-vl", Qwen2_5_VLProcessor, Qwen2VLVideoProcessor, 14, 3136, 12845056, CLIP_MEAN, CLIP_STD, QWEN2_VL_TEMPLATE
+        "qwen2-vl",
+        Qwen2VLProcessor,
+        Qwen2VLVideoProcessor,
+        14,
+        3136,
+        12845056,
+        CLIP_MEAN,
+        CLIP_STD,
+        QWEN2_VL_TEMPLATE,
     ),
-    Preset("qwen3-vl", Qwen3VLProcessor, Qwen3VLVideoProcessor, 16, 65536, 16777216, [0.5] * 3, [0.5] * 3, QWEN3_VL_TEMPLATE),
+    Preset(
+        "qwen2.5-vl",
+        Qwen2_5_VLProcessor,
+        Qwen2VLVideoProcessor,
+        14,
+        3136,
+        12845056,
+        CLIP_MEAN,
+        CLIP_STD,
+        QWEN2_VL_TEMPLATE,
+    ),
+    Preset(
+        "qwen3-vl",
+        Qwen3VLProcessor,
+        Qwen3VLVideoProcessor,
+        16,
+        65536,
+        16777216,
+        [0.5] * 3,
+        [0.5] * 3,
+        QWEN3_VL_TEMPLATE,
+    ),
 ]
 
 
@@ -351,7 +379,9 @@ def read_record(dataset: str, line: int, obj: dict[str, Any]) -> Record:
             else:
                 parts = []
                 for part in content:
-                    kind = part.get("type") or next(k for k in ("text", "image", "image_url") if k in part)
+                    kind = part.get("type") or next(
+                        k for k in ("text", "image", "image_url") if k in part
+                    )
                     if kind == "text":
                         if part["text"]:
                             parts.append({"type": "text", "text": part["text"]})
@@ -419,7 +449,10 @@ def resized_u8(processor: Any, image: Image.Image, size: dict[str, int]) -> np.n
     """The image processor's own RGB conversion, smart_resize and resize, as (H, W, 3) uint8."""
     chw = processor.process_image(image, do_convert_rgb=True)
     out = processor.resize(
-        chw, SizeDict(**size), processor.resample, factor=processor.patch_size * processor.merge_size
+        chw,
+        SizeDict(**size),
+        processor.resample,
+        factor=processor.patch_size * processor.merge_size,
     )
     hwc = np.asarray(out).transpose(1, 2, 0)
     assert hwc.dtype == np.uint8, hwc.dtype
@@ -522,7 +555,11 @@ def main() -> None:
                 real_slow = slow(images=[image], size=cmp, return_tensors="np")
                 pv_fast = np.asarray(real_fast["pixel_values"], dtype=np.float64)
                 pv_slow = np.asarray(real_slow["pixel_values"], dtype=np.float64)
-                assert list(real_fast["image_grid_thw"][0]) == [1, h // preset.patch_size, w // preset.patch_size]
+                assert list(real_fast["image_grid_thw"][0]) == [
+                    1,
+                    h // preset.patch_size,
+                    w // preset.patch_size,
+                ]
                 err_fast = float(np.abs(pv_fast - patchify(fast_u8, preset)).max())
                 err_slow = float(np.abs(pv_slow - patchify(slow_u8, preset)).max())
                 affine_max = max(affine_max, err_fast, err_slow)
@@ -578,7 +615,10 @@ def main() -> None:
     total = sum(p.stat().st_size for p in OUT.glob("*.arrow"))
     summary["bytes"] = total
     (OUT / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {len(token_rows)} token rows, {len(pixel_rows)} images, {total} bytes", file=sys.stderr)
+    print(
+        f"wrote {len(token_rows)} token rows, {len(pixel_rows)} images, {total} bytes",
+        file=sys.stderr,
+    )
 
 
 def write(path: Path, rows: list[dict[str, Any]], float_lists: tuple[str, ...] = ()) -> None:
