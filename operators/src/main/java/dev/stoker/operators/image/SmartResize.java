@@ -8,16 +8,18 @@ import dev.stoker.operators.model.RejectedRecordException;
  * {@code factor} (patch size times merge size, 28 for Qwen2-VL) and the area lies within {@code
  * [minPixels, maxPixels]}, keeping the aspect ratio as close as possible.
  *
- * <p>Matches {@code smart_resize} of Hugging Face transformers 5.23.0 {@code
- * models/qwen2_vl/image_processing_qwen2_vl.py} (used by the Qwen2-VL, Qwen2.5-VL and Qwen3-VL
- * processors): reject when {@code max/min > 200}; round each side half-to-even to a multiple of
- * {@code factor} (which may be 0 for a side below {@code factor / 2}: the area is then below {@code
- * minPixels} and the next rule scales it up); when the area exceeds {@code maxPixels} scale down by
- * {@code sqrt(h*w/maxPixels)} and floor to a multiple (at least {@code factor}); when it is below
- * {@code minPixels} scale up by {@code sqrt(minPixels/(h*w))} and ceil to a multiple. All
- * arithmetic is IEEE double as in Python. Unlike qwen-vl-utils (and older transformers releases),
- * transformers 5 neither clamps the rounded sides to at least {@code factor} nor rejects images
- * smaller than {@code factor}: a 10x10 image becomes 56x56 for factor 28.
+ * <p>Matches {@code smart_resize} of Hugging Face transformers' {@code
+ * models/qwen2_vl/image_processing_qwen2_vl.py} and qwen-vl-utils: reject when {@code max/min >
+ * 200}; round each side half-to-even to a multiple of {@code factor} (at least {@code factor});
+ * when the area exceeds {@code maxPixels} scale down by {@code sqrt(h*w/maxPixels)} and floor to a
+ * multiple (at least {@code factor}); when it is below {@code minPixels} scale up by {@code
+ * sqrt(minPixels/(h*w))} and ceil to a multiple. All arithmetic is IEEE double as in Python.
+ *
+ * <p>One known difference from transformers 5.23.0: it does not clamp the rounded sides to at least
+ * {@code factor}, so a side below {@code factor / 2} rounds to 0 and the image is scaled up by the
+ * min-pixels rule instead (14x2800 becomes 28x812 there, 28x2800 here and in qwen-vl-utils, which
+ * {@code shared/data/bad-inputs/extreme-aspect} specifies). No sample image has such a side; see
+ * docs/parity.md.
  */
 public final class SmartResize {
     /** Largest accepted ratio of the longer to the shorter side. */
@@ -57,8 +59,8 @@ public final class SmartResize {
                             + height
                             + ")");
         }
-        long hBar = (long) Math.rint((double) height / factor) * factor;
-        long wBar = (long) Math.rint((double) width / factor) * factor;
+        long hBar = Math.max(factor, (long) Math.rint((double) height / factor) * factor);
+        long wBar = Math.max(factor, (long) Math.rint((double) width / factor) * factor);
         double area = (double) height * width;
         if (hBar * wBar > maxPixels) {
             double beta = Math.sqrt(area / maxPixels);
