@@ -1,7 +1,9 @@
 package dev.stoker.job;
 
 import dev.stoker.connectors.fetch.TransientFailurePolicy;
+import dev.stoker.operators.preset.ModelPreset;
 import java.time.Duration;
+import java.util.List;
 import org.apache.flink.configuration.ConfigOption;
 import org.apache.flink.configuration.ConfigOptions;
 import org.apache.flink.configuration.MemorySize;
@@ -169,19 +171,84 @@ public final class StokerOptions {
                     .withDescription(
                             "Longest JSONL line accepted; longer records are dead-lettered (LINE_TOO_LONG).");
 
+    // ---- Model preset and its overrides (see ModelOptions and docs/parity.md) ----
+
+    public static final ConfigOption<String> MODEL_PRESET =
+            ConfigOptions.key("stoker.model.preset")
+                    .stringType()
+                    .defaultValue(ModelPreset.DEFAULT.key())
+                    .withDescription(
+                            "Model whose Hugging Face preprocessing the job reproduces: "
+                                    + ModelPreset.keys()
+                                    + ". Sets patch size, temporal patch size, merge size (resize factor ="
+                                    + " patch x merge), min/max pixels, image mean/std and the chat template"
+                                    + " (qwen2-vl and qwen2.5-vl insert the default system prompt 'You are a"
+                                    + " helpful assistant.', qwen3-vl none). Each stoker.image.* and"
+                                    + " stoker.template.* option below overrides its preset value.");
+
+    public static final ConfigOption<Integer> PATCH_SIZE =
+            ConfigOptions.key("stoker.image.patch-size")
+                    .intType()
+                    .noDefaultValue()
+                    .withDescription(
+                            "Vision patch side in pixels (preset: 14 for Qwen2/2.5-VL, 16 for Qwen3-VL).");
+
+    public static final ConfigOption<Integer> TEMPORAL_PATCH_SIZE =
+            ConfigOptions.key("stoker.image.temporal-patch-size")
+                    .intType()
+                    .noDefaultValue()
+                    .withDescription(
+                            "Frames per patch; a still image is repeated this often (preset: 2).");
+
+    public static final ConfigOption<Integer> MERGE_SIZE =
+            ConfigOptions.key("stoker.image.merge-size")
+                    .intType()
+                    .noDefaultValue()
+                    .withDescription(
+                            "Patches merged per side into one <|image_pad|> token (preset: 2).");
+
     public static final ConfigOption<Long> MIN_PIXELS =
             ConfigOptions.key("stoker.image.min-pixels")
                     .longType()
-                    .defaultValue(3136L)
+                    .noDefaultValue()
                     .withDescription(
-                            "smart_resize min_pixels: images are scaled up to at least this many pixels.");
+                            "smart_resize min_pixels: images are scaled up to at least this many pixels"
+                                    + " (preset: 3136 for Qwen2/2.5-VL, 65536 for Qwen3-VL).");
 
     public static final ConfigOption<Long> MAX_PIXELS =
             ConfigOptions.key("stoker.image.max-pixels")
                     .longType()
-                    .defaultValue(12845056L)
+                    .noDefaultValue()
                     .withDescription(
-                            "smart_resize max_pixels: images are scaled down to at most this many pixels.");
+                            "smart_resize max_pixels: images are scaled down to at most this many pixels"
+                                    + " (preset: 12845056 for Qwen2/2.5-VL, 16777216 for Qwen3-VL).");
+
+    public static final ConfigOption<List<Double>> IMAGE_MEAN =
+            ConfigOptions.key("stoker.image.image-mean")
+                    .doubleType()
+                    .asList()
+                    .noDefaultValue()
+                    .withDescription(
+                            "Per-channel (R;G;B) mean on the 0..1 scale, e.g. 0.5;0.5;0.5 (preset: CLIP"
+                                    + " 0.48145466;0.4578275;0.40821073 for Qwen2/2.5-VL, 0.5 for Qwen3-VL).");
+
+    public static final ConfigOption<List<Double>> IMAGE_STD =
+            ConfigOptions.key("stoker.image.image-std")
+                    .doubleType()
+                    .asList()
+                    .noDefaultValue()
+                    .withDescription(
+                            "Per-channel (R;G;B) standard deviation on the 0..1 scale (preset: CLIP"
+                                    + " 0.26862954;0.26130258;0.27577711 for Qwen2/2.5-VL, 0.5 for Qwen3-VL).");
+
+    public static final ConfigOption<String> DEFAULT_SYSTEM_PROMPT =
+            ConfigOptions.key("stoker.template.default-system-prompt")
+                    .stringType()
+                    .noDefaultValue()
+                    .withDescription(
+                            "System prompt the chat template inserts before a conversation that has none;"
+                                    + " an empty value inserts none (preset: 'You are a helpful assistant.' for"
+                                    + " Qwen2/2.5-VL, none for Qwen3-VL).");
 
     public static final ConfigOption<Long> MAX_SOURCE_PIXELS =
             ConfigOptions.key("stoker.image.max-source-pixels")

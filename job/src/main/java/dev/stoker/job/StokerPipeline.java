@@ -149,7 +149,9 @@ public final class StokerPipeline {
                 preprocessed
                         .process(
                                 new TokenizeFunction(
-                                        conf.get(StokerOptions.TOKENIZER_PATH), vision.mergeSize))
+                                        conf.get(StokerOptions.TOKENIZER_PATH),
+                                        vision.mergeSize,
+                                        ModelOptions.chatTemplate(conf)))
                         .name("tokenize")
                         .uid("tokenize");
 
@@ -215,11 +217,8 @@ public final class StokerPipeline {
         return s;
     }
 
+    /** The model preset's vision config with the {@code stoker.image.*} overrides. */
     static QwenVisionConfig visionConfig(Configuration conf) {
-        QwenVisionConfig vision = new QwenVisionConfig();
-        vision.minPixels = conf.get(StokerOptions.MIN_PIXELS);
-        vision.maxPixels = conf.get(StokerOptions.MAX_PIXELS);
-        vision.maxSourcePixels = conf.get(StokerOptions.MAX_SOURCE_PIXELS);
-        return vision;
+        return ModelOptions.visionConfig(conf);
     }
 }

@@ -58,13 +58,26 @@ public final class QwenImageProcessor {
      */
     public PreprocessedImage process(byte[] encoded, ImageRef ref) throws RejectedRecordException {
         RgbImage decoded = decoder.decode(encoded, config.maxSourcePixels);
-        long minPixels = ref != null && ref.minPixels > 0 ? ref.minPixels : config.minPixels;
-        long maxPixels = ref != null && ref.maxPixels > 0 ? ref.maxPixels : config.maxPixels;
-        int[] hw =
-                SmartResize.compute(
-                        decoded.height(), decoded.width(), config.factor(), minPixels, maxPixels);
+        int[] hw = targetSize(decoded.height(), decoded.width(), ref);
         RgbImage resized = resampler.resize(decoded, hw[1], hw[0]);
         return patchify(resized);
+    }
+
+    /**
+     * The resized size of a decoded image: {@link SmartResize} with this config's factor and pixel
+     * bounds, or the image reference's own bounds where it has them.
+     *
+     * @param height decoded height in pixels (after EXIF orientation)
+     * @param width decoded width in pixels
+     * @param ref the image reference; its positive {@code minPixels}/{@code maxPixels} override the
+     *     configured bounds, {@code null} keeps them
+     * @return {@code {height, width}} in pixels, multiples of {@link QwenVisionConfig#factor()}
+     * @throws RejectedRecordException EXTREME_ASPECT_RATIO, as {@link SmartResize#compute}
+     */
+    public int[] targetSize(int height, int width, ImageRef ref) throws RejectedRecordException {
+        long minPixels = ref != null && ref.minPixels > 0 ? ref.minPixels : config.minPixels;
+        long maxPixels = ref != null && ref.maxPixels > 0 ? ref.maxPixels : config.maxPixels;
+        return SmartResize.compute(height, width, config.factor(), minPixels, maxPixels);
     }
 
     /**

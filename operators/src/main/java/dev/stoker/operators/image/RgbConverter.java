@@ -15,10 +15,11 @@ import java.awt.image.Raster;
  * convert_to_rgb} does with Pillow: colour samples are taken as stored (no ICC or gamma conversion,
  * as Pillow's {@code convert} ignores profiles), grey becomes three equal channels, sub-byte depths
  * are scaled to the full range (1-bit to 0/255, 2-bit to multiples of 85, 4-bit to multiples of
- * 17), 16-bit samples keep their high byte (Pillow's {@code RGB;16B} unpacking), palettes are
- * looked up, and alpha is composited over opaque white with Pillow's fixed-point {@code
- * ImagingAlphaComposite} arithmetic. Other colour spaces (e.g. CMYK a reader did not convert) go
- * through the colour model's sRGB conversion.
+ * 17), 16-bit colour samples keep their high byte (Pillow's {@code RGB;16B} unpacking) while 16-bit
+ * grey is clipped to 255 (Pillow opens it as {@code I;16} and converts with {@code I16_RGB}),
+ * palettes are looked up, and alpha is composited over opaque white with Pillow's fixed-point
+ * {@code ImagingAlphaComposite} arithmetic. Other colour spaces (e.g. CMYK a reader did not
+ * convert) go through the colour model's sRGB conversion.
  */
 final class RgbConverter {
     private static final int ALPHA_BITS = 7;
@@ -75,7 +76,8 @@ final class RgbConverter {
                     int p = x * bands;
                     for (int c = 0; c < 3; c++) {
                         int b = colours == 1 ? 0 : c;
-                        rgba[x * 4 + c] = to8(px[p + b], max[b]);
+                        rgba[x * 4 + c] =
+                                colours == 1 ? grey8(px[p], max[0]) : to8(px[p + b], max[b]);
                     }
                     rgba[x * 4 + 3] = alpha ? to8(px[p + colours], max[colours]) : 255;
                 }
@@ -136,6 +138,14 @@ final class RgbConverter {
             }
         }
         return true;
+    }
+
+    /**
+     * A grey sample as Pillow converts it: 16-bit grey ({@code I;16}) is clipped to 255, not scaled
+     * ({@code I16_RGB} in Pillow's {@code Convert.c}); other depths as {@link #to8}.
+     */
+    private static int grey8(int v, int max) {
+        return max == 65535 ? Math.min(v, 255) : to8(v, max);
     }
 
     private static int to8(int v, int max) {

@@ -14,6 +14,12 @@ import dev.stoker.operators.model.RejectedRecordException;
  * when the area exceeds {@code maxPixels} scale down by {@code sqrt(h*w/maxPixels)} and floor to a
  * multiple (at least {@code factor}); when it is below {@code minPixels} scale up by {@code
  * sqrt(minPixels/(h*w))} and ceil to a multiple. All arithmetic is IEEE double as in Python.
+ *
+ * <p>One known difference from transformers 5.23.0: it does not clamp the rounded sides to at least
+ * {@code factor}, so a side below {@code factor / 2} rounds to 0 and the image is scaled up by the
+ * min-pixels rule instead (14x2800 becomes 28x812 there, 28x2800 here and in qwen-vl-utils, which
+ * {@code shared/data/bad-inputs/extreme-aspect} specifies). No sample image has such a side; see
+ * docs/parity.md.
  */
 public final class SmartResize {
     /** Largest accepted ratio of the longer to the shorter side. */

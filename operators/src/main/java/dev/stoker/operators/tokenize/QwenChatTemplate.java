@@ -8,15 +8,25 @@ import java.util.ArrayList;
 import java.util.List;
 
 /**
- * Renders an {@link SftRecord} as the Hugging Face Qwen2-VL {@code chat_template} does (the same
- * template ships with Qwen2.5-VL):
+ * Renders an {@link SftRecord} as the Hugging Face Qwen-VL {@code chat_template}s do for the
+ * conversations Stoker accepts (optional leading system turn, then user/assistant turns; images
+ * only in user turns):
  *
  * <pre>
- * [if the first message is not system] &lt;|im_start|&gt;system\nYou are a helpful assistant.&lt;|im_end|&gt;\n
+ * [if the first message is not system and a default system prompt is set]
+ *     &lt;|im_start|&gt;system\n{default system prompt}&lt;|im_end|&gt;\n
  * for each message: &lt;|im_start|&gt;{role}\n{content}&lt;|im_end|&gt;\n
  * </pre>
  *
- * where content concatenates the message's parts without separators and each image part becomes
+ * <p>Qwen2-VL and Qwen2.5-VL ({@code chat_template.json} of Qwen/Qwen2-VL-7B-Instruct and
+ * Qwen/Qwen2.5-VL-7B-Instruct, the same text) insert the default system prompt {@value
+ * #DEFAULT_SYSTEM_PROMPT}; Qwen3-VL (Qwen/Qwen3-VL-8B-Instruct) inserts none and otherwise renders
+ * these conversations identically (system and assistant content lists contribute their text parts
+ * only, which is all the parser lets through). Checked against the templates rendered by
+ * transformers 5.23.0 {@code ProcessorMixin.apply_chat_template} in {@code
+ * scripts/golden/make_golden.py}.
+ *
+ * <p>where content concatenates the message's parts without separators and each image part becomes
  * {@code <|vision_start|>} + N x {@code <|image_pad|>} + {@code <|vision_end|>} in place, N being
  * {@code grid_t*grid_h*grid_w / merge_size^2} of that image (Qwen2VLProcessor's expansion). No
  * generation prompt is added.
@@ -44,6 +54,29 @@ public final class QwenChatTemplate implements Serializable {
      */
     public static final int ASSISTANT_HEADER_TOKENS = 3;
 
+    /** The system prompt inserted before a conversation without one, or {@code null} for none. */
+    private final String defaultSystemPrompt;
+
+    /**
+     * The Qwen2-VL / Qwen2.5-VL template (default system prompt {@value #DEFAULT_SYSTEM_PROMPT}).
+     */
+    public QwenChatTemplate() {
+        this(DEFAULT_SYSTEM_PROMPT);
+    }
+
+    /**
+     * @param defaultSystemPrompt the system prompt inserted when the first message is not a system
+     *     message; {@code null} inserts none (Qwen3-VL)
+     */
+    public QwenChatTemplate(String defaultSystemPrompt) {
+        this.defaultSystemPrompt = defaultSystemPrompt;
+    }
+
+    /** The inserted default system prompt, or {@code null} when none is inserted. */
+    public String defaultSystemPrompt() {
+        return defaultSystemPrompt;
+    }
+
     /**
      * Renders the record.
      *
@@ -53,14 +86,16 @@ public final class QwenChatTemplate implements Serializable {
      */
     public List<TemplateTurn> render(SftRecord record, int[] imagePads) {
         List<TemplateTurn> turns = new ArrayList<>();
-        if (record.messages.length == 0 || !ChatMessage.SYSTEM.equals(record.messages[0].role)) {
+        if (defaultSystemPrompt != null
+                && (record.messages.length == 0
+                        || !ChatMessage.SYSTEM.equals(record.messages[0].role))) {
             turns.add(
                     new TemplateTurn(
                             ChatMessage.SYSTEM,
                             List.of(
                                     TemplateTurn.Segment.text(
                                             "<|im_start|>system\n"
-                                                    + DEFAULT_SYSTEM_PROMPT
+                                                    + defaultSystemPrompt
                                                     + "<|im_end|>\n")),
                             false));
         }

@@ -11,8 +11,8 @@ import org.apache.flink.streaming.api.functions.ProcessFunction;
 import org.apache.flink.util.Collector;
 
 /**
- * Flink operator that renders the Qwen2-VL chat template, tokenizes it with label masking and
- * attaches the images' {@code pixel_values} and {@code image_grid_thw} (see {@link
+ * Flink operator that renders the model's Qwen-VL chat template, tokenizes it with label masking
+ * and attaches the images' {@code pixel_values} and {@code image_grid_thw} (see {@link
  * SampleTokenizer}). The tokenizer is loaded in {@link #open(OpenContext)} from a directory holding
  * {@code tokenizer.json} and closed in {@link #close()}. Records that cannot be tokenized go to the
  * {@link DeadLetters#TAG} side output with {@code TOKENIZATION_FAILED}.
@@ -22,6 +22,7 @@ public class TokenizeFunction extends ProcessFunction<PreprocessedRecord, Tokeni
 
     private final String tokenizerDir;
     private final int mergeSize;
+    private final QwenChatTemplate template;
     private transient ChatTokenizer tokenizer;
     private transient SampleTokenizer samples;
 
@@ -31,17 +32,28 @@ public class TokenizeFunction extends ProcessFunction<PreprocessedRecord, Tokeni
      * @param mergeSize the vision merge size (2 for Qwen2-VL, Qwen2.5-VL and Qwen3-VL)
      */
     public TokenizeFunction(String tokenizerDir, int mergeSize) {
+        this(tokenizerDir, mergeSize, new QwenChatTemplate());
+    }
+
+    /**
+     * @param tokenizerDir directory containing {@code tokenizer.json}, readable on every
+     *     TaskManager
+     * @param mergeSize the vision merge size (2 for Qwen2-VL, Qwen2.5-VL and Qwen3-VL)
+     * @param template the model preset's chat template
+     */
+    public TokenizeFunction(String tokenizerDir, int mergeSize, QwenChatTemplate template) {
         if (mergeSize < 1) {
             throw new IllegalArgumentException("mergeSize must be positive, got " + mergeSize);
         }
         this.tokenizerDir = tokenizerDir;
         this.mergeSize = mergeSize;
+        this.template = template;
     }
 
     @Override
     public void open(OpenContext openContext) throws Exception {
         tokenizer = ChatTokenizer.open(Path.of(tokenizerDir));
-        samples = new SampleTokenizer(tokenizer, new QwenChatTemplate(), mergeSize);
+        samples = new SampleTokenizer(tokenizer, template, mergeSize);
     }
 
     @Override

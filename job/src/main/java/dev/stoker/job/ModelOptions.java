@@ -1,0 +1,88 @@
+package dev.stoker.job;
+
+import dev.stoker.operators.image.QwenVisionConfig;
+import dev.stoker.operators.preset.ModelPreset;
+import dev.stoker.operators.tokenize.QwenChatTemplate;
+import java.util.List;
+import org.apache.flink.configuration.ConfigOption;
+import org.apache.flink.configuration.Configuration;
+
+/**
+ * The model preset ({@link StokerOptions#MODEL_PRESET}) with the {@code stoker.image.*} and {@code
+ * stoker.template.*} overrides applied: the vision config of the image stage and the chat template
+ * of the tokenize stage.
+ */
+final class ModelOptions {
+    private ModelOptions() {}
+
+    /**
+     * The preset named by {@link StokerOptions#MODEL_PRESET}.
+     *
+     * @throws IllegalArgumentException naming the valid presets when the value is unknown
+     */
+    static ModelPreset preset(Configuration conf) {
+        return ModelPreset.fromKey(conf.get(StokerOptions.MODEL_PRESET));
+    }
+
+    /**
+     * The preset's vision config with every set {@code stoker.image.*} option applied.
+     *
+     * @throws IllegalArgumentException when a value is out of range (sizes below 1, min pixels
+     *     above max pixels, mean/std without exactly three values or a std that is not positive)
+     */
+    static QwenVisionConfig visionConfig(Configuration conf) {
+        QwenVisionConfig vision = preset(conf).visionConfig();
+        vision.patchSize = positive(conf, StokerOptions.PATCH_SIZE, vision.patchSize);
+        vision.temporalPatchSize =
+                positive(conf, StokerOptions.TEMPORAL_PATCH_SIZE, vision.temporalPatchSize);
+        vision.mergeSize = positive(conf, StokerOptions.MERGE_SIZE, vision.mergeSize);
+        vision.minPixels = conf.getOptional(StokerOptions.MIN_PIXELS).orElse(vision.minPixels);
+        vision.maxPixels = conf.getOptional(StokerOptions.MAX_PIXELS).orElse(vision.maxPixels);
+        if (vision.minPixels < 1 || vision.minPixels > vision.maxPixels) {
+            throw new IllegalArgumentException(
+                    "need 1 <= stoker.image.min-pixels <= stoker.image.max-pixels, got "
+                            + vision.minPixels
+                            + " and "
+                            + vision.maxPixels);
+        }
+        vision.imageMean = channels(conf, StokerOptions.IMAGE_MEAN, vision.imageMean);
+        vision.imageStd = channels(conf, StokerOptions.IMAGE_STD, vision.imageStd);
+        for (double std : vision.imageStd) {
+            if (!(std > 0)) {
+                throw new IllegalArgumentException(
+                        "stoker.image.image-std values must be positive, got " + std);
+            }
+        }
+        vision.maxSourcePixels = conf.get(StokerOptions.MAX_SOURCE_PIXELS);
+        return vision;
+    }
+
+    /** The preset's chat template, with {@link StokerOptions#DEFAULT_SYSTEM_PROMPT} applied. */
+    static QwenChatTemplate chatTemplate(Configuration conf) {
+        ModelPreset preset = preset(conf);
+        return conf.getOptional(StokerOptions.DEFAULT_SYSTEM_PROMPT)
+                .map(prompt -> new QwenChatTemplate(prompt.isEmpty() ? null : prompt))
+                .orElseGet(preset::chatTemplate);
+    }
+
+    private static int positive(Configuration conf, ConfigOption<Integer> option, int preset) {
+        int value = conf.getOptional(option).orElse(preset);
+        if (value < 1) {
+            throw new IllegalArgumentException(option.key() + " must be at least 1, got " + value);
+        }
+        return value;
+    }
+
+    private static double[] channels(
+            Configuration conf, ConfigOption<List<Double>> option, double[] preset) {
+        List<Double> values = conf.getOptional(option).orElse(null);
+        if (values == null) {
+            return preset;
+        }
+        if (values.size() != 3) {
+            throw new IllegalArgumentException(
+                    option.key() + " needs 3 values (R;G;B), got " + values);
+        }
+        return values.stream().mapToDouble(Double::doubleValue).toArray();
+    }
+}

@@ -1,0 +1,138 @@
+package dev.stoker.operators.preset;
+
+import dev.stoker.operators.image.QwenVisionConfig;
+import dev.stoker.operators.tokenize.QwenChatTemplate;
+import java.util.Arrays;
+import java.util.Locale;
+import java.util.stream.Collectors;
+
+/**
+ * The preprocessing of one Qwen-VL model family as its Hugging Face processor config defines it:
+ * the image processor values of the model's {@code preprocessor_config.json} and the chat-template
+ * details of its {@code chat_template.json}.
+ *
+ * <table>
+ *   <caption>Values and their source (Hugging Face hub, files as published with the models)</caption>
+ *   <tr><th>preset</th><th>patch / temporal / merge</th><th>min / max pixels</th>
+ *       <th>image_mean / image_std</th><th>default system prompt</th><th>source</th></tr>
+ *   <tr><td>{@code qwen2-vl}</td><td>14 / 2 / 2</td><td>3136 / 12845056</td><td>CLIP</td>
+ *       <td>"You are a helpful assistant."</td><td>Qwen/Qwen2-VL-7B-Instruct</td></tr>
+ *   <tr><td>{@code qwen2.5-vl}</td><td>14 / 2 / 2</td><td>3136 / 12845056</td><td>CLIP</td>
+ *       <td>"You are a helpful assistant."</td><td>Qwen/Qwen2.5-VL-7B-Instruct</td></tr>
+ *   <tr><td>{@code qwen3-vl}</td><td>16 / 2 / 2</td><td>65536 / 16777216 ({@code size.shortest_edge
+ *       / longest_edge})</td><td>0.5 / 0.5</td><td>none</td><td>Qwen/Qwen3-VL-8B-Instruct</td></tr>
+ * </table>
+ *
+ * <p>CLIP mean/std are {@code (0.48145466, 0.4578275, 0.40821073)} / {@code (0.26862954,
+ * 0.26130258, 0.27577711)}, per RGB channel on the 0..1 scale. All three use {@code
+ * Qwen2VLImageProcessor(Fast)} (bicubic resize, rescale 1/255, normalise, convert to RGB) and the
+ * {@code <|vision_start|><|image_pad|>...<|vision_end|>} image block. The resize factor is {@code
+ * patch_size * merge_size}: 28, 28 and 32. Checked against transformers 5.23.0 by {@code
+ * scripts/golden/make_golden.py}; see {@code docs/parity.md}.
+ */
+public enum ModelPreset {
+    QWEN2_VL("qwen2-vl", 14, 3136, 12_845_056, Norm.CLIP, QwenChatTemplate.DEFAULT_SYSTEM_PROMPT),
+    QWEN2_5_VL(
+            "qwen2.5-vl", 14, 3136, 12_845_056, Norm.CLIP, QwenChatTemplate.DEFAULT_SYSTEM_PROMPT),
+    QWEN3_VL("qwen3-vl", 16, 65_536, 16_777_216, Norm.HALF, null);
+
+    /** The preset of the {@code stoker.model.preset} default. */
+    public static final ModelPreset DEFAULT = QWEN2_VL;
+
+    private final String key;
+    private final int patchSize;
+    private final long minPixels;
+    private final long maxPixels;
+    private final Norm norm;
+    private final String defaultSystemPrompt;
+
+    ModelPreset(
+            String key,
+            int patchSize,
+            long minPixels,
+            long maxPixels,
+            Norm norm,
+            String defaultSystemPrompt) {
+        this.key = key;
+        this.patchSize = patchSize;
+        this.minPixels = minPixels;
+        this.maxPixels = maxPixels;
+        this.norm = norm;
+        this.defaultSystemPrompt = defaultSystemPrompt;
+    }
+
+    /** The option value naming this preset, e.g. {@code qwen2.5-vl}. */
+    public String key() {
+        return key;
+    }
+
+    /**
+     * The preset named {@code key} (case-insensitive).
+     *
+     * @throws IllegalArgumentException naming the valid keys when {@code key} is none of them
+     */
+    public static ModelPreset fromKey(String key) {
+        for (ModelPreset preset : values()) {
+            if (preset.key.equalsIgnoreCase(key.trim())) {
+                return preset;
+            }
+        }
+        throw new IllegalArgumentException(
+                "unknown model preset '" + key + "'; expected one of " + keys());
+    }
+
+    /** The valid keys, comma separated, e.g. for option descriptions. */
+    public static String keys() {
+        return Arrays.stream(values()).map(ModelPreset::key).collect(Collectors.joining(", "));
+    }
+
+    /**
+     * A new vision config with this preset's values (temporal patch size 2, merge size 2 for all
+     * three); the caller may override any field.
+     */
+    public QwenVisionConfig visionConfig() {
+        QwenVisionConfig config = new QwenVisionConfig();
+        config.patchSize = patchSize;
+        config.temporalPatchSize = 2;
+        config.mergeSize = 2;
+        config.minPixels = minPixels;
+        config.maxPixels = maxPixels;
+        config.imageMean = norm.mean.clone();
+        config.imageStd = norm.std.clone();
+        return config;
+    }
+
+    /**
+     * The system prompt the model's chat template inserts when a conversation does not start with a
+     * system message, or {@code null} when it inserts none (Qwen3-VL).
+     */
+    public String defaultSystemPrompt() {
+        return defaultSystemPrompt;
+    }
+
+    /** This preset's chat template. */
+    public QwenChatTemplate chatTemplate() {
+        return new QwenChatTemplate(defaultSystemPrompt);
+    }
+
+    @Override
+    public String toString() {
+        return key.toLowerCase(Locale.ROOT);
+    }
+
+    /** image_mean / image_std pairs of the presets. */
+    private enum Norm {
+        CLIP(
+                new double[] {0.48145466, 0.4578275, 0.40821073},
+                new double[] {0.26862954, 0.26130258, 0.27577711}),
+        HALF(new double[] {0.5, 0.5, 0.5}, new double[] {0.5, 0.5, 0.5});
+
+        final double[] mean;
+        final double[] std;
+
+        Norm(double[] mean, double[] std) {
+            this.mean = mean;
+            this.std = std;
+        }
+    }
+}
