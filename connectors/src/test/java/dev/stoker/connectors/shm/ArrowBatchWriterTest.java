@@ -178,6 +178,7 @@ class ArrowBatchWriterTest {
             w.write(SlotResult.empty(0), null); // a dead letter
             w.write(SlotResult.of(sample(1, 2, 1, 1, 1, 1)), null);
             w.write(SlotResult.of(sample(2, 2, 1, 1, 1, 1)), null);
+            w.write(SlotResult.empty(3), null); // the source's padding marker
         }
         try (RootAllocator allocator = new RootAllocator();
                 Closer open = new Closer()) {
