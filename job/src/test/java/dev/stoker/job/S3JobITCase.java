@@ -176,13 +176,14 @@ class S3JobITCase {
         JobRun.Result run;
         S3.faults().setFaults(new FaultInjectingBlobStore.Faults(50, 20, 0.10, "flaky/images/.*"));
         long errorsBefore = S3.faults().injectedErrors();
+        long getsBefore = S3.faults().gets();
         try {
             run = runJob("flaky");
         } finally {
             S3.faults().setFaults(FaultInjectingBlobStore.Faults.NONE);
         }
         assertThat(S3.faults().injectedErrors() - errorsBefore)
-                .as("injected 503/500 answers")
+                .as("injected 503/500 answers in %d GETs", S3.faults().gets() - getsBefore)
                 .isPositive();
         Map<Long, String> records = records();
         Set<Long> batched = run.samplesByIndex().keySet();

@@ -84,7 +84,8 @@ public final class FaultInjectingBlobStore extends ForwardingBlobStore {
     private final Map<String, Deque<Integer>> scripted = new ConcurrentHashMap<>();
     private final Map<String, Integer> always = new ConcurrentHashMap<>();
     private volatile RateLimiter rateLimiter;
-    private final Random random = new Random(42);
+    private static final long SEED = 42;
+    private final Random random = new Random(SEED);
     private final AtomicLong gets = new AtomicLong();
     private final AtomicLong injectedErrors = new AtomicLong();
     private volatile Faults faults = Faults.NONE;
@@ -94,8 +95,14 @@ public final class FaultInjectingBlobStore extends ForwardingBlobStore {
         super(delegate);
     }
 
-    /** Replaces the faults injected from now on. */
+    /**
+     * Replaces the faults injected from now on, and restarts the seeded draws, so which GETs fail
+     * does not depend on how many GETs earlier tests made.
+     */
     public void setFaults(Faults faults) {
+        synchronized (random) {
+            random.setSeed(SEED);
+        }
         this.keyPattern = Pattern.compile(faults.keyPattern());
         this.faults = faults;
     }
