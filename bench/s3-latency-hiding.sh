@@ -3,6 +3,8 @@
 # images/s without, same run, same data, default settings (see job/src/test/java/dev/stoker/job/S3LatencyBench.java).
 #   bench/s3-latency-hiding.sh [DATASET_DIR] [REPLICAS] [ROUNDS]     whole job (default: llava-style, 8, 2)
 #   bench/s3-latency-hiding.sh --fetch-only [GETS]                     the S3 fetch alone (default 3000 GETs of 100 KB)
+#   bench/s3-latency-hiding.sh --throttled [GETS] [SERVER_RATE]       a prefix throttled above SERVER_RATE GET/s (default 1000, 100):
+#                                                                      no client-side limit vs stoker.s3.max-gets-per-second-per-prefix at 90%
 # Needs ../shared/data (tokenizer) beside the repository. Prints one line per round and a RESULT line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
