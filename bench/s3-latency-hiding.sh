@@ -3,13 +3,16 @@
 # images/s without, same run, same data, default settings (see job/src/test/java/dev/stoker/job/S3LatencyBench.java).
 #   bench/s3-latency-hiding.sh [DATASET_DIR] [REPLICAS] [ROUNDS]     whole job (default: llava-style, 8, 2)
 #   bench/s3-latency-hiding.sh --fetch-only [GETS]                     the S3 fetch alone (default 3000 GETs of 100 KB)
+#   bench/s3-latency-hiding.sh --throttled [GETS] [SERVER_RATE]       a prefix throttled above SERVER_RATE GET/s (default 1000, 100):
+#                                                                      no client-side limit vs stoker.s3.max-gets-per-second-per-prefix at 90%
 # Needs ../shared/data (tokenizer) beside the repository. Prints one line per round and a RESULT line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JVM_OPENS="--add-opens=java.base/java.nio=ALL-UNNAMED --add-opens=java.base/sun.nio.ch=ALL-UNNAMED --add-opens=java.base/java.lang=ALL-UNNAMED --add-opens=java.base/java.util=ALL-UNNAMED --add-opens=java.base/java.lang.reflect=ALL-UNNAMED --add-opens=java.base/java.io=ALL-UNNAMED --add-opens=java.base/java.net=ALL-UNNAMED --add-opens=java.base/java.time=ALL-UNNAMED --add-opens=java.base/java.text=ALL-UNNAMED --add-opens=java.base/java.util.concurrent=ALL-UNNAMED"
 CP_FILE=$(pwd)/job/target/test-classpath.txt
 mvn -q -B -pl job -am package -DskipTests
-mvn -q -B -pl job dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile="$CP_FILE"
+# -am: the modules and their dependencies come from this checkout, not from ~/.m2
+mvn -q -B -pl job -am dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile="$CP_FILE"
 FLINK_PLUGINS_DIR="$(pwd)/job/target/plugins" AWS_EC2_METADATA_DISABLED=true \
   java $JVM_OPENS -Daws.java.v1.disableDeprecationAnnouncement=true \
   -Dlog4j.configurationFile="file:$(pwd)/job/src/test/resources/log4j2-test.properties" \

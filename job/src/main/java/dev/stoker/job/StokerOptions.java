@@ -338,6 +338,15 @@ public final class StokerOptions {
                     .withDescription(
                             "Base delay of the exponential backoff between attempts (5x for throttling errors).");
 
+    public static final ConfigOption<Double> S3_GETS_PER_SECOND_PER_PREFIX =
+            ConfigOptions.key("stoker.s3.max-gets-per-second-per-prefix")
+                    .doubleType()
+                    .defaultValue(0.0)
+                    .withDescription(
+                            "Client-side limit of image GETs per second per key prefix (the key's directory),"
+                                    + " per fetch subtask; GETs wait (without blocking) instead of running into"
+                                    + " 503 SlowDown. S3 serves about 5500 GET/s per prefix; 0 = no limit.");
+
     public static final ConfigOption<Duration> S3_RETRY_MAX_DELAY =
             ConfigOptions.key("stoker.s3.retry-max-delay")
                     .durationType()

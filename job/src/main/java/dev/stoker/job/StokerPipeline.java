@@ -214,6 +214,7 @@ public final class StokerPipeline {
         s.attemptTimeout = attempt.compareTo(s.requestTimeout) < 0 ? attempt : s.requestTimeout;
         s.retryBaseDelay = conf.get(StokerOptions.S3_RETRY_BASE_DELAY);
         s.retryMaxDelay = conf.get(StokerOptions.S3_RETRY_MAX_DELAY);
+        s.getsPerSecondPerPrefix = conf.get(StokerOptions.S3_GETS_PER_SECOND_PER_PREFIX);
         return s;
     }
 

@@ -42,6 +42,12 @@ public final class S3LatencyBench {
             fetchOnly(args.length > 1 ? Integer.parseInt(args[1]) : 3000);
             return;
         }
+        if (args.length > 0 && args[0].equals("--throttled")) {
+            throttled(
+                    args.length > 1 ? Integer.parseInt(args[1]) : 1000,
+                    args.length > 2 ? Double.parseDouble(args[2]) : 100);
+            return;
+        }
         Path dataset =
                 Path.of(
                         args.length > 0
@@ -114,7 +120,8 @@ public final class S3LatencyBench {
                             "s3://bench/data",
                             1 << 20,
                             settings.createClient(List.of(metrics.retryCounter())),
-                            metrics)) {
+                            metrics,
+                            0)) {
                 fetchRound(store, gets / 4, capacity); // warm-up
                 for (int round = 1; round <= 2; round++) {
                     double plain = fetchRound(store, gets, capacity);
@@ -135,6 +142,110 @@ public final class S3LatencyBench {
                 }
             }
         }
+    }
+
+    /**
+     * A prefix throttled by the server: above {@code serverRate} GETs/s it answers 503 SlowDown
+     * (plus 20 ms latency). Alternating rounds of {@code gets} GETs through a store without a
+     * client-side limit and one limited to 90% of the server's rate
+     * (stoker.s3.max-gets-per-second-per-prefix), default retries: successful GETs/s, retries and
+     * GETs that failed after all attempts.
+     */
+    private static void throttled(int gets, double serverRate) throws Exception {
+        int capacity = StokerOptions.FETCH_CAPACITY.defaultValue();
+        try (LocalS3Server s3 = new LocalS3Server().start()) {
+            Path dir = Files.createTempDirectory("stoker-bench-");
+            try {
+                Files.createDirectories(dir.resolve("images"));
+                byte[] payload = new byte[20 * 1024];
+                new java.util.Random(1).nextBytes(payload);
+                for (int i = 0; i < 64; i++) {
+                    Files.write(dir.resolve("images/" + i + ".bin"), payload);
+                }
+                s3.uploadDirectory(dir, "bench", "data");
+            } finally {
+                delete(dir);
+            }
+            s3.faults().setFaults(new FaultInjectingBlobStore.Faults(20, 0, 0, "data/images/.*"));
+            s3.faults().setRateLimit(serverRate);
+            S3ClientSettings settings = s3.clientSettings();
+            settings.maxConcurrency = capacity;
+            for (int round = 1; round <= 2; round++) {
+                for (double clientRate : new double[] {0, 0.9 * serverRate}) {
+                    S3FetchMetrics metrics = new S3FetchMetrics(new UnregisteredMetricsGroup());
+                    S3RoundCounters counters = new S3RoundCounters();
+                    try (S3ImageStore store =
+                            new S3ImageStore(
+                                    "s3://bench/data",
+                                    1 << 20,
+                                    settings.createClient(
+                                            List.of(metrics.retryCounter(), counters)),
+                                    metrics,
+                                    clientRate)) {
+                        double[] r = throttledRound(store, gets, capacity);
+                        System.out.printf(
+                                Locale.ROOT,
+                                "throttled round %d, server limit %.0f GET/s, client limit %s: %.1f successful GETs/s, %d retries, %d failed GETs of %d%n",
+                                round,
+                                serverRate,
+                                clientRate > 0
+                                        ? String.format(Locale.ROOT, "%.0f GET/s", clientRate)
+                                        : "none",
+                                r[0],
+                                counters.retries.get(),
+                                (long) r[1],
+                                gets);
+                    }
+                }
+            }
+        }
+    }
+
+    /** Counts HTTP attempts beyond the first of each GET. */
+    private static final class S3RoundCounters
+            implements software.amazon.awssdk.core.interceptor.ExecutionInterceptor {
+        private static final software.amazon.awssdk.core.interceptor.ExecutionAttribute<Boolean>
+                SEEN =
+                        new software.amazon.awssdk.core.interceptor.ExecutionAttribute<>(
+                                "bench.seen");
+        final java.util.concurrent.atomic.AtomicLong retries =
+                new java.util.concurrent.atomic.AtomicLong();
+
+        @Override
+        public void beforeTransmission(
+                software.amazon.awssdk.core.interceptor.Context.BeforeTransmission context,
+                software.amazon.awssdk.core.interceptor.ExecutionAttributes attributes) {
+            if (attributes.getAttribute(SEEN) != null) {
+                retries.incrementAndGet();
+            } else {
+                attributes.putAttribute(SEEN, Boolean.TRUE);
+            }
+        }
+    }
+
+    /** {successful GETs per second, failed GETs}. */
+    private static double[] throttledRound(S3ImageStore store, int gets, int capacity)
+            throws Exception {
+        java.util.concurrent.Semaphore slots = new java.util.concurrent.Semaphore(capacity);
+        java.util.concurrent.CountDownLatch done = new java.util.concurrent.CountDownLatch(gets);
+        java.util.concurrent.atomic.AtomicLong failed =
+                new java.util.concurrent.atomic.AtomicLong();
+        long start = System.nanoTime();
+        for (int i = 0; i < gets; i++) {
+            slots.acquire();
+            store.read("images/" + (i % 64) + ".bin")
+                    .whenComplete(
+                            (b, e) -> {
+                                if (e != null) {
+                                    failed.incrementAndGet();
+                                }
+                                slots.release();
+                                done.countDown();
+                            });
+        }
+        done.await();
+        double seconds = (System.nanoTime() - start) / 1e9;
+        return new double[] {(gets - failed.get()) / seconds, failed.get()};
     }
 
     private static double fetchRound(S3ImageStore store, int gets, int capacity) throws Exception {

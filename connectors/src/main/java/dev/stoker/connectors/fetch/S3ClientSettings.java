@@ -69,6 +69,9 @@ public final class S3ClientSettings implements Serializable {
     /** Upper bound of one backoff delay. */
     public Duration retryMaxDelay = Duration.ofSeconds(5);
 
+    /** Client-side GETs per second per key prefix (per subtask); 0 = no limit. */
+    public double getsPerSecondPerPrefix;
+
     /** The retry strategy described in the class comment. */
     public RetryStrategy retryStrategy() {
         BackoffStrategy backoff = BackoffStrategy.exponentialDelay(retryBaseDelay, retryMaxDelay);

@@ -79,7 +79,8 @@ public final class S3ImageFetchFunction
                         root,
                         maxObjectBytes,
                         settings.createClient(List.of(metrics.retryCounter())),
-                        metrics);
+                        metrics,
+                        settings.getsPerSecondPerPrefix);
         bytesFetched = getRuntimeContext().getMetricGroup().counter("imageBytesFetched");
         imagesFetched = getRuntimeContext().getMetricGroup().counter("imagesFetched");
     }

@@ -35,15 +35,21 @@ public final class S3ImageStore implements AutoCloseable {
     private final long maxObjectBytes;
     private final S3AsyncClient client;
     private final S3FetchMetrics metrics;
+    private final PrefixRateLimiter rateLimiter;
 
     /**
      * @param root dataset root {@code s3://bucket/prefix} (also {@code s3a://} or {@code s3p://})
      * @param maxObjectBytes largest accepted image object, in bytes
      * @param client the client to use; closed by {@link #close()}
      * @param metrics where to count requests, latency, bytes and failures
+     * @param getsPerSecondPerPrefix client-side GET rate limit per key prefix; 0 = none
      */
     public S3ImageStore(
-            String root, long maxObjectBytes, S3AsyncClient client, S3FetchMetrics metrics) {
+            String root,
+            long maxObjectBytes,
+            S3AsyncClient client,
+            S3FetchMetrics metrics,
+            double getsPerSecondPerPrefix) {
         if (!isS3(root)) {
             throw new IllegalArgumentException("not an s3:// dataset root: " + root);
         }
@@ -52,6 +58,7 @@ public final class S3ImageStore implements AutoCloseable {
         this.maxObjectBytes = maxObjectBytes;
         this.client = client;
         this.metrics = metrics;
+        this.rateLimiter = new PrefixRateLimiter(getsPerSecondPerPrefix);
     }
 
     /** Whether {@code root} is an S3 URI ({@code s3://}, {@code s3a://} or {@code s3p://}). */
@@ -87,7 +94,12 @@ public final class S3ImageStore implements AutoCloseable {
         CompletableFuture<byte[]> result;
         try {
             result =
-                    client.getObject(request, AsyncResponseTransformer.toBytes())
+                    rateLimiter
+                            .permit(key)
+                            .thenCompose(
+                                    ready ->
+                                            client.getObject(
+                                                    request, AsyncResponseTransformer.toBytes()))
                             .handle(
                                     (response, error) -> {
                                         metrics.finished(start);

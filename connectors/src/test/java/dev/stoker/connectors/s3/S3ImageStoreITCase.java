@@ -49,7 +49,11 @@ class S3ImageStoreITCase {
 
     private static S3ImageStore store(S3ClientSettings settings, S3FetchMetrics metrics) {
         return new S3ImageStore(
-                ROOT, 100, settings.createClient(List.of(metrics.retryCounter())), metrics);
+                ROOT,
+                100,
+                settings.createClient(List.of(metrics.retryCounter())),
+                metrics,
+                settings.getsPerSecondPerPrefix);
     }
 
     private static RejectedRecordException rejection(S3ImageStore store, String path) {
