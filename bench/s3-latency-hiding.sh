@@ -5,6 +5,7 @@
 #   bench/s3-latency-hiding.sh --fetch-only [GETS]                     the S3 fetch alone (default 3000 GETs of 100 KB)
 #   bench/s3-latency-hiding.sh --throttled [GETS] [SERVER_RATE]       a prefix throttled above SERVER_RATE GET/s (default 1000, 100):
 #                                                                      no client-side limit vs stoker.s3.max-gets-per-second-per-prefix at 90%
+#   bench/s3-latency-hiding.sh --stragglers [GETS]                    5% of GETs 500 ms late: no hedging vs stoker.s3.hedge-after 100 ms
 # Needs ../shared/data (tokenizer) beside the repository. Prints one line per round and a RESULT line.
 set -euo pipefail
 cd "$(dirname "$0")/.."

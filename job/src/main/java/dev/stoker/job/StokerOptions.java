@@ -347,6 +347,15 @@ public final class StokerOptions {
                                     + " per fetch subtask; GETs wait (without blocking) instead of running into"
                                     + " 503 SlowDown. S3 serves about 5500 GET/s per prefix; 0 = no limit.");
 
+    public static final ConfigOption<Duration> S3_HEDGE_AFTER =
+            ConfigOptions.key("stoker.s3.hedge-after")
+                    .durationType()
+                    .defaultValue(Duration.ZERO)
+                    .withDescription(
+                            "Send a second, identical image GET when the first is still running after this"
+                                    + " long; the first success wins and the other is cancelled. Cuts straggler"
+                                    + " latency at the cost of extra requests; 0 = off (see bench/README.md).");
+
     public static final ConfigOption<Duration> S3_RETRY_MAX_DELAY =
             ConfigOptions.key("stoker.s3.retry-max-delay")
                     .durationType()

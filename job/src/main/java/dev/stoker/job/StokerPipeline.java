@@ -215,6 +215,7 @@ public final class StokerPipeline {
         s.retryBaseDelay = conf.get(StokerOptions.S3_RETRY_BASE_DELAY);
         s.retryMaxDelay = conf.get(StokerOptions.S3_RETRY_MAX_DELAY);
         s.getsPerSecondPerPrefix = conf.get(StokerOptions.S3_GETS_PER_SECOND_PER_PREFIX);
+        s.hedgeAfter = conf.get(StokerOptions.S3_HEDGE_AFTER);
         return s;
     }
 

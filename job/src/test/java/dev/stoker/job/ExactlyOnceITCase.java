@@ -41,12 +41,12 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * Contract 2 (determinism) and 3 (bounded memory) on a MiniCluster: the
- * sequence of (step, rank, sha256 of the batch file) a simulated trainer consumes is the same for
- * an uninterrupted run, a run whose TaskManagers are killed several times, a run stopped with a
- * savepoint while the trainer is down and resumed with the trainer's step, restores that change the
- * parallelism (2 -> 4 -> 1), and a slow trainer during which checkpoints keep completing and no
- * rank ever has more than prefetch-depth batches in shared memory.
+ * Contract 2 (determinism) and 3 (bounded memory) on a MiniCluster: the sequence of (step, rank,
+ * sha256 of the batch file) a simulated trainer consumes is the same for an uninterrupted run, a
+ * run whose TaskManagers are killed several times, a run stopped with a savepoint while the trainer
+ * is down and resumed with the trainer's step, restores that change the parallelism (2 -> 4 -> 1),
+ * and a slow trainer during which checkpoints keep completing and no rank ever has more than
+ * prefetch-depth batches in shared memory.
  */
 class ExactlyOnceITCase {
     private static final Logger LOG = LoggerFactory.getLogger(ExactlyOnceITCase.class);

@@ -42,6 +42,10 @@ public final class S3LatencyBench {
             fetchOnly(args.length > 1 ? Integer.parseInt(args[1]) : 3000);
             return;
         }
+        if (args.length > 0 && args[0].equals("--stragglers")) {
+            stragglers(args.length > 1 ? Integer.parseInt(args[1]) : 2000);
+            return;
+        }
         if (args.length > 0 && args[0].equals("--throttled")) {
             throttled(
                     args.length > 1 ? Integer.parseInt(args[1]) : 1000,
@@ -121,7 +125,8 @@ public final class S3LatencyBench {
                             1 << 20,
                             settings.createClient(List.of(metrics.retryCounter())),
                             metrics,
-                            0)) {
+                            0,
+                            java.time.Duration.ZERO)) {
                 fetchRound(store, gets / 4, capacity); // warm-up
                 for (int round = 1; round <= 2; round++) {
                     double plain = fetchRound(store, gets, capacity);
@@ -181,7 +186,8 @@ public final class S3LatencyBench {
                                     settings.createClient(
                                             List.of(metrics.retryCounter(), counters)),
                                     metrics,
-                                    clientRate)) {
+                                    clientRate,
+                                    java.time.Duration.ZERO)) {
                         double[] r = throttledRound(store, gets, capacity);
                         System.out.printf(
                                 Locale.ROOT,
@@ -199,6 +205,87 @@ public final class S3LatencyBench {
                 }
             }
         }
+    }
+
+    /**
+     * Stragglers: every GET gets 20 ms to first byte and 5% of them 500 ms more. Alternating rounds
+     * of {@code gets} GETs at capacity 32 without hedging and with stoker.s3.hedge-after 100 ms:
+     * GETs/s, p50/p99 latency, and the extra GETs hedging sent.
+     */
+    private static void stragglers(int gets) throws Exception {
+        int capacity = StokerOptions.FETCH_CAPACITY.defaultValue();
+        try (LocalS3Server s3 = new LocalS3Server().start()) {
+            Path dir = Files.createTempDirectory("stoker-bench-");
+            try {
+                Files.createDirectories(dir.resolve("images"));
+                byte[] payload = new byte[20 * 1024];
+                new java.util.Random(1).nextBytes(payload);
+                for (int i = 0; i < 64; i++) {
+                    Files.write(dir.resolve("images/" + i + ".bin"), payload);
+                }
+                s3.uploadDirectory(dir, "bench", "data");
+            } finally {
+                delete(dir);
+            }
+            S3ClientSettings settings = s3.clientSettings();
+            settings.maxConcurrency = 2 * capacity; // room for the hedges
+            for (int round = 1; round <= 2; round++) {
+                for (long hedgeMs : new long[] {0, 100}) {
+                    s3.faults()
+                            .setFaults(
+                                    new FaultInjectingBlobStore.Faults(
+                                            20, 0, 0, "data/images/.*", 0.05, 500));
+                    S3FetchMetrics metrics = new S3FetchMetrics(new UnregisteredMetricsGroup());
+                    long getsBefore = s3.faults().gets();
+                    try (S3ImageStore store =
+                            new S3ImageStore(
+                                    "s3://bench/data",
+                                    1 << 20,
+                                    settings.createClient(List.of(metrics.retryCounter())),
+                                    metrics,
+                                    0,
+                                    java.time.Duration.ofMillis(hedgeMs))) {
+                        long[] latencies = new long[gets];
+                        double rate = latencyRound(store, gets, capacity, latencies);
+                        java.util.Arrays.sort(latencies);
+                        System.out.printf(
+                                Locale.ROOT,
+                                "stragglers round %d, hedge after %s: %.1f GETs/s, latency p50 %d ms, p99 %d ms, max %d ms, %d GETs sent for %d reads%n",
+                                round,
+                                hedgeMs == 0 ? "never" : hedgeMs + " ms",
+                                rate,
+                                latencies[gets / 2],
+                                latencies[(int) (gets * 0.99)],
+                                latencies[gets - 1],
+                                s3.faults().gets() - getsBefore,
+                                gets);
+                    }
+                }
+            }
+            s3.faults().setFaults(FaultInjectingBlobStore.Faults.NONE);
+        }
+    }
+
+    /** GETs per second; fills {@code latencies} (ms per read). */
+    private static double latencyRound(S3ImageStore store, int gets, int capacity, long[] latencies)
+            throws Exception {
+        java.util.concurrent.Semaphore slots = new java.util.concurrent.Semaphore(capacity);
+        java.util.concurrent.CountDownLatch done = new java.util.concurrent.CountDownLatch(gets);
+        long start = System.nanoTime();
+        for (int i = 0; i < gets; i++) {
+            slots.acquire();
+            int n = i;
+            long t0 = System.nanoTime();
+            store.read("images/" + (i % 64) + ".bin")
+                    .whenComplete(
+                            (b, e) -> {
+                                latencies[n] = (System.nanoTime() - t0) / 1_000_000;
+                                slots.release();
+                                done.countDown();
+                            });
+        }
+        done.await();
+        return gets / ((System.nanoTime() - start) / 1e9);
     }
 
     /** Counts HTTP attempts beyond the first of each GET. */

@@ -72,6 +72,9 @@ public final class S3ClientSettings implements Serializable {
     /** Client-side GETs per second per key prefix (per subtask); 0 = no limit. */
     public double getsPerSecondPerPrefix;
 
+    /** Send a second GET for one still running after this long; zero = never (no hedging). */
+    public Duration hedgeAfter = Duration.ZERO;
+
     /** The retry strategy described in the class comment. */
     public RetryStrategy retryStrategy() {
         BackoffStrategy backoff = BackoffStrategy.exponentialDelay(retryBaseDelay, retryMaxDelay);

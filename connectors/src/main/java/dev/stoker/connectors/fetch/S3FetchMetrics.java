@@ -28,6 +28,8 @@ import software.amazon.awssdk.core.interceptor.ExecutionInterceptor;
  *       attempt to the last byte, backoff and retries included;
  *   <li>{@code bytesFetched} (counter) and {@code bytesPerSecond} (meter, 60 s window);
  *   <li>{@code retries} (counter): HTTP attempts beyond the first of each GET;
+ *   <li>{@code hedgedGets} (counter): second GETs sent for stragglers ({@code
+ *       stoker.s3.hedge-after});
  *   <li>{@code failures.<REASON>} (counters): GETs that ended as a dead letter, by reason;
  *   <li>{@code transientFailures} (counter, the alarm): records whose GETs failed for a transient
  *       reason after all retries (see {@link TransientFailurePolicy}).
@@ -42,6 +44,7 @@ public final class S3FetchMetrics {
     private final Counter bytes;
     private final Counter retries;
     private final Counter transientFailures;
+    private final Counter hedged;
     private final Map<RejectReason, Counter> failures = new EnumMap<>(RejectReason.class);
 
     /** Registers the metrics on {@code group} (typically {@code operatorGroup.addGroup("s3")}). */
@@ -57,6 +60,7 @@ public final class S3FetchMetrics {
         group.meter("bytesPerSecond", new MeterView(bytes));
         retries = group.counter("retries", new SimpleCounter());
         transientFailures = group.counter("transientFailures", new SimpleCounter());
+        hedged = group.counter("hedgedGets", new SimpleCounter());
         MetricGroup failureGroup = group.addGroup("failures");
         for (RejectReason reason : RejectReason.values()) {
             if (reason.stage() == Stage.FETCH || reason == RejectReason.UNSAFE_PATH) {
@@ -91,6 +95,11 @@ public final class S3FetchMetrics {
 
     void fetched(long numBytes) {
         bytes.inc(numBytes);
+    }
+
+    /** Counts a second GET sent for a straggler. */
+    void hedged() {
+        hedged.inc();
     }
 
     /** Counts a record whose fetch failed transiently after all retries. */

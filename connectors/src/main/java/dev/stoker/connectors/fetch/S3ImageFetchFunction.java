@@ -80,7 +80,8 @@ public final class S3ImageFetchFunction
                         maxObjectBytes,
                         settings.createClient(List.of(metrics.retryCounter())),
                         metrics,
-                        settings.getsPerSecondPerPrefix);
+                        settings.getsPerSecondPerPrefix,
+                        settings.hedgeAfter);
         bytesFetched = getRuntimeContext().getMetricGroup().counter("imageBytesFetched");
         imagesFetched = getRuntimeContext().getMetricGroup().counter("imagesFetched");
     }

@@ -3,16 +3,24 @@ package dev.stoker.connectors.fetch;
 import dev.stoker.operators.model.RejectReason;
 import dev.stoker.operators.model.RejectedRecordException;
 import java.net.URI;
+import java.time.Duration;
+import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
+import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.BiConsumer;
 import software.amazon.awssdk.awscore.exception.AwsServiceException;
+import software.amazon.awssdk.core.ResponseBytes;
 import software.amazon.awssdk.core.async.AsyncResponseTransformer;
 import software.amazon.awssdk.core.exception.ApiCallAttemptTimeoutException;
 import software.amazon.awssdk.core.exception.ApiCallTimeoutException;
 import software.amazon.awssdk.core.exception.SdkException;
 import software.amazon.awssdk.services.s3.S3AsyncClient;
 import software.amazon.awssdk.services.s3.model.GetObjectRequest;
+import software.amazon.awssdk.services.s3.model.GetObjectResponse;
 
 /**
  * Reads image objects from S3 by path relative to an {@code s3://bucket/prefix/} dataset root, with
@@ -36,6 +44,7 @@ public final class S3ImageStore implements AutoCloseable {
     private final S3AsyncClient client;
     private final S3FetchMetrics metrics;
     private final PrefixRateLimiter rateLimiter;
+    private final Duration hedgeAfter;
 
     /**
      * @param root dataset root {@code s3://bucket/prefix} (also {@code s3a://} or {@code s3p://})
@@ -43,13 +52,16 @@ public final class S3ImageStore implements AutoCloseable {
      * @param client the client to use; closed by {@link #close()}
      * @param metrics where to count requests, latency, bytes and failures
      * @param getsPerSecondPerPrefix client-side GET rate limit per key prefix; 0 = none
+     * @param hedgeAfter send a second GET when the first has not completed after this long; {@link
+     *     Duration#ZERO} = never
      */
     public S3ImageStore(
             String root,
             long maxObjectBytes,
             S3AsyncClient client,
             S3FetchMetrics metrics,
-            double getsPerSecondPerPrefix) {
+            double getsPerSecondPerPrefix,
+            Duration hedgeAfter) {
         if (!isS3(root)) {
             throw new IllegalArgumentException("not an s3:// dataset root: " + root);
         }
@@ -59,6 +71,7 @@ public final class S3ImageStore implements AutoCloseable {
         this.client = client;
         this.metrics = metrics;
         this.rateLimiter = new PrefixRateLimiter(getsPerSecondPerPrefix);
+        this.hedgeAfter = hedgeAfter;
     }
 
     /** Whether {@code root} is an S3 URI ({@code s3://}, {@code s3a://} or {@code s3p://}). */
@@ -96,10 +109,7 @@ public final class S3ImageStore implements AutoCloseable {
             result =
                     rateLimiter
                             .permit(key)
-                            .thenCompose(
-                                    ready ->
-                                            client.getObject(
-                                                    request, AsyncResponseTransformer.toBytes()))
+                            .thenCompose(ready -> hedgedGet(request))
                             .handle(
                                     (response, error) -> {
                                         metrics.finished(start);
@@ -143,6 +153,48 @@ public final class S3ImageStore implements AutoCloseable {
                                     "GET " + where + " failed: " + cause,
                                     cause));
                 });
+    }
+
+    /**
+     * The GET, and when {@code hedgeAfter} is set and it has not completed by then, a second
+     * identical one: the first success wins and the other is cancelled (its connection aborted).
+     * Fails only when every request sent failed, with the last failure.
+     */
+    private CompletableFuture<ResponseBytes<GetObjectResponse>> hedgedGet(
+            GetObjectRequest request) {
+        CompletableFuture<ResponseBytes<GetObjectResponse>> first =
+                client.getObject(request, AsyncResponseTransformer.toBytes());
+        if (hedgeAfter.isZero()) {
+            return first;
+        }
+        CompletableFuture<ResponseBytes<GetObjectResponse>> winner = new CompletableFuture<>();
+        List<CompletableFuture<ResponseBytes<GetObjectResponse>>> sent =
+                new CopyOnWriteArrayList<>(List.of(first));
+        AtomicInteger pending = new AtomicInteger(1);
+        BiConsumer<ResponseBytes<GetObjectResponse>, Throwable> settle =
+                (response, error) -> {
+                    int left = pending.decrementAndGet();
+                    if (error == null) {
+                        winner.complete(response);
+                    } else if (left == 0) {
+                        winner.completeExceptionally(error);
+                    }
+                };
+        first.whenComplete(settle);
+        CompletableFuture.delayedExecutor(hedgeAfter.toNanos(), TimeUnit.NANOSECONDS)
+                .execute(
+                        () -> {
+                            if (winner.isDone() || !pending.compareAndSet(1, 2)) {
+                                return;
+                            }
+                            metrics.hedged();
+                            CompletableFuture<ResponseBytes<GetObjectResponse>> second =
+                                    client.getObject(request, AsyncResponseTransformer.toBytes());
+                            sent.add(second);
+                            second.whenComplete(settle);
+                        });
+        winner.whenComplete((r, e) -> sent.forEach(f -> f.cancel(true)));
+        return winner;
     }
 
     private byte[] emptyOrThrow(String relativePath, String where, Throwable error) {

@@ -41,9 +41,22 @@ public final class FaultInjectingBlobStore extends ForwardingBlobStore {
      * @param jitterMs the added time is uniform in {@code latencyMs +- jitterMs}
      * @param errorRate share of GETs answered 503 or 500 (half each), 0..1
      * @param keyPattern regular expression a key must match (full match)
+     * @param stragglerRate share of GETs that are stragglers, 0..1
+     * @param stragglerMs extra time to first byte of a straggler, in milliseconds
      */
-    public record Faults(long latencyMs, long jitterMs, double errorRate, String keyPattern) {
+    public record Faults(
+            long latencyMs,
+            long jitterMs,
+            double errorRate,
+            String keyPattern,
+            double stragglerRate,
+            long stragglerMs) {
         public static final Faults NONE = new Faults(0, 0, 0, ".*");
+
+        /** Latency, jitter and errors without stragglers. */
+        public Faults(long latencyMs, long jitterMs, double errorRate, String keyPattern) {
+            this(latencyMs, jitterMs, errorRate, keyPattern, 0, 0);
+        }
     }
 
     /**
@@ -357,6 +370,9 @@ public final class FaultInjectingBlobStore extends ForwardingBlobStore {
                             + (f.jitterMs() > 0
                                     ? random.nextLong(-f.jitterMs(), f.jitterMs() + 1)
                                     : 0);
+            if (f.stragglerRate() > 0 && random.nextDouble() < f.stragglerRate()) {
+                delay += f.stragglerMs();
+            }
         }
         if (delay > 0) {
             try {

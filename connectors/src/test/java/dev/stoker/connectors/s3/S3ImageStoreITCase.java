@@ -53,7 +53,8 @@ class S3ImageStoreITCase {
                 100,
                 settings.createClient(List.of(metrics.retryCounter())),
                 metrics,
-                settings.getsPerSecondPerPrefix);
+                settings.getsPerSecondPerPrefix,
+                settings.hedgeAfter);
     }
 
     private static RejectedRecordException rejection(S3ImageStore store, String path) {
