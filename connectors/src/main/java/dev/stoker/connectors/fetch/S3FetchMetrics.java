@@ -119,6 +119,10 @@ public final class S3FetchMetrics {
         return inFlight.get();
     }
 
+    public long hedgedGets() {
+        return hedged.getCount();
+    }
+
     public long retries() {
         return retries.getCount();
     }

@@ -81,6 +81,28 @@ class S3ImageStoreITCase {
     }
 
     @Test
+    void aStragglerIsOvertakenByItsHedgedGet() {
+        S3.faults()
+                .bodyNext(
+                        BUCKET,
+                        "data/images/a.jpg",
+                        FaultInjectingBlobStore.Body.firstByteAfter(60_000));
+        S3ClientSettings settings = S3.clientSettings();
+        settings.hedgeAfter = Duration.ofMillis(200);
+        S3FetchMetrics metrics = metrics();
+        long start = System.nanoTime();
+        try (S3ImageStore store = store(settings, metrics)) {
+            assertThat(store.read("images/a.jpg").join()).containsExactly(1, 2, 3);
+        } finally {
+            S3.faults().clearAnswers(); // ends the stalled first GET on the server
+        }
+        assertThat(Duration.ofNanos(System.nanoTime() - start))
+                .as("the hedge answers; the stalled GET would take 60 s")
+                .isLessThan(Duration.ofSeconds(30));
+        assertThat(metrics.hedgedGets()).isEqualTo(1);
+    }
+
+    @Test
     void missingObjectIsNotFoundNamingTheKeyWithoutRetry() {
         S3FetchMetrics metrics = metrics();
         try (S3ImageStore store = store(S3.clientSettings(), metrics)) {
