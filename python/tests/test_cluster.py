@@ -433,7 +433,7 @@ def _workflow(
         ),
     )
     assert not restored["is_savepoint"], restored
-    phases("TaskManager killed, job restored")
+    phases(f"TaskManager killed (trainer at step {consumed_at_kill}), job restored")
 
     # the trainer reads on through the restore and stops after STOP_AFTER (its "checkpoint")
     _finish(trainer, timeout_s=240)
