@@ -32,6 +32,8 @@ SIM=""
 cleanup() {
   [ -z "$SIM" ] || kill "$SIM" 2>/dev/null || true
   "$REPO/scripts/cluster.sh" stop || true
+  mkdir -p "$REPO/.stoker/logs" && rm -rf "$REPO/.stoker/logs/webui-screenshot"
+  cp -r "$STOKER_CLUSTER_DIR/log" "$REPO/.stoker/logs/webui-screenshot" 2>/dev/null || true
   rm -rf "$STOKER_CLUSTER_DIR" "$OUTROOT"
 }
 trap cleanup EXIT
@@ -45,15 +47,18 @@ fi
 JOBOUT=$("$REPO/scripts/cluster.sh" flink run -d "$REPO/job/target/stoker-job.jar" \
   --stoker.dataset.path "$DATASET" --stoker.tokenizer.path "$(cd "$REPO/../shared/data/tokenizers/qwen3" && pwd)" \
   --stoker.output.root "$OUTROOT" --stoker.job-name stoker-screenshot --stoker.dp-world-size 2 \
-  --stoker.micro-batch-size 2 --stoker.image.max-pixels 200704)
+  --stoker.micro-batch-size 2 --stoker.image.max-pixels 200704 --stoker.epochs 4)
 JOB=$(echo "$JOBOUT" | sed -n 's/.*JobID \([0-9a-f]\{32\}\).*/\1/p')
 [ -n "$JOB" ] || die "no job id in: $JOBOUT"
-# a trainer slower than the pipeline, so batches queue up ahead of it
+# a trainer slower than the pipeline, so the job runs at its prefetch bound (4 epochs: 64 steps of
+# 1.5 s, the job still runs when the screenshot is taken)
 "$REPO/.venv/bin/python" -m stoker.simulate --root "$OUTROOT/stoker-screenshot" --step-time-ms 1500 \
   --timeout-s 300 --progress-interval-s 10 >/dev/null &
 SIM=$!
 log "job $JOB running; waiting for the trainer's first acknowledgements"
-for _ in $(seq 1 120); do [ -f "$OUTROOT/stoker-screenshot/rank-1/ack.json" ] && break; sleep 1; done
+acked() { compgen -G "$OUTROOT/stoker-screenshot/gen-*/rank-1/ack.json" >/dev/null; }
+for _ in $(seq 1 120); do acked && break; sleep 1; done
+acked || die "the trainer acknowledged nothing within 120 s; see $STOKER_CLUSTER_DIR/log"
 sleep 5
 mkdir -p "$(dirname "$OUT")"
 node "$REPO/scripts/webui-screenshot/screenshot.mjs" --rest "http://127.0.0.1:$STOKER_REST_PORT" \

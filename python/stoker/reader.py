@@ -317,11 +317,15 @@ class BatchReader:
         manifest_poll_interval_s: while waiting for a batch file, seconds between checks of
             ``manifest.json`` for a new generation (a ``stat``; the file is parsed only when
             it changed).
+        stop_after_step: last step to read (a trainer that stops, e.g. to be restarted from its
+            checkpoint at that step); ``None`` (default): ``num_steps - 1``. The request after
+            it acknowledges it, as at the end of the run, and ends the iteration.
 
-    Iterating yields :class:`Batch` for steps ``start_step .. num_steps - 1``, in order, each
-    exactly once. If the job is resubmitted meanwhile (new generation in ``manifest.json``),
-    the reader switches to the new generation's directory: it acks ``next_step - 1`` there,
-    unlinks that directory's files of earlier steps and keeps waiting for ``next_step``.
+    Iterating yields :class:`Batch` for steps ``start_step .. end_step - 1``, in order, each
+    exactly once (``end_step``: ``num_steps``, or ``stop_after_step + 1`` if that is smaller).
+    If the job is resubmitted meanwhile (new generation in ``manifest.json``), the reader
+    switches to the new generation's directory: it acks ``next_step - 1`` there, unlinks that
+    directory's files of earlier steps and keeps waiting for ``next_step``.
 
     Raises (while iterating):
         TimeoutError: a file did not appear within ``timeout_s`` (message names the path).
@@ -345,6 +349,7 @@ class BatchReader:
         timeout_s: float | None = None,
         start_step: int | None = None,
         manifest_poll_interval_s: float = 0.1,
+        stop_after_step: int | None = None,
     ) -> None:
         if rank < 0:
             raise ValueError(f"rank must be >= 0, got {rank}")
@@ -356,12 +361,15 @@ class BatchReader:
             )
         if start_step is not None and start_step < 0:
             raise ValueError(f"start_step must be >= 0, got {start_step}")
+        if stop_after_step is not None and stop_after_step < -1:
+            raise ValueError(f"stop_after_step must be >= -1, got {stop_after_step}")
         self.root = Path(root)
         self.rank = rank
         self.poll_interval_s = poll_interval_s
         self.timeout_s = timeout_s
         self.manifest_poll_interval_s = manifest_poll_interval_s
         self._requested_start = start_step
+        self._stop_after = stop_after_step
         self._manifest: Manifest | None = None
         self._manifest_sig: tuple[int, int, int] | None = None
         self._next_manifest_check = 0.0
@@ -426,6 +434,13 @@ class BatchReader:
         return self.manifest.num_steps
 
     @property
+    def end_step(self) -> int:
+        """One past the last step this reader returns: ``num_steps``, or ``stop_after_step + 1``."""
+        if self._stop_after is None:
+            return self.num_steps
+        return min(self.num_steps, self._stop_after + 1)
+
+    @property
     def start_step(self) -> int:
         """The first step this reader returns: ``start_step`` if given, else ``first_step``."""
         if self._requested_start is not None:
@@ -480,7 +495,7 @@ class BatchReader:
                 self._start(t_start)
             self._ack_pending(t_start)
             assert self._next_step is not None
-            if self._done or self._next_step >= self.num_steps:
+            if self._done or self._next_step >= self.end_step:
                 self._done = True
                 raise StopIteration
             step = self._next_step

@@ -2,7 +2,7 @@
 
     python -m stoker.simulate --root /dev/shm/stoker/<job> [--ranks 0,1 | --world-size W]
         [--step-time-ms 20] [--flink-rest http://127.0.0.1:8081] [--timeout-s 600]
-        [--start-step S] [--record batches.jsonl]
+        [--start-step S] [--stop-after-step S] [--record batches.jsonl]
 
 Each rank runs a :class:`~stoker.reader.BatchReader` (from ``--start-step``, default the
 manifest's ``first_step``), touches the arrays of every batch (so a broken mapping would fail
@@ -10,9 +10,12 @@ loudly), then sleeps ``--step-time-ms`` (no CPU use). A progress line is printed
 second; a summary at the end. With ``--record FILE``, one JSON line per batch is appended to
 FILE: ``{"step", "rank", "sha256", "rows", "backfilled"}`` (``sha256``: hex digest of the batch
 file's bytes, read from the mapping before the step is acknowledged; ``rows``: B;
-``backfilled``: list of back-filled rows). Exit code 0 only if every rank received every step
-from its start step to ``num_steps - 1``, in order; 1 otherwise; 2 on a bad manifest or
-arguments.
+``backfilled``: list of back-filled rows). With ``--stop-after-step S`` every rank stops after
+consuming (and acknowledging) step S, as a trainer that is then restarted from its checkpoint at
+step S; the job idles at its prefetch bound meanwhile, and a resubmission with
+``--stoker.resume-step S`` plus a new trainer with ``--start-step S+1`` continue the run. Exit
+code 0 only if every rank received every step from its start step to its last step
+(``num_steps - 1``, or S), in order; 1 otherwise; 2 on a bad manifest or arguments.
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ class RankResult:
     """Progress of one simulated rank (updated by its thread)."""
 
     rank: int
-    #: First step the rank reads and one past its last (known once its reader started).
+    #: First step the rank reads and one past its last (``num_steps``, or the stop step + 1;
+    #: known once its reader started).
     start_step: int | None = None
     end_step: int | None = None
     #: Directory the rank's reader reads (``gen-<generation>/rank-<r>``), once started.
@@ -73,7 +77,7 @@ class RankResult:
 
     @property
     def complete(self) -> bool:
-        """Every step from the start step to ``num_steps - 1`` arrived and nothing failed."""
+        """Every step from the start step to the last one arrived and nothing failed."""
         return self.error is None and self.steps == self.expected_steps
 
 
@@ -119,7 +123,7 @@ def run_rank(
         start = reader.start_step
         with result.lock:
             result.start_step = start
-            result.end_step = reader.num_steps
+            result.end_step = reader.end_step
             result.rank_dir = reader.rank_dir
         for batch in reader:
             if batch.step != start + result.steps:
@@ -134,7 +138,7 @@ def run_rank(
             if batch.pixel_values.size:
                 touched += int(np.isfinite(batch.pixel_values[:, 0]).sum())
             with result.lock:
-                result.end_step = reader.num_steps  # a new generation may change it
+                result.end_step = reader.end_step  # a new generation may change it
                 result.rank_dir = reader.rank_dir
                 result.steps += 1
                 result.samples += batch.num_samples
@@ -271,6 +275,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="first step to read (the trainer checkpoint's step + 1); default: manifest first_step",
     )
     p.add_argument(
+        "--stop-after-step",
+        type=int,
+        default=None,
+        metavar="S",
+        help="stop every rank after it consumed and acknowledged step S (a trainer stopping "
+        "at its checkpoint); default: read to the last step",
+    )
+    p.add_argument(
         "--record",
         metavar="FILE",
         help='append one JSON line per batch to FILE: {"step", "rank", "sha256", "rows", "backfilled"}',
@@ -282,6 +294,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.start_step is not None and args.start_step < 0:
         print(f"error: --start-step must be >= 0, got {args.start_step}", file=sys.stderr)
+        return 2
+    if args.stop_after_step is not None and args.stop_after_step < 0:
+        print(f"error: --stop-after-step must be >= 0, got {args.stop_after_step}", file=sys.stderr)
         return 2
     probe = BatchReader(
         args.root, 0, poll_interval_s=args.poll_interval_ms / 1000, timeout_s=args.timeout_s
@@ -312,10 +327,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.stop_after_step is not None and args.stop_after_step < start:
+        print(
+            f"error: --stop-after-step {args.stop_after_step} is before the start step {start}",
+            file=sys.stderr,
+        )
+        return 2
+    stop = "" if args.stop_after_step is None else f" stop_after_step={args.stop_after_step}"
     print(
         f"job={manifest.job_name!r} generation={manifest.generation} "
-        f"world_size={manifest.world_size} num_steps={manifest.num_steps} start_step={start} "
-        f"micro_batch_size={manifest.micro_batch_size} ranks={ranks}",
+        f"world_size={manifest.world_size} num_steps={manifest.num_steps} start_step={start}"
+        f"{stop} micro_batch_size={manifest.micro_batch_size} ranks={ranks}",
         flush=True,
     )
 
@@ -337,6 +359,7 @@ def _run(
             poll_interval_s=args.poll_interval_ms / 1000,
             timeout_s=args.timeout_s,
             start_step=args.start_step,
+            stop_after_step=args.stop_after_step,
         )
         for r in ranks
     }
@@ -391,7 +414,7 @@ def _run(
         total_el += res.elapsed_s
         complete = res.complete
         ok &= complete
-        status = "ok" if complete else f"INCOMPLETE ({res.error or 'fewer steps than num_steps'})"
+        status = "ok" if complete else f"INCOMPLETE ({res.error or 'fewer steps than expected'})"
         expected = res.expected_steps
         span = (
             ""

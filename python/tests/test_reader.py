@@ -111,8 +111,10 @@ def test_ack_written_and_file_unlinked_only_when_next_step_requested(shm_root):
     assert set(content) == {"consumed_step", "data_wait_s", "elapsed_s", "wait_time_ratio"}
     assert content["consumed_step"] == 0
     assert 0 <= content["data_wait_s"] <= content["elapsed_s"] + 1e-3
+    # the ratio is computed before both times are rounded to 1 us: allow for that rounding
     assert content["wait_time_ratio"] == pytest.approx(
-        min(1.0, content["data_wait_s"] / content["elapsed_s"]), abs=1e-5
+        min(1.0, content["data_wait_s"] / content["elapsed_s"]),
+        abs=1e-5 + 2e-6 / content["elapsed_s"],
     )
     # memory of the unlinked file stays valid while the arrays are alive
     np.testing.assert_array_equal(b0.input_ids, keep)
@@ -322,6 +324,25 @@ def test_start_step_resumes(shm_root):
     assert [b.step for b in BatchReader(shm_root, 0, timeout_s=5, start_step=2)] == [2, 3]
 
 
+def test_stop_after_step_acks_the_last_step_and_leaves_later_ones(shm_root):
+    make_job(shm_root, world_size=1, num_steps=6)
+    reader = BatchReader(shm_root, 0, timeout_s=5, start_step=1, stop_after_step=3)
+    assert reader.end_step == 4
+    assert [b.step for b in reader] == [1, 2, 3]
+    # step 3 was acknowledged (and unlinked) by the request that ended the iteration
+    assert json.loads((rank_dir(shm_root, 0) / "ack.json").read_text())["consumed_step"] == 3
+    assert sorted(p.name for p in rank_dir(shm_root, 0).glob("step-*.arrow")) == [
+        "step-0000000004.arrow",
+        "step-0000000005.arrow",
+    ]
+    # a trainer restarted from its checkpoint at step 3 goes on with step 4
+    assert [b.step for b in BatchReader(shm_root, 0, timeout_s=5, start_step=4)] == [4, 5]
+    # beyond the run: the run's last step
+    assert BatchReader(shm_root, 0, stop_after_step=99).end_step == 6
+    with pytest.raises(ValueError, match="stop_after_step"):
+        BatchReader(shm_root, 0, stop_after_step=-2)
+
+
 def test_to_torch_shares_memory_or_raises_clear_import_error(shm_root):
     make_job(shm_root, world_size=1, num_steps=1)
     b = next(BatchReader(shm_root, 0, timeout_s=5))
@@ -371,7 +392,7 @@ def test_start_after_first_step_acks_the_skip_and_unlinks_earlier_steps(shm_root
     assert b.step == 4
     ack = _ack(shm_root)
     assert ack["consumed_step"] == 3  # the job's gate moves on; the sink skips steps <= 3
-    assert set(ack) == {"consumed_step", "data_wait_s", "elapsed_s"}
+    assert set(ack) == {"consumed_step", "data_wait_s", "elapsed_s", "wait_time_ratio"}
     assert _step_files(rdir) == ["step-0000000004.arrow", "step-0000000005.arrow"]
     assert (rdir / ".staging" / "step-0000000002.slot-0").exists()
     assert reader.last_acked_step == 3 and reader.steps_acked == 0

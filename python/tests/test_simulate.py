@@ -199,3 +199,34 @@ def test_simulate_start_step_before_first_step_exits_2(shm_root, capsys):
     err = capsys.readouterr().err
     assert rc == 2
     assert "first_step 2" in err and "--stoker.resume-step 0" in err
+
+
+def test_simulate_stop_after_step_then_restart_reads_every_step_once(shm_root, tmp_path, capsys):
+    make_job(shm_root, world_size=2, num_steps=6)
+    record = tmp_path / "batches.jsonl"
+    common = ["--root", str(shm_root), "--step-time-ms", "0", "--timeout-s", "5"]
+    rc = main([*common, "--stop-after-step", "2", "--record", str(record)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "stop_after_step=2" in out
+    assert "rank 1: steps=3/3 (steps 0..2)" in out and "result: OK" in out
+    for r in (0, 1):
+        ack = json.loads((rank_dir(shm_root, r) / "ack.json").read_text())
+        assert ack["consumed_step"] == 2  # the last step is acknowledged, as a trainer's checkpoint
+        assert [p.name[5:15] for p in sorted(rank_dir(shm_root, r).glob("step-*.arrow"))] == [
+            "0000000003",
+            "0000000004",
+            "0000000005",
+        ]
+    rc = main([*common, "--start-step", "3", "--record", str(record)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    got = sorted((x["rank"], x["step"]) for x in map(json.loads, record.read_text().splitlines()))
+    assert got == [(r, s) for r in (0, 1) for s in range(6)]
+
+
+def test_simulate_stop_after_step_before_start_step_exits_2(shm_root, capsys):
+    make_job(shm_root, world_size=1, num_steps=5)
+    rc = main(["--root", str(shm_root), "--start-step", "3", "--stop-after-step", "2"])
+    assert rc == 2
+    assert "--stop-after-step 2 is before the start step 3" in capsys.readouterr().err
