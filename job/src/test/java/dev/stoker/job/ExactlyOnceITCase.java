@@ -205,12 +205,24 @@ class ExactlyOnceITCase {
                     Thread.sleep(5);
                 }
                 LOG.info("Killing a TaskManager after {} consumed batches", trainer.stepsDone());
-                miniCluster.terminateTaskManager(0).get();
+                // the MiniCluster keeps terminated TaskManagers in its list: kill the newest one
+                miniCluster.terminateTaskManager(kill).get();
                 miniCluster.startTaskManager();
+                long deadline = System.currentTimeMillis() + 60_000;
+                while (restarts(job.getJobID()) < kill + 1) { // the kill failed the job over
+                    assertThat(System.currentTimeMillis()).isLessThan(deadline);
+                    Thread.sleep(20);
+                }
+                // restarted from its last checkpoint (and maybe already done with the rest)
+                while (job.getJobStatus().get() != JobStatus.RUNNING
+                        && job.getJobStatus().get() != JobStatus.FINISHED) {
+                    assertThat(System.currentTimeMillis()).isLessThan(deadline);
+                    Thread.sleep(20);
+                }
             }
             assertThat(trainer.await(180_000)).containsExactlyElementsOf(reference);
             awaitStatus(job, JobStatus.FINISHED);
-            assertThat(restarts(job.getJobID())).as("job restarts").isGreaterThanOrEqualTo(1);
+            assertThat(restarts(job.getJobID())).as("job restarts").isGreaterThanOrEqualTo(3);
         }
     }
 

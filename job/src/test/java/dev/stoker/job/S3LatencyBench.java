@@ -104,37 +104,19 @@ public final class S3LatencyBench {
     private static void fetchOnly(int gets) throws Exception {
         int capacity = StokerOptions.FETCH_CAPACITY.defaultValue();
         try (LocalS3Server s3 = new LocalS3Server().start()) {
-            Path dir = Files.createTempDirectory("stoker-bench-");
-            try {
-                Files.createDirectories(dir.resolve("images"));
-                byte[] payload = new byte[100 * 1024];
-                new java.util.Random(1).nextBytes(payload);
-                for (int i = 0; i < 64; i++) {
-                    Files.write(dir.resolve("images/" + i + ".bin"), payload);
-                }
-                s3.uploadDirectory(dir, "bench", "data");
-            } finally {
-                delete(dir);
-            }
+            uploadPayloads(s3, 100 * 1024);
             S3ClientSettings settings = s3.clientSettings();
             settings.maxConcurrency = capacity;
             S3FetchMetrics metrics = new S3FetchMetrics(new UnregisteredMetricsGroup());
-            try (S3ImageStore store =
-                    new S3ImageStore(
-                            "s3://bench/data",
-                            1 << 20,
-                            settings.createClient(List.of(metrics.retryCounter())),
-                            metrics,
-                            0,
-                            java.time.Duration.ZERO)) {
-                fetchRound(store, gets / 4, capacity); // warm-up
+            try (S3ImageStore store = store(settings, metrics, 0, java.time.Duration.ZERO)) {
+                round(store, gets / 4, capacity); // warm-up
                 for (int round = 1; round <= 2; round++) {
-                    double plain = fetchRound(store, gets, capacity);
+                    double plain = round(store, gets, capacity).successesPerSecond();
                     s3.faults()
                             .setFaults(
                                     new FaultInjectingBlobStore.Faults(
                                             50, 20, 0, "data/images/.*"));
-                    double delayed = fetchRound(store, gets, capacity);
+                    double delayed = round(store, gets, capacity).successesPerSecond();
                     s3.faults().setFaults(FaultInjectingBlobStore.Faults.NONE);
                     System.out.printf(
                             Locale.ROOT,
@@ -159,18 +141,7 @@ public final class S3LatencyBench {
     private static void throttled(int gets, double serverRate) throws Exception {
         int capacity = StokerOptions.FETCH_CAPACITY.defaultValue();
         try (LocalS3Server s3 = new LocalS3Server().start()) {
-            Path dir = Files.createTempDirectory("stoker-bench-");
-            try {
-                Files.createDirectories(dir.resolve("images"));
-                byte[] payload = new byte[20 * 1024];
-                new java.util.Random(1).nextBytes(payload);
-                for (int i = 0; i < 64; i++) {
-                    Files.write(dir.resolve("images/" + i + ".bin"), payload);
-                }
-                s3.uploadDirectory(dir, "bench", "data");
-            } finally {
-                delete(dir);
-            }
+            uploadPayloads(s3, 20 * 1024);
             s3.faults().setFaults(new FaultInjectingBlobStore.Faults(20, 0, 0, "data/images/.*"));
             s3.faults().setRateLimit(serverRate);
             S3ClientSettings settings = s3.clientSettings();
@@ -178,17 +149,9 @@ public final class S3LatencyBench {
             for (int round = 1; round <= 2; round++) {
                 for (double clientRate : new double[] {0, 0.9 * serverRate}) {
                     S3FetchMetrics metrics = new S3FetchMetrics(new UnregisteredMetricsGroup());
-                    S3RoundCounters counters = new S3RoundCounters();
                     try (S3ImageStore store =
-                            new S3ImageStore(
-                                    "s3://bench/data",
-                                    1 << 20,
-                                    settings.createClient(
-                                            List.of(metrics.retryCounter(), counters)),
-                                    metrics,
-                                    clientRate,
-                                    java.time.Duration.ZERO)) {
-                        double[] r = throttledRound(store, gets, capacity);
+                            store(settings, metrics, clientRate, java.time.Duration.ZERO)) {
+                        Round r = round(store, gets, capacity);
                         System.out.printf(
                                 Locale.ROOT,
                                 "throttled round %d, server limit %.0f GET/s, client limit %s: %.1f successful GETs/s, %d retries, %d failed GETs of %d%n",
@@ -197,9 +160,9 @@ public final class S3LatencyBench {
                                 clientRate > 0
                                         ? String.format(Locale.ROOT, "%.0f GET/s", clientRate)
                                         : "none",
-                                r[0],
-                                counters.retries.get(),
-                                (long) r[1],
+                                r.successesPerSecond(),
+                                metrics.retries(),
+                                r.failures(),
                                 gets);
                     }
                 }
@@ -215,18 +178,7 @@ public final class S3LatencyBench {
     private static void stragglers(int gets) throws Exception {
         int capacity = StokerOptions.FETCH_CAPACITY.defaultValue();
         try (LocalS3Server s3 = new LocalS3Server().start()) {
-            Path dir = Files.createTempDirectory("stoker-bench-");
-            try {
-                Files.createDirectories(dir.resolve("images"));
-                byte[] payload = new byte[20 * 1024];
-                new java.util.Random(1).nextBytes(payload);
-                for (int i = 0; i < 64; i++) {
-                    Files.write(dir.resolve("images/" + i + ".bin"), payload);
-                }
-                s3.uploadDirectory(dir, "bench", "data");
-            } finally {
-                delete(dir);
-            }
+            uploadPayloads(s3, 20 * 1024);
             S3ClientSettings settings = s3.clientSettings();
             settings.maxConcurrency = 2 * capacity; // room for the hedges
             for (int round = 1; round <= 2; round++) {
@@ -238,22 +190,15 @@ public final class S3LatencyBench {
                     S3FetchMetrics metrics = new S3FetchMetrics(new UnregisteredMetricsGroup());
                     long getsBefore = s3.faults().gets();
                     try (S3ImageStore store =
-                            new S3ImageStore(
-                                    "s3://bench/data",
-                                    1 << 20,
-                                    settings.createClient(List.of(metrics.retryCounter())),
-                                    metrics,
-                                    0,
-                                    java.time.Duration.ofMillis(hedgeMs))) {
-                        long[] latencies = new long[gets];
-                        double rate = latencyRound(store, gets, capacity, latencies);
-                        java.util.Arrays.sort(latencies);
+                            store(settings, metrics, 0, java.time.Duration.ofMillis(hedgeMs))) {
+                        Round r = round(store, gets, capacity);
+                        long[] latencies = r.latenciesMs();
                         System.out.printf(
                                 Locale.ROOT,
                                 "stragglers round %d, hedge after %s: %.1f GETs/s, latency p50 %d ms, p99 %d ms, max %d ms, %d GETs sent for %d reads%n",
                                 round,
                                 hedgeMs == 0 ? "never" : hedgeMs + " ms",
-                                rate,
+                                r.successesPerSecond(),
                                 latencies[gets / 2],
                                 latencies[(int) (gets * 0.99)],
                                 latencies[gets - 1],
@@ -266,11 +211,16 @@ public final class S3LatencyBench {
         }
     }
 
-    /** GETs per second; fills {@code latencies} (ms per read). */
-    private static double latencyRound(S3ImageStore store, int gets, int capacity, long[] latencies)
-            throws Exception {
+    /** What one round of GETs measured: successful GETs/s, failed GETs, sorted latencies. */
+    private record Round(double successesPerSecond, long failures, long[] latenciesMs) {}
+
+    /** {@code gets} reads of the 64 payload keys with at most {@code capacity} in flight. */
+    private static Round round(S3ImageStore store, int gets, int capacity) throws Exception {
         java.util.concurrent.Semaphore slots = new java.util.concurrent.Semaphore(capacity);
         java.util.concurrent.CountDownLatch done = new java.util.concurrent.CountDownLatch(gets);
+        java.util.concurrent.atomic.AtomicLong failed =
+                new java.util.concurrent.atomic.AtomicLong();
+        long[] latencies = new long[gets];
         long start = System.nanoTime();
         for (int i = 0; i < gets; i++) {
             slots.acquire();
@@ -280,49 +230,6 @@ public final class S3LatencyBench {
                     .whenComplete(
                             (b, e) -> {
                                 latencies[n] = (System.nanoTime() - t0) / 1_000_000;
-                                slots.release();
-                                done.countDown();
-                            });
-        }
-        done.await();
-        return gets / ((System.nanoTime() - start) / 1e9);
-    }
-
-    /** Counts HTTP attempts beyond the first of each GET. */
-    private static final class S3RoundCounters
-            implements software.amazon.awssdk.core.interceptor.ExecutionInterceptor {
-        private static final software.amazon.awssdk.core.interceptor.ExecutionAttribute<Boolean>
-                SEEN =
-                        new software.amazon.awssdk.core.interceptor.ExecutionAttribute<>(
-                                "bench.seen");
-        final java.util.concurrent.atomic.AtomicLong retries =
-                new java.util.concurrent.atomic.AtomicLong();
-
-        @Override
-        public void beforeTransmission(
-                software.amazon.awssdk.core.interceptor.Context.BeforeTransmission context,
-                software.amazon.awssdk.core.interceptor.ExecutionAttributes attributes) {
-            if (attributes.getAttribute(SEEN) != null) {
-                retries.incrementAndGet();
-            } else {
-                attributes.putAttribute(SEEN, Boolean.TRUE);
-            }
-        }
-    }
-
-    /** {successful GETs per second, failed GETs}. */
-    private static double[] throttledRound(S3ImageStore store, int gets, int capacity)
-            throws Exception {
-        java.util.concurrent.Semaphore slots = new java.util.concurrent.Semaphore(capacity);
-        java.util.concurrent.CountDownLatch done = new java.util.concurrent.CountDownLatch(gets);
-        java.util.concurrent.atomic.AtomicLong failed =
-                new java.util.concurrent.atomic.AtomicLong();
-        long start = System.nanoTime();
-        for (int i = 0; i < gets; i++) {
-            slots.acquire();
-            store.read("images/" + (i % 64) + ".bin")
-                    .whenComplete(
-                            (b, e) -> {
                                 if (e != null) {
                                     failed.incrementAndGet();
                                 }
@@ -332,24 +239,40 @@ public final class S3LatencyBench {
         }
         done.await();
         double seconds = (System.nanoTime() - start) / 1e9;
-        return new double[] {(gets - failed.get()) / seconds, failed.get()};
+        java.util.Arrays.sort(latencies);
+        return new Round((gets - failed.get()) / seconds, failed.get(), latencies);
     }
 
-    private static double fetchRound(S3ImageStore store, int gets, int capacity) throws Exception {
-        java.util.concurrent.Semaphore slots = new java.util.concurrent.Semaphore(capacity);
-        java.util.concurrent.CountDownLatch done = new java.util.concurrent.CountDownLatch(gets);
-        long start = System.nanoTime();
-        for (int i = 0; i < gets; i++) {
-            slots.acquire();
-            store.read("images/" + (i % 64) + ".bin")
-                    .whenComplete(
-                            (b, e) -> {
-                                slots.release();
-                                done.countDown();
-                            });
+    /**
+     * Uploads 64 random objects of {@code bytes} each as {@code s3://bench/data/images/<i>.bin}.
+     */
+    private static void uploadPayloads(LocalS3Server s3, int bytes) throws Exception {
+        Path dir = Files.createTempDirectory("stoker-bench-");
+        try {
+            Files.createDirectories(dir.resolve("images"));
+            byte[] payload = new byte[bytes];
+            new java.util.Random(1).nextBytes(payload);
+            for (int i = 0; i < 64; i++) {
+                Files.write(dir.resolve("images/" + i + ".bin"), payload);
+            }
+            s3.uploadDirectory(dir, "bench", "data");
+        } finally {
+            delete(dir);
         }
-        done.await();
-        return gets / ((System.nanoTime() - start) / 1e9);
+    }
+
+    private static S3ImageStore store(
+            S3ClientSettings settings,
+            S3FetchMetrics metrics,
+            double getsPerSecondPerPrefix,
+            java.time.Duration hedgeAfter) {
+        return new S3ImageStore(
+                "s3://bench/data",
+                1 << 20,
+                settings.createClient(List.of(metrics.retryCounter())),
+                metrics,
+                getsPerSecondPerPrefix,
+                hedgeAfter);
     }
 
     /** images/s of one job run under {@code faults}. */
