@@ -196,14 +196,18 @@ class ExactlyOnceITCase {
 
     @Test
     void taskManagersKilledSeveralTimesChangeNothing() throws Exception {
-        try (TrainerSim trainer = new TrainerSim(jobDir(), WORLD_SIZE, 0, numSteps - 1, 20)) {
+        // a trainer slower than the job (150 ms per step) keeps the job running between the kills
+        try (TrainerSim trainer = new TrainerSim(jobDir(), WORLD_SIZE, 0, numSteps - 1, 150)) {
             JobClient job = submit(config(2), 300);
             Random random = new Random();
             for (int kill = 0; kill < 3; kill++) {
-                long at = (kill + 1) * numSteps * WORLD_SIZE / 4 + random.nextInt(4);
+                long at = (kill + 1) * numSteps * WORLD_SIZE / 5 + random.nextInt(4);
                 while (trainer.stepsDone() < at) {
                     Thread.sleep(5);
                 }
+                assertThat(job.getJobStatus().get())
+                        .as("job status before kill %d", kill)
+                        .isEqualTo(JobStatus.RUNNING);
                 LOG.info("Killing a TaskManager after {} consumed batches", trainer.stepsDone());
                 // the MiniCluster keeps terminated TaskManagers in its list: kill the newest one
                 miniCluster.terminateTaskManager(kill).get();
