@@ -6,9 +6,12 @@ import dev.stoker.operators.model.SlotResult;
 import dev.stoker.operators.model.TokenizedSample;
 import dev.stoker.operators.model.TrainingBatch;
 import java.io.IOException;
+import java.io.UncheckedIOException;
 import java.nio.file.Files;
+import java.nio.file.Path;
 import java.util.HashMap;
 import java.util.Map;
+import java.util.stream.Stream;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.memory.RootAllocator;
 import org.apache.flink.api.connector.sink2.SinkWriter;
@@ -21,7 +24,7 @@ import org.apache.flink.metrics.MetricGroup;
  *
  * <p>Slots staged by this writer are also kept in memory until their batch is written, so the
  * staged files are read back only after a restore. Metrics per rank: {@code batchesWritten}, {@code
- * batchesAhead} (highest written step minus the reader's acknowledged step); overall: {@code
+ * batchesAhead} (batch files written and not yet consumed, counted on disk); overall: {@code
  * batchBytesWritten}, {@code slotsStaged}, {@code slotsBackfilled}, {@code
  * slotsSkippedAlreadyConsumed}; and the trainer's feedback ({@link TrainerFeedbackMetrics}).
  */
@@ -37,7 +40,7 @@ final class ArrowBatchWriter implements SinkWriter<SlotResult> {
     private final Counter slotsStaged;
     private final Counter slotsBackfilled;
     private final Counter slotsSkipped;
-    private final Map<Integer, RankProgress> ranks = new HashMap<>();
+    private final Map<Integer, Counter> batchesWritten = new HashMap<>();
     private final Map<Long, TokenizedSample> inMemory = new HashMap<>();
 
     ArrowBatchWriter(
@@ -63,7 +66,7 @@ final class ArrowBatchWriter implements SinkWriter<SlotResult> {
     public void write(SlotResult slot, Context context) throws IOException {
         long step = plan.stepOf(slot.sampleIndex);
         int rank = plan.rankOf(slot.sampleIndex);
-        RankProgress progress = ranks.computeIfAbsent(rank, this::registerRank);
+        Counter written = batchesWritten.computeIfAbsent(rank, this::registerRank);
         if (step <= Acks.consumedStep(layout, rank, firstStep)) {
             slotsSkipped.inc(); // replayed after a restore: the trainer already has this batch
             return;
@@ -84,8 +87,7 @@ final class ArrowBatchWriter implements SinkWriter<SlotResult> {
             Files.deleteIfExists(layout.batchFile(step, rank));
         }
         slotsBackfilled.inc(batch.backfilledSlots.length);
-        progress.written.inc();
-        progress.highestStep = Math.max(progress.highestStep, step);
+        written.inc();
         long first = plan.firstIndex(step, rank);
         for (int k = 0; k < plan.microBatchSize(); k++) {
             inMemory.remove(first + k);
@@ -113,7 +115,7 @@ final class ArrowBatchWriter implements SinkWriter<SlotResult> {
         return slots;
     }
 
-    private RankProgress registerRank(int rank) {
+    private Counter registerRank(int rank) {
         try {
             // this writer alone writes the rank's files: clear what a crashed attempt half-wrote
             Generations.removeTemporaryFiles(layout.rankDir(rank));
@@ -122,12 +124,19 @@ final class ArrowBatchWriter implements SinkWriter<SlotResult> {
             throw new IllegalStateException("Cannot clean " + layout.rankDir(rank), e);
         }
         MetricGroup group = metrics.addGroup("rank", String.valueOf(rank));
-        RankProgress progress = new RankProgress(group.counter("batchesWritten"), firstStep - 1);
-        group.gauge(
-                "batchesAhead",
-                () -> progress.highestStep - Acks.consumedStep(layout, rank, firstStep));
+        // counted on disk, so the gauge stays right across failovers and rescaling
+        group.gauge("batchesAhead", () -> publishedBatches(layout.rankDir(rank)));
         TrainerFeedbackMetrics.register(group, layout.ackFile(rank));
-        return progress;
+        return group.counter("batchesWritten");
+    }
+
+    /** Batch files published in {@code rankDir} and not yet consumed (the reader unlinks them). */
+    private static long publishedBatches(Path rankDir) {
+        try (Stream<Path> files = Files.list(rankDir)) {
+            return files.filter(p -> ShmLayout.isBatchFile(p.getFileName().toString())).count();
+        } catch (IOException | UncheckedIOException e) {
+            return 0;
+        }
     }
 
     @Override
@@ -138,15 +147,5 @@ final class ArrowBatchWriter implements SinkWriter<SlotResult> {
     @Override
     public void close() {
         allocator.close();
-    }
-
-    private static final class RankProgress {
-        final Counter written;
-        long highestStep;
-
-        RankProgress(Counter written, long highestStep) {
-            this.written = written;
-            this.highestStep = highestStep;
-        }
     }
 }

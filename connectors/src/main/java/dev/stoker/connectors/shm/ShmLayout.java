@@ -74,6 +74,11 @@ public final class ShmLayout implements Serializable {
         return rankDir(rank).resolve(String.format("step-%010d.arrow", step));
     }
 
+    /** Whether {@code fileName} is a published batch file ({@code step-<s>.arrow}). */
+    public static boolean isBatchFile(String fileName) {
+        return fileName.startsWith("step-") && fileName.endsWith(".arrow");
+    }
+
     /** Temporary name a batch is written under before it is published by rename. */
     public Path tempBatchFile(long step, int rank) {
         return rankDir(rank).resolve(String.format(".step-%010d.arrow.tmp", step));
