@@ -23,12 +23,14 @@ import org.apache.flink.metrics.MetricGroup;
  * empty ones ({@link Backfill}), writes the batch file and drops the staged slots.
  *
  * <p>Slots staged by this writer are also kept in memory until their batch is written, so the
- * staged files are read back only after a restore. Metrics per rank: {@code batchesWritten}, {@code
- * batchesAhead} (batch files written and not yet consumed, counted on disk); overall: {@code
- * batchBytesWritten}, {@code slotsStaged}, {@code slotsBackfilled}, {@code
- * slotsSkippedAlreadyConsumed}; and the trainer's feedback ({@link TrainerFeedbackMetrics}).
+ * staged files are checked and read back only for slots staged before a restore. Metrics per rank:
+ * {@code batchesWritten}, {@code batchesAhead} (batch files written and not yet consumed, counted
+ * on disk); overall: {@code batchBytesWritten}, {@code slotsStaged}, {@code slotsBackfilled},
+ * {@code slotsSkippedAlreadyConsumed}; and the trainer's feedback ({@link TrainerFeedbackMetrics}).
  */
 final class ArrowBatchWriter implements SinkWriter<SlotResult> {
+    private static final long ACK_REFRESH_MS = 50;
+
     private final ShmLayout layout;
     private final BatchPlan plan;
     private final long firstStep;
@@ -41,7 +43,12 @@ final class ArrowBatchWriter implements SinkWriter<SlotResult> {
     private final Counter slotsBackfilled;
     private final Counter slotsSkipped;
     private final Map<Integer, Counter> batchesWritten = new HashMap<>();
-    private final Map<Long, TokenizedSample> inMemory = new HashMap<>();
+
+    /** Slots staged by this writer instance, by slot index, until their batch is written. */
+    private final Map<Long, SlotResult> stagedHere = new HashMap<>();
+
+    /** Per rank: the reader's last acknowledged step as last read, and when (ms). */
+    private final Map<Integer, long[]> consumedCache = new HashMap<>();
 
     ArrowBatchWriter(
             ShmLayout layout,
@@ -67,22 +74,20 @@ final class ArrowBatchWriter implements SinkWriter<SlotResult> {
         long step = plan.stepOf(slot.sampleIndex);
         int rank = plan.rankOf(slot.sampleIndex);
         Counter written = batchesWritten.computeIfAbsent(rank, this::registerRank);
-        if (step <= Acks.consumedStep(layout, rank, firstStep)) {
+        if (step <= consumedStep(rank, false)) {
             slotsSkipped.inc(); // replayed after a restore: the trainer already has this batch
             return;
         }
         stager.stage(step, rank, plan.slotOf(slot.sampleIndex), slot);
         slotsStaged.inc();
-        if (slot.sample != null) {
-            inMemory.put(slot.sampleIndex, slot.sample);
-        }
+        stagedHere.put(slot.sampleIndex, slot);
         TokenizedSample[] slots = completeBatch(step, rank);
         if (slots == null) {
             return;
         }
         TrainingBatch batch = Backfill.fill(step, rank, slots);
         bytesWritten.inc(files.write(batch, allocator));
-        if (step <= Acks.consumedStep(layout, rank, firstStep)) {
+        if (step <= consumedStep(rank, true)) {
             // the reader acknowledged this step (written before a restore) while we rewrote it
             Files.deleteIfExists(layout.batchFile(step, rank));
         }
@@ -90,7 +95,7 @@ final class ArrowBatchWriter implements SinkWriter<SlotResult> {
         written.inc();
         long first = plan.firstIndex(step, rank);
         for (int k = 0; k < plan.microBatchSize(); k++) {
-            inMemory.remove(first + k);
+            stagedHere.remove(first + k);
             stager.remove(step, rank, k);
         }
     }
@@ -100,17 +105,15 @@ final class ArrowBatchWriter implements SinkWriter<SlotResult> {
         long first = plan.firstIndex(step, rank);
         int b = plan.microBatchSize();
         for (int k = 0; k < b; k++) {
-            if (!stager.isStaged(step, rank, k)) {
+            if (!stagedHere.containsKey(first + k) && !stager.isStaged(step, rank, k)) {
                 return null;
             }
         }
         TokenizedSample[] slots = new TokenizedSample[b];
         for (int k = 0; k < b; k++) {
-            slots[k] = inMemory.get(first + k);
-            if (slots[k] == null) {
-                // an empty slot, or one staged before a restore
-                slots[k] = stager.read(step, rank, k).sample;
-            }
+            SlotResult here = stagedHere.get(first + k);
+            // a slot staged before a restore is read back from its file
+            slots[k] = here != null ? here.sample : stager.read(step, rank, k).sample;
         }
         return slots;
     }
@@ -128,6 +131,21 @@ final class ArrowBatchWriter implements SinkWriter<SlotResult> {
         group.gauge("batchesAhead", () -> publishedBatches(layout.rankDir(rank)));
         TrainerFeedbackMetrics.register(group, layout.ackFile(rank));
         return group.counter("batchesWritten");
+    }
+
+    /**
+     * The rank's last acknowledged step. Acknowledgements only grow, so between reads of {@code
+     * ack.json} (at most every {@value #ACK_REFRESH_MS} ms unless {@code fresh}) the cached value
+     * is a safe lower bound; the check after publishing reads fresh.
+     */
+    private long consumedStep(int rank, boolean fresh) {
+        long now = System.currentTimeMillis();
+        long[] cached = consumedCache.computeIfAbsent(rank, r -> new long[] {firstStep - 1, 0});
+        if (fresh || now - cached[1] >= ACK_REFRESH_MS) {
+            cached[0] = Math.max(cached[0], Acks.consumedStep(layout, rank, firstStep));
+            cached[1] = now;
+        }
+        return cached[0];
     }
 
     /** Batch files published in {@code rankDir} and not yet consumed (the reader unlinks them). */
