@@ -67,8 +67,18 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait(what: str, timeout_s: float, check: Callable[[], Any], interval_s: float = 0.5) -> Any:
-    """Poll ``check`` until it returns a truthy value; a REST call that fails counts as not yet."""
+def _wait(
+    what: str,
+    timeout_s: float,
+    check: Callable[[], Any],
+    interval_s: float = 0.5,
+    explain: Callable[[], str] | None = None,
+) -> Any:
+    """Poll ``check`` until it returns a truthy value; a REST call that fails counts as not yet.
+
+    On timeout the test fails with ``what``, the last REST error and ``explain()`` (the state of
+    the job waited for), so a CI log says why.
+    """
     deadline = time.monotonic() + timeout_s
     last_error: OSError | None = None
     while True:
@@ -80,6 +90,8 @@ def _wait(what: str, timeout_s: float, check: Callable[[], Any], interval_s: flo
             return value
         if time.monotonic() > deadline:
             detail = f" (last REST error: {last_error})" if last_error else ""
+            if explain is not None:
+                detail += "\n" + explain()
             pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what}{detail}")
         time.sleep(interval_s)
 
@@ -166,6 +178,30 @@ class Cluster:
                     )
             except (OSError, subprocess.TimeoutExpired):
                 continue
+
+    def describe(self, jid: str) -> str:
+        """The job's state, each vertex's subtask states, its exceptions and the JobManager's log tail."""
+        lines = []
+        try:
+            job = self.job(jid)
+            lines.append(f"job {jid}: {job['state']}")
+            for v in job["vertices"]:
+                tasks = {k: n for k, n in v.get("tasks", {}).items() if n}
+                lines.append(f"  {v['name']} (p={v['parallelism']}): {v['status']} {tasks}")
+            for e in (
+                self.rest(f"/jobs/{jid}/exceptions")
+                .get("exceptionHistory", {})
+                .get("entries", [])[:3]
+            ):
+                lines.append(
+                    f"  exception on {e.get('taskName')}: {e.get('stacktrace', '')[:1500]}"
+                )
+        except OSError as e:
+            lines.append(f"job {jid}: REST error {e}")
+        for log in sorted((self.run_dir / "log").glob("jobmanager.log")):
+            lines.append(f"--- tail of {log.name}")
+            lines.extend(log.read_text(errors="replace").splitlines()[-40:])
+        return "\n".join(lines)
 
     def running(self, jid: str) -> bool:
         job = self.job(jid)
@@ -381,7 +417,12 @@ def _workflow(
     ref_out, ref_record = base / "reference", base / "reference.jsonl"
     ref_jid = _submit(cluster, ref_out, dataset)
     _finish(_trainer(ref_out / JOB_NAME, ref_record, procs), timeout_s=300)
-    _wait("the reference job to finish", 60, lambda: cluster.state(ref_jid) == "FINISHED")
+    _wait(
+        "the reference job to finish",
+        60,
+        lambda: cluster.state(ref_jid) == "FINISHED",
+        explain=lambda: cluster.describe(ref_jid),
+    )
     reference = _read_record(ref_record)
     assert sorted((r["step"], r["rank"]) for r in reference) == [
         (s, r) for s in range(NUM_STEPS) for r in range(WORLD_SIZE)
@@ -396,7 +437,7 @@ def _workflow(
     trainer = _trainer(
         job_dir, record1, procs, step_time_ms=SLOW_STEP_MS, stop_after_step=STOP_AFTER
     )
-    _wait("the job to run", 60, lambda: cluster.running(jid))
+    _wait("the job to run", 60, lambda: cluster.running(jid), explain=lambda: cluster.describe(jid))
     gen1 = _wait("the job's manifest", 60, lambda: _generation(job_dir))
     rank_dirs = [job_dir / f"gen-{gen1}" / f"rank-{r}" for r in range(WORLD_SIZE)]
     _wait(
@@ -458,7 +499,12 @@ def _workflow(
     # a savepoint while the trainer is down (the job idles, so it completes), then cancel
     savepoint = _savepoint(cluster, jid)
     cluster.flink("cancel", jid)
-    _wait("the job to be cancelled", 60, lambda: cluster.state(jid) == "CANCELED")
+    _wait(
+        "the job to be cancelled",
+        60,
+        lambda: cluster.state(jid) == "CANCELED",
+        explain=lambda: cluster.describe(jid),
+    )
     phases("savepoint and cancel")
 
     # resume from the savepoint with another parallelism and the trainer's step
@@ -470,7 +516,12 @@ def _workflow(
     )
     assert _manifest(job_dir)["first_step"] == STOP_AFTER + 1
     trainer2 = _trainer(job_dir, record2, procs, start_step=STOP_AFTER + 1)
-    _wait("the resumed job to run", 60, lambda: cluster.running(jid2))
+    _wait(
+        "the resumed job to run",
+        120,
+        lambda: cluster.running(jid2),
+        explain=lambda: cluster.describe(jid2),
+    )
     restored = _wait(
         "the resumed job to report its restore",
         60,
@@ -480,7 +531,12 @@ def _workflow(
     assert restored["external_path"].rstrip("/").endswith(savepoint.rstrip("/").rsplit("/", 1)[-1])
     assert cluster.vertex(jid2, "arrow-shm-sink")["parallelism"] == 3
     _finish(trainer2, timeout_s=300)
-    _wait("the resumed job to finish", 60, lambda: cluster.state(jid2) == "FINISHED")
+    _wait(
+        "the resumed job to finish",
+        60,
+        lambda: cluster.state(jid2) == "FINISHED",
+        explain=lambda: cluster.describe(jid2),
+    )
     phases("resumed run")
 
     # --- the trainers' view: every batch exactly once, identical to the reference -------------

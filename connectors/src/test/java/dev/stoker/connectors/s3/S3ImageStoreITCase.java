@@ -15,6 +15,7 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -252,5 +253,59 @@ class S3ImageStoreITCase {
                 s.close();
             }
         }
+    }
+
+    /**
+     * The async-timeout case's promise that a timed-out GET gives its connection back: with as many
+     * stalled GETs as the client has connections, every one becomes a FETCH_TIMEOUT, and the GETs
+     * after them still get a connection at once (a leaked connection would make them wait for the
+     * acquisition timeout and fail).
+     */
+    @Test
+    void timedOutGetsReleaseTheirConnections() {
+        int connections = 4;
+        S3.faults()
+                .bodyAlways(
+                        BUCKET,
+                        "data/images/big.jpg",
+                        FaultInjectingBlobStore.Body.firstByteAfter(120_000));
+        S3ClientSettings settings = S3.clientSettings();
+        settings.maxConcurrency = connections;
+        settings.maxAttempts = 1;
+        settings.attemptTimeout = Duration.ofMillis(500);
+        settings.requestTimeout = Duration.ofSeconds(1);
+        S3FetchMetrics metrics = metrics();
+        try (S3ImageStore store = store(settings, metrics)) {
+            for (int round = 0; round < 3; round++) {
+                List<CompletableFuture<byte[]>> stalled = new ArrayList<>();
+                for (int i = 0; i < connections; i++) {
+                    stalled.add(store.read("images/big.jpg"));
+                }
+                for (var get : stalled) {
+                    try {
+                        get.join();
+                        throw new AssertionError("a stalled GET completed");
+                    } catch (CompletionException e) {
+                        assertThat(((RejectedRecordException) e.getCause()).reason())
+                                .isEqualTo(RejectReason.FETCH_TIMEOUT);
+                    }
+                }
+                long start = System.nanoTime();
+                List<CompletableFuture<byte[]>> next = new ArrayList<>();
+                for (int i = 0; i < connections; i++) {
+                    next.add(store.read("images/a.jpg"));
+                }
+                for (var get : next) {
+                    assertThat(get.join()).containsExactly(1, 2, 3);
+                }
+                assertThat(Duration.ofNanos(System.nanoTime() - start))
+                        .as("round %d: GETs after the timeouts get a connection at once", round)
+                        .isLessThan(settings.requestTimeout);
+            }
+        } finally {
+            S3.faults().clearAnswers();
+        }
+        assertThat(metrics.failures(RejectReason.FETCH_TIMEOUT)).isEqualTo(3L * connections);
+        assertThat(metrics.inFlight()).isZero();
     }
 }
