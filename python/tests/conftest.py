@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import tempfile
 from pathlib import Path
@@ -21,9 +22,72 @@ from stoker.schema import arrow_schema
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_JSON = REPO_ROOT / "schema" / "batch-schema.json"
+#: ``../shared/data`` beside the repository: real datasets and the real Qwen tokenizer.
+SHARED = REPO_ROOT.parent / "shared" / "data"
+DATASET = SHARED / "llava-style"
+TOKENIZER_DIR = SHARED / "tokenizers" / "qwen3"
 PATCH_DIM = 1176
 PAD = 151643
 GEN = "g1"
+
+
+def job_command(
+    out_root: Path,
+    job_name: str,
+    *extra: str,
+    dataset: Path = DATASET,
+    world_size: int = 2,
+    micro_batch_size: int = 4,
+) -> list[str]:
+    """Command line of the real job (the jar ``./stoker test`` built, on embedded Flink) over
+    ``dataset`` with the real tokenizer, writing to ``out_root/job_name``; ``extra`` are more
+    ``--key value`` options (they win over these). Fails the test if the jar is missing.
+
+    ``./stoker test`` passes the jar, its classpath file and the JVM's ``--add-opens`` as
+    ``STOKER_JAR``, ``STOKER_CLASSPATH_FILE`` and ``STOKER_JVM_OPENS``.
+    """
+    jar = os.environ.get("STOKER_JAR", str(REPO_ROOT / "job/target/stoker-job.jar"))
+    cp_file = os.environ.get(
+        "STOKER_CLASSPATH_FILE", str(REPO_ROOT / "job/target/runtime-classpath.txt")
+    )
+    if not Path(jar).is_file() or not Path(cp_file).is_file():
+        pytest.fail(
+            f"the job jar ({jar}) and its classpath file ({cp_file}) are missing: run ./stoker test"
+        )
+    if not SHARED.is_dir():
+        pytest.fail(f"{SHARED} is missing; tests need ../shared beside the repository")
+    opens = shlex.split(
+        os.environ.get("STOKER_JVM_OPENS", "--add-opens=java.base/java.nio=ALL-UNNAMED")
+    )
+    classpath = jar + ":" + Path(cp_file).read_text().strip()
+    return [
+        "java",
+        *opens,
+        "-cp",
+        classpath,
+        "dev.stoker.job.StokerJob",
+        "--stoker.dataset.path",
+        str(dataset),
+        "--stoker.tokenizer.path",
+        str(TOKENIZER_DIR),
+        "--stoker.output.root",
+        str(out_root),
+        "--stoker.job-name",
+        job_name,
+        "--stoker.dp-world-size",
+        str(world_size),
+        "--stoker.micro-batch-size",
+        str(micro_batch_size),
+        "--stoker.image.max-pixels",
+        "1003520",
+        "--rest.port",
+        "0",
+        "--execution.checkpointing.interval",
+        "1s",
+        "--restart-strategy.type",
+        "none",
+        *extra,
+    ]
 
 
 def rank_dir(root: Path, rank: int, generation: str = GEN) -> Path:

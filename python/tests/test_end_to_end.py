@@ -11,8 +11,6 @@ from there on.
 from __future__ import annotations
 
 import json
-import os
-import shlex
 import shutil
 import subprocess
 import tempfile
@@ -23,13 +21,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import DATASET, SHARED, job_command
 
 from stoker.dead_letters import read_dead_letters
 from stoker.reader import Batch, BatchReader
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SHARED = REPO_ROOT.parent / "shared" / "data"
-DATASET = SHARED / "llava-style"
 IMAGE_PAD = 151655
 VISION_START = 151652
 WORLD_SIZE = 2
@@ -37,49 +33,6 @@ MICRO_BATCH = 4
 PREFETCH_DEPTH = 4  # the job's default stoker.prefetch-depth
 RESUME_STEP = 2
 JOB_TIMEOUT_S = 600
-
-
-def _job_command(out_root: Path, *extra: str) -> list[str]:
-    jar = os.environ.get("STOKER_JAR", str(REPO_ROOT / "job/target/stoker-job.jar"))
-    cp_file = os.environ.get(
-        "STOKER_CLASSPATH_FILE", str(REPO_ROOT / "job/target/runtime-classpath.txt")
-    )
-    if not Path(jar).is_file() or not Path(cp_file).is_file():
-        pytest.fail(
-            f"the job jar ({jar}) and its classpath file ({cp_file}) are missing: run ./stoker test"
-        )
-    opens = shlex.split(
-        os.environ.get("STOKER_JVM_OPENS", "--add-opens=java.base/java.nio=ALL-UNNAMED")
-    )
-    classpath = jar + ":" + Path(cp_file).read_text().strip()
-    return [
-        "java",
-        *opens,
-        "-cp",
-        classpath,
-        "dev.stoker.job.StokerJob",
-        "--stoker.dataset.path",
-        str(DATASET),
-        "--stoker.tokenizer.path",
-        str(SHARED / "tokenizers" / "qwen3"),
-        "--stoker.output.root",
-        str(out_root),
-        "--stoker.job-name",
-        "e2e",
-        "--stoker.dp-world-size",
-        str(WORLD_SIZE),
-        "--stoker.micro-batch-size",
-        str(MICRO_BATCH),
-        "--stoker.image.max-pixels",
-        "1003520",
-        "--rest.port",
-        "0",
-        "--execution.checkpointing.interval",
-        "1s",
-        "--restart-strategy.type",
-        "none",
-        *extra,
-    ]
 
 
 @dataclass
@@ -193,7 +146,12 @@ def _run_job(
     seen = [Seen() for _ in range(WORLD_SIZE)]
     with log.open("w") as out:
         proc = subprocess.Popen(
-            _job_command(out_root, *extra), stdout=out, stderr=subprocess.STDOUT, text=True
+            job_command(
+                out_root, "e2e", *extra, world_size=WORLD_SIZE, micro_batch_size=MICRO_BATCH
+            ),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         threads = [
             threading.Thread(
