@@ -1,0 +1,168 @@
+package dev.stoker.job;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import dev.stoker.connectors.s3.FaultInjectingBlobStore.Faults;
+import dev.stoker.connectors.s3.LocalS3Server;
+import java.io.IOException;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import org.apache.flink.api.common.JobExecutionResult;
+import org.apache.flink.configuration.CheckpointingOptions;
+import org.apache.flink.configuration.Configuration;
+import org.apache.flink.configuration.RestartStrategyOptions;
+import org.apache.flink.configuration.StateBackendOptions;
+import org.apache.flink.core.execution.JobClient;
+import org.apache.flink.runtime.minicluster.MiniCluster;
+import org.apache.flink.runtime.testutils.MiniClusterResourceConfiguration;
+import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
+import org.apache.flink.test.junit5.InjectMiniCluster;
+import org.apache.flink.test.junit5.MiniClusterExtension;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Order;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * The checkpoint-backpressure case of {@code ../shared/data/bad-inputs} (its scenario.json): 2000
+ * records over two large photos in S3, 200 ms to the first byte of every image GET, a consumer that
+ * takes 2 s per 64-row batch, checkpoints every 10 s with a 60 s timeout. In Stoker the slow
+ * consumer is the trainer (two ranks of 32 rows, 2 s per step) and its backpressure is the source's
+ * prefetch gate, so no operator blocks on a full queue: at least 3 checkpoints must complete and
+ * none expire or fail while the job waits on the trainer, every one of the 2000 records is a sample
+ * (the job's own accounting check), and the trainer reads all 32 steps.
+ */
+class CheckpointBackpressureITCase {
+    private static final Logger LOG = LoggerFactory.getLogger(CheckpointBackpressureITCase.class);
+    private static final ObjectMapper JSON = new ObjectMapper();
+    private static final String BUCKET = "backpressure";
+    private static final int WORLD_SIZE = 2;
+    private static final int MICRO_BATCH_SIZE = 32;
+    private static final int RECORDS = 2000;
+    private static final long STEP_MILLIS = 2000;
+
+    @RegisterExtension
+    @Order(1)
+    static final LocalS3Server S3 = new LocalS3Server();
+
+    @RegisterExtension
+    @Order(2)
+    static final MiniClusterExtension MINI_CLUSTER =
+            new MiniClusterExtension(
+                    new MiniClusterResourceConfiguration.Builder()
+                            .setNumberTaskManagers(1)
+                            .setNumberSlotsPerTaskManager(2)
+                            .build());
+
+    private Path outputRoot;
+
+    @BeforeAll
+    static void uploadCase() throws IOException {
+        S3.createBucket(BUCKET);
+        S3FileSystems.use(S3);
+        Path local = SharedData.dataDir().resolve("bad-inputs/checkpoint-backpressure");
+        S3.uploadDirectory(local, BUCKET, "case");
+        S3.faults().setFaults(new Faults(200, 0, 0, "case/images/.*"));
+    }
+
+    @AfterAll
+    static void resetFileSystems() {
+        S3.faults().setFaults(Faults.NONE);
+        S3FileSystems.reset();
+    }
+
+    @BeforeEach
+    void createOutput() throws IOException {
+        outputRoot = JobRun.createOutputRoot();
+    }
+
+    @AfterEach
+    void deleteOutput() throws IOException {
+        JobRun.deleteOutputRoot(outputRoot);
+    }
+
+    @Test
+    void checkpointsCompleteWhileTheTrainerHoldsTheJobBack(@InjectMiniCluster MiniCluster cluster)
+            throws Exception {
+        Configuration conf = S3FileSystems.config(S3);
+        conf.set(StokerOptions.DATASET_PATH, "s3://" + BUCKET + "/case");
+        conf.set(
+                StokerOptions.TOKENIZER_PATH,
+                SharedData.dataDir().resolve("tokenizers/qwen3").toString());
+        conf.set(StokerOptions.OUTPUT_ROOT, outputRoot.toString());
+        conf.set(StokerOptions.JOB_NAME, "backpressure");
+        conf.set(StokerOptions.DP_WORLD_SIZE, WORLD_SIZE);
+        conf.set(StokerOptions.MICRO_BATCH_SIZE, MICRO_BATCH_SIZE);
+        // 1400x1400 would stay 1400x1400 (12 MB of pixel values per sample, 750 MB per step);
+        // the case is about checkpoints, so keep the batches small
+        conf.set(StokerOptions.MAX_PIXELS, 200_704L);
+        conf.set(StateBackendOptions.STATE_BACKEND, "rocksdb");
+        conf.set(CheckpointingOptions.INCREMENTAL_CHECKPOINTS, true);
+        conf.set(CheckpointingOptions.CHECKPOINTING_TIMEOUT, Duration.ofSeconds(60));
+        conf.set(
+                CheckpointingOptions.CHECKPOINTS_DIRECTORY,
+                outputRoot.resolve("checkpoints").toUri().toString());
+        conf.set(RestartStrategyOptions.RESTART_STRATEGY, "none");
+        StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment(conf);
+        env.setParallelism(2);
+        env.enableCheckpointing(10_000);
+        StokerJob.Planned planned = StokerJob.build(env, conf);
+        long numSteps = planned.plan.numSteps();
+        assertThat(numSteps).isEqualTo((RECORDS + 63) / 64);
+
+        Path jobDir = outputRoot.resolve("backpressure");
+        try (TrainerSim trainer =
+                new TrainerSim(jobDir, WORLD_SIZE, 0, numSteps - 1, STEP_MILLIS)) {
+            JobClient job = env.executeAsync("checkpoint-backpressure");
+            List<TrainerSim.Consumed> consumed = trainer.await(600_000);
+            assertThat(consumed).hasSize((int) numSteps * WORLD_SIZE);
+            JobExecutionResult result = job.getJobExecutionResult().get();
+            String counts = AccountingCheck.verify(result, planned.plan, planned.firstStep);
+            LOG.info("checkpoint-backpressure: {}", counts);
+            assertThat(counts)
+                    .contains("read=" + RECORDS)
+                    .contains("samples emitted=" + RECORDS)
+                    .contains("dead letters=0");
+
+            JsonNode stats = rest(cluster, "/jobs/" + job.getJobID() + "/checkpoints");
+            LOG.info("checkpoint-backpressure: checkpoints {}", stats.get("counts"));
+            List<String> failures = new ArrayList<>();
+            for (JsonNode cp : stats.get("history")) {
+                String status = cp.get("status").asText();
+                if (!status.equals("COMPLETED") && !status.equals("IN_PROGRESS")) {
+                    failures.add(status + ": " + cp.path("failure_message").asText());
+                }
+            }
+            assertThat(stats.get("counts").get("completed").asInt()).isGreaterThanOrEqualTo(3);
+            // Only the end of the bounded input, when tasks finish one by one, may decline a
+            // checkpoint; waiting on the trainer never does.
+            assertThat(failures).allMatch(m -> m.contains("task is closing"), "end-of-input only");
+            assertThat(trainer.maxFilesPerRank())
+                    .as("batch files a rank had in shared memory at once")
+                    .isLessThanOrEqualTo(conf.get(StokerOptions.PREFETCH_DEPTH));
+        }
+    }
+
+    private static JsonNode rest(MiniCluster cluster, String path) throws Exception {
+        URI base = cluster.getRestAddress().get();
+        HttpResponse<String> response =
+                HttpClient.newHttpClient()
+                        .send(
+                                HttpRequest.newBuilder(base.resolve(path)).build(),
+                                HttpResponse.BodyHandlers.ofString());
+        return JSON.readTree(response.body());
+    }
+}
