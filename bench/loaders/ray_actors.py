@@ -6,6 +6,7 @@ samples in flight and collates them in order."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,8 +43,23 @@ class Worker:
         return self.preprocess(rec, image)  # `image` arrives resolved from the object store
 
 
+def start_ray(cores: int, attempts: int = 3) -> None:
+    """A local Ray node with ``cores`` CPUs. On a loaded machine its Python agents can take
+    longer to start than the raylet waits for them (it then aborts: "the current node timed out
+    during startup"), so a failed start is retried."""
+    for attempt in range(1, attempts + 1):
+        try:
+            ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False)
+            return
+        except Exception as e:
+            ray.shutdown()
+            if attempt == attempts:
+                raise
+            print(f"ray.init failed ({e}); retrying", file=sys.stderr)
+
+
 def batches(cfg: Config) -> Iterator[dict[str, Any]]:
-    ray.init(num_cpus=cfg.cores, include_dashboard=False, log_to_driver=False)
+    start_ray(cfg.cores)
     concurrency = cfg.extra.get("fetch_concurrency", 32)
     fetcher = Fetcher.options(max_concurrency=concurrency).remote(cfg.endpoint)
     workers = [Worker.remote() for _ in range(cfg.cores)]

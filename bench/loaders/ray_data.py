@@ -22,6 +22,7 @@ from bench.loaders.common import (
     read_records,
     s3_client,
 )
+from bench.loaders.ray_actors import start_ray
 
 
 class FetchAndPreprocess:
@@ -39,15 +40,17 @@ class FetchAndPreprocess:
 
 
 def batches(cfg: Config) -> Iterator[dict[str, Any]]:
-    ray.init(num_cpus=cfg.cores, include_dashboard=False, log_to_driver=False)
+    start_ray(cfg.cores)
     try:
         records = read_records(Path(cfg.dataset))[: cfg.samples]
-        ds = ray.data.from_items([{"record": pickle.dumps(r)} for r in records])
+        items = [{"record": pickle.dumps(r)} for r in records]
+        # one block per micro-batch, so batches stream out as they are made
+        ds = ray.data.from_items(items, override_num_blocks=-(-len(items) // cfg.batch_size))
         ds = ds.map_batches(
             FetchAndPreprocess,
             fn_constructor_args=(cfg.endpoint,),
             batch_size=cfg.batch_size,
-            concurrency=cfg.cores,
+            compute=ray.data.ActorPoolStrategy(size=cfg.cores),
             num_cpus=1,
             batch_format="numpy",
         )
