@@ -117,7 +117,8 @@ class TreeSampler:
 
     Memory is the sum of the processes' PSS (shared pages such as Ray's object store or mapped
     batch files counted once) plus the bytes under /dev/shm/stoker-bench (Stoker's batch files);
-    CPU is the sum over the processes of their CPU time used while sampled."""
+    CPU is the sum over the processes of their CPU time at their last sample (a process that lives
+    less than one interval is missed)."""
 
     def __init__(self, root: int, extra: list[int], interval_s: float = 0.5) -> None:
         self.root = root
@@ -146,7 +147,7 @@ class TreeSampler:
                     total += p.memory_full_info().pss
                     # CPU before the first sample of an extra (long-running) process is not counted
                     self.start.setdefault(p.pid, t.user + t.system if p.pid in self.extra else 0)
-                    self.cpu[p.pid] = t.user + t.system + t.children_user + t.children_system
+                    self.cpu[p.pid] = t.user + t.system
             except (psutil.NoSuchProcess, psutil.AccessDenied, FileNotFoundError):
                 pass
         self.peak_bytes = max(self.peak_bytes, total)
