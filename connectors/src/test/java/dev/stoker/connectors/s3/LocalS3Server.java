@@ -33,8 +33,11 @@ import software.amazon.awssdk.services.s3.S3AsyncClient;
  *
  * <pre>
  * java -cp ... dev.stoker.connectors.s3.LocalS3Server --port 9000 [--basedir DIR] [--upload DIR s3://bucket/prefix]
+ *     [--get-latency-ms 50 [--get-jitter-ms 20] [--get-latency-keys REGEX]]
  * </pre>
  *
+ * (the latency options add time to first byte to every GET of a key matching REGEX, default all
+ * keys, uniform in {@code latency +- jitter} ms, as {@link FaultInjectingBlobStore} does for tests)
  * and prints {@code endpoint=http://127.0.0.1:PORT} once it serves (after any upload). Objects are
  * always put through the S3 API, never copied into the backing directory.
  */
@@ -214,6 +217,9 @@ public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback,
         Path basedir = null;
         Path upload = null;
         String target = null;
+        long latencyMs = 0;
+        long jitterMs = 0;
+        String latencyKeys = ".*";
         for (int i = 0; i < args.length; i++) {
             switch (args[i]) {
                 case "--port" -> port = Integer.parseInt(args[++i]);
@@ -222,6 +228,9 @@ public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback,
                     upload = Path.of(args[++i]);
                     target = args[++i];
                 }
+                case "--get-latency-ms" -> latencyMs = Long.parseLong(args[++i]);
+                case "--get-jitter-ms" -> jitterMs = Long.parseLong(args[++i]);
+                case "--get-latency-keys" -> latencyKeys = args[++i];
                 default -> throw new IllegalArgumentException("unknown argument " + args[i]);
             }
         }
@@ -245,6 +254,9 @@ public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback,
             int n = server.uploadDirectory(upload, uri.getAuthority(), prefix);
             System.out.println("uploaded=" + n + " " + target);
         }
+        // after the upload, so only the readers' GETs wait
+        server.faults()
+                .setFaults(new FaultInjectingBlobStore.Faults(latencyMs, jitterMs, 0, latencyKeys));
         System.out.println("endpoint=" + server.endpoint());
         System.out.flush();
         Thread.currentThread().join();

@@ -1,0 +1,308 @@
+"""What every contender shares: the dataset, the Hugging Face preprocessing of one record, the
+batch layout, and the simulated trainer that consumes batches and writes the contender's result.
+
+The work per sample is the same for the Python contenders (they all call :func:`preprocess`):
+one S3 GET of the image (boto3), Pillow decode + EXIF transpose, the Hugging Face
+``Qwen2VLProcessor`` with the slow (Pillow) image processor ``Qwen2VLImageProcessorPil`` and the
+Qwen2-VL chat template (smart_resize, bicubic resize, normalize, patchify, ``<|image_pad|>``
+expansion, tokenization), and the qwen-vl-finetune label mask. Stoker does the same in Java and
+is checked against it (see run.py's parity check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import io
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = REPO.parent / "shared" / "data"
+TOKENIZER = SHARED / "tokenizers" / "qwen3"
+BUCKET = "bench"
+PREFIX = "data"
+#: smart_resize bounds used by every contender (Stoker: --stoker.image.min/max-pixels). The max is
+#: the one docs/parity.md compares pixels at (256 merged tokens).
+MIN_PIXELS = 3136
+MAX_PIXELS = 200704
+PAD_TOKEN_ID = 151643  # <|endoftext|>, Stoker's pad token
+#: Images of ../shared/data that Pillow and Stoker decode alike (docs/parity.md: not the lossy
+#: WebPs, rocket.jpg, CMYK), from 64 px to 4 Mpx; sample i uses POOL[i % len(POOL)].
+POOL = [
+    "llava-style/images/photos/hopper.jpg",
+    "llava-style/images/photos/extreme_ironing.jpg",
+    "llava-style/images/photos/flower2.jpg",
+    "llava-style/images/photos/waterview.jpg",
+    "llava-style/images/photos/chelsea_cat.png",
+    "llava-style/images/photos/retina.jpg",
+    "llava-style/images/photos/coffee.png",
+    "llava-style/images/photos/hubble_deep_field.jpg",
+    "llava-style/images/photos/astronaut.png",
+    "llava-style/images/exif/landscape_orient1.jpg",
+    "llava-style/images/exif/landscape_orient6.jpg",
+    "llava-style/images/exif/portrait_orient3.jpg",
+    "llava-style/images/gray/camera.png",
+    "llava-style/images/gray/page_scan.png",
+    "llava-style/images/palette/hopper_palette.gif",
+    "llava-style/images/alpha/skimage_logo_rgba.png",
+    "llamafactory-sharegpt/images/1.jpg",
+    "llamafactory-sharegpt/images/2.jpg",
+    "qwen-messages/images/photos/birds.jpg",
+    "qwen-messages/images/photos/landmark.jpg",
+    "qwen-messages/images/docs/ocr_receipt.jpg",
+]
+QUESTIONS = [
+    "What is in this image?",
+    "Describe the picture in one sentence.",
+    "What stands out in this photo?",
+]
+
+
+def make_dataset(outdir: Path, samples: int) -> Path:
+    """``outdir/train.jsonl`` (LLaVA style, one image per record) and ``outdir/images/``: every
+    record has its own image object (a copy of a pool image under a distinct key), so no
+    contender can serve an image from a cache. Reused when it exists with this many samples."""
+    done = outdir / f".complete-{samples}"
+    if done.exists():
+        return outdir
+    shutil.rmtree(outdir, ignore_errors=True)
+    (outdir / "images").mkdir(parents=True)
+    with (outdir / "train.jsonl").open("w", encoding="utf-8") as f:
+        for i in range(samples):
+            src = SHARED / POOL[i % len(POOL)]
+            rel = f"images/{i:06d}-{src.name}"
+            shutil.copyfile(src, outdir / rel)
+            rec = {
+                "id": f"s{i:06d}",
+                "image": rel,
+                "conversations": [
+                    {"from": "human", "value": "<image>\n" + QUESTIONS[i % len(QUESTIONS)]},
+                    {"from": "gpt", "value": f"Sample {i}: a picture from {src.parent.name}."},
+                ],
+            }
+            f.write(json.dumps(rec) + "\n")
+    done.touch()
+    return outdir
+
+
+def read_records(dataset: Path) -> list[dict[str, Any]]:
+    """The records in file order; ``line`` is the 1-based JSONL line (Stoker's ``source``)."""
+    lines = (dataset / "train.jsonl").read_text(encoding="utf-8").splitlines()
+    return [dict(json.loads(t), line=i + 1) for i, t in enumerate(lines)]
+
+
+def s3_client(endpoint: str) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id="stoker-local",
+        aws_secret_access_key="stoker-local-secret",
+        region_name="us-east-1",
+        config=Config(
+            s3={"addressing_style": "path"},
+            max_pool_connections=64,
+            # S3Proxy answers 501 to the checksum-mode header boto3 sends by default
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+        ),
+    )
+
+
+def fetch(client: Any, rec: dict[str, Any]) -> bytes:
+    """One GET of the record's image."""
+    return client.get_object(Bucket=BUCKET, Key=f"{PREFIX}/{rec['image']}")["Body"].read()
+
+
+def _golden() -> Any:
+    """scripts/golden/make_golden.py: the Qwen2-VL chat template, record mapping and label mask
+    that Stoker's parity goldens are made with (imported, not copied)."""
+    path = REPO / "scripts" / "golden" / "make_golden.py"
+    spec = importlib.util.spec_from_file_location("make_golden", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["make_golden"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class Preprocessor:
+    """The Hugging Face Qwen2-VL processor with the slow (Pillow) image processor."""
+
+    def __init__(self) -> None:
+        from transformers import (
+            AutoTokenizer,
+            Qwen2VLImageProcessorPil,
+            Qwen2VLProcessor,
+            Qwen2VLVideoProcessor,
+        )
+
+        self.golden = _golden()
+        preset = self.golden.PRESETS[0]
+        assert preset.key == "qwen2-vl"
+        config = preset.image_config()
+        config["size"] = {"shortest_edge": MIN_PIXELS, "longest_edge": MAX_PIXELS}
+        self.processor = Qwen2VLProcessor(
+            image_processor=Qwen2VLImageProcessorPil(**config),
+            tokenizer=AutoTokenizer.from_pretrained(str(TOKENIZER)),
+            video_processor=Qwen2VLVideoProcessor(**config),
+            chat_template=preset.template,
+        )
+
+    def __call__(self, rec: dict[str, Any], image_bytes: bytes) -> dict[str, Any]:
+        """One sample: ``line``, ``input_ids``, ``labels`` (int64, (L,)), ``pixel_values``
+        (float32, (P, 1176)), ``image_grid_thw`` (int64, (1, 3))."""
+        from PIL import Image, ImageOps
+
+        msgs = self.golden.read_record("bench", rec["line"], rec).messages
+        text = self.processor.apply_chat_template(msgs, tokenize=False)
+        image = Image.open(io.BytesIO(image_bytes))
+        image = ImageOps.exif_transpose(image) or image
+        out = self.processor(text=[text], images=[image], return_tensors="np")
+        ids = np.asarray(out["input_ids"][0], dtype=np.int64)
+        labels = np.where(self.golden.label_mask(ids), ids, -100)
+        return {
+            "line": rec["line"],
+            "input_ids": ids,
+            "labels": labels,
+            "pixel_values": np.asarray(out["pixel_values"], dtype=np.float32),
+            "image_grid_thw": np.asarray(out["image_grid_thw"], dtype=np.int64),
+        }
+
+
+def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Stoker's batch layout: ids/labels/mask right-padded to the longest sample, pixel patches
+    and grids of all samples concatenated in row order."""
+    length = max(len(s["input_ids"]) for s in samples)
+    ids = np.full((len(samples), length), PAD_TOKEN_ID, dtype=np.int64)
+    labels = np.full((len(samples), length), -100, dtype=np.int64)
+    mask = np.zeros((len(samples), length), dtype=np.int64)
+    for r, s in enumerate(samples):
+        n = len(s["input_ids"])
+        ids[r, :n], labels[r, :n], mask[r, :n] = s["input_ids"], s["labels"], 1
+    return {
+        "lines": [s["line"] for s in samples],
+        "input_ids": ids,
+        "labels": labels,
+        "attention_mask": mask,
+        "pixel_values": np.concatenate([s["pixel_values"] for s in samples]),
+        "image_grid_thw": np.concatenate([s["image_grid_thw"] for s in samples]),
+    }
+
+
+def micro_batches(samples: Iterable[dict[str, Any]], size: int) -> Iterator[dict[str, Any]]:
+    """Collates consecutive samples into batches of ``size`` (the last one may be smaller)."""
+    chunk: list[dict[str, Any]] = []
+    for s in samples:
+        chunk.append(s)
+        if len(chunk) == size:
+            yield collate(chunk)
+            chunk = []
+    if chunk:
+        yield collate(chunk)
+
+
+def split_samples(batch: dict[str, Any]) -> dict[int, dict[str, np.ndarray]]:
+    """Per-sample outputs of a batch by JSONL line, for the parity check."""
+    out = {}
+    start = 0
+    for r, line in enumerate(batch["lines"]):
+        grid = np.asarray(batch["image_grid_thw"][r : r + 1])
+        patches = int(np.prod(grid))
+        n = int(np.asarray(batch["attention_mask"][r]).sum())
+        out[int(line)] = {
+            "input_ids": np.asarray(batch["input_ids"][r][:n]),
+            "labels": np.asarray(batch["labels"][r][:n]),
+            "image_grid_thw": grid,
+            "pixel_values": np.asarray(batch["pixel_values"][start : start + patches]),
+        }
+        start += patches
+    return out
+
+
+@dataclass
+class Config:
+    """What the driver (run.py) passes to a contender process, as JSON."""
+
+    name: str
+    endpoint: str
+    dataset: str
+    samples: int
+    batch_size: int
+    cores: int
+    step_time_s: float
+    parity_lines: list[int]
+    result: str
+    extra: dict[str, Any]
+
+
+def contender_main(batches_fn: Any) -> None:
+    """Entry point of a contender module: ``python -m bench.loaders.X CONFIG.json``. Consumes
+    ``batches_fn(cfg)`` as a trainer does (a fixed sleep per batch, no CPU) and writes the
+    result JSON plus the parity samples (``<result>.parity.npz``)."""
+    p = argparse.ArgumentParser(description="one contender run (started by bench/loaders/run.py)")
+    p.add_argument("config", type=Path)
+    cfg = Config(**json.loads(p.parse_args().config.read_text()))
+    result = Trainer(cfg).consume(batches_fn(cfg))
+    Path(cfg.result).write_text(json.dumps(result))
+
+
+class Trainer:
+    """A simulated trainer: one consumer of batches of B samples that sleeps ``step_time_s`` per
+    batch. Records when each batch arrived (Unix time) and how long it waited for it."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+
+    def consume(self, batches: Iterator[dict[str, Any]]) -> dict[str, Any]:
+        cfg = self.cfg
+        arrivals: list[float] = []
+        sizes: list[int] = []
+        images = 0
+        waits: list[float] = []
+        parity: dict[str, np.ndarray] = {}
+        wanted = set(cfg.parity_lines)
+        it = iter(batches)
+        while True:
+            t = time.monotonic()
+            try:
+                batch = next(it)
+            except StopIteration:
+                break
+            now = time.monotonic()
+            waits.append(now - t)
+            arrivals.append(time.time())
+            sizes.append(len(batch["lines"]) - batch.get("backfilled", 0))
+            images += int(np.asarray(batch["image_grid_thw"]).shape[0])
+            if wanted.intersection(batch["lines"]):
+                for line, arrays in split_samples(batch).items():
+                    if line in wanted:
+                        for k, v in arrays.items():
+                            parity[f"{line}/{k}"] = np.array(v)
+            del batch
+            if cfg.step_time_s > 0:
+                time.sleep(cfg.step_time_s)
+        end = time.time()
+        np.savez(cfg.result + ".parity.npz", **parity)
+        return {
+            "name": cfg.name,
+            "arrivals_unix": arrivals,
+            "batch_sizes": sizes,
+            "samples": sum(sizes),
+            "images": images,
+            "waits_s": waits,
+            "end_unix": end,
+            "pid": os.getpid(),
+        }

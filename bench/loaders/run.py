@@ -1,0 +1,419 @@
+"""Side-by-side benchmark of multimodal SFT loaders (bench/README.md, "Loaders side by side").
+
+    python -m bench.loaders.run [--samples N] [--quick] [--batch-size B] [--cores C]
+        [--contenders naive,dataloader,...] [--latency-ms 50] [--jitter-ms 20]
+
+Builds the dataset (N records, one image each, every image its own S3 object), starts the local
+S3 server (S3Proxy, LocalS3Server) with latency on every GET, and the standalone Flink cluster if
+``stoker-cluster`` runs. Pass 1 runs every contender with a trainer that does not sleep
+(capacity); pass 2 runs them again with a trainer that sleeps B / (0.8 x the best capacity) per
+batch, i.e. demand at 80% of the best contender's capacity, and reports the trainer's wait-time
+ratio. Each contender is its own process, sampled with psutil (whole process tree). A few
+records' outputs are compared across contenders. Writes bench/results/loaders.{md,csv,png,json}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+
+from bench.loaders.common import BUCKET, POOL, PREFIX, REPO, Config, make_dataset
+
+CONTENDERS = {
+    "naive": ("naive", {}),
+    "dataloader": ("dataloader", {"prefetch_factor": 4}),
+    "ray-actors": ("ray_actors", {"fetch_concurrency": 32, "prefetch_batches": 4}),
+    "ray-data": ("ray_data", {}),
+    "stoker-embedded": ("stoker_contender", {"mode": "embedded"}),
+    "stoker-cluster": ("stoker_contender", {"mode": "cluster"}),
+}
+STATE = REPO / ".stoker"
+SHM = Path("/dev/shm/stoker-bench")
+CLUSTER_DIR = STATE / "bench-cluster"
+CLUSTER_ENV = {
+    "STOKER_CLUSTER_DIR": str(CLUSTER_DIR),
+    "STOKER_REST_PORT": "18081",
+    "STOKER_JM_RPC_PORT": "16123",
+    "STOKER_TASKMANAGERS": "1",
+    "AWS_ACCESS_KEY_ID": "stoker-local",
+    "AWS_SECRET_ACCESS_KEY": "stoker-local-secret",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+#: docs/parity.md: pixel tolerance (normalized units) per image, mean / max absolute difference.
+PIXEL_MEAN_TOL, PIXEL_MAX_TOL = 0.02, 0.25
+
+
+def log(msg: str) -> None:
+    print(f"[loaders] {msg}", file=sys.stderr, flush=True)
+
+
+def start_s3(dataset: Path, latency_ms: int, jitter_ms: int) -> tuple[subprocess.Popen, str]:
+    """LocalS3Server on a free port with the dataset uploaded to s3://bench/data."""
+    classpath = ":".join(
+        [
+            str(REPO / "connectors" / "target" / "test-classes"),
+            str(REPO / "connectors" / "target" / "classes"),
+            (REPO / "connectors" / "target" / "test-classpath.txt").read_text().strip(),
+        ]
+    )
+    basedir = STATE / "bench-s3"
+    subprocess.run(["rm", "-rf", str(basedir)], check=True)
+    out = open(STATE / "logs" / "bench-s3proxy.out", "w+")  # the server's output
+    cmd = [
+        "java",
+        f"-Dlog.file={STATE / 'logs' / 'bench-s3proxy.log'}",
+        f"-Dlog4j.configurationFile=file:{REPO / 'flink-conf' / 'log4j-s3proxy.properties'}",
+        "-cp",
+        classpath,
+        "dev.stoker.connectors.s3.LocalS3Server",
+        "--port",
+        "0",
+        "--basedir",
+        str(basedir),
+        "--upload",
+        str(dataset),
+        f"s3://{BUCKET}/{PREFIX}",
+        "--get-latency-ms",
+        str(latency_ms),
+        "--get-jitter-ms",
+        str(jitter_ms),
+    ]
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        out.seek(0)
+        for line in out.read().splitlines():
+            if line.startswith("endpoint="):
+                return proc, line.removeprefix("endpoint=")
+        if proc.poll() is not None:
+            out.seek(0)
+            raise RuntimeError("the local S3 server did not start:\n" + out.read())
+        time.sleep(0.2)
+    raise RuntimeError("the local S3 server did not start within 600 s")
+
+
+def cluster(cmd: str, *args: str) -> None:
+    env = dict(os.environ, **CLUSTER_ENV)
+    subprocess.run([str(REPO / "scripts" / "cluster.sh"), cmd, *args], env=env, check=True)
+
+
+def cluster_pids() -> list[int]:
+    return [int(p.read_text()) for p in (CLUSTER_DIR / "pid").glob("*.pid")]
+
+
+class TreeSampler:
+    """Memory and CPU of a process tree (plus extra processes), sampled every ``interval_s``.
+
+    Memory is the sum of the processes' PSS (shared pages such as Ray's object store or mapped
+    batch files counted once) plus the bytes under /dev/shm/stoker-bench (Stoker's batch files);
+    CPU is the sum over the processes of their CPU time at their last sample (a process that lives
+    less than one interval is missed)."""
+
+    def __init__(self, root: int, extra: list[int], interval_s: float = 0.5) -> None:
+        self.root = root
+        self.extra = extra
+        self.interval_s = interval_s
+        self.peak_bytes = 0
+        self.cpu: dict[int, float] = {}
+        self.start: dict[int, float] = {}
+
+    def processes(self) -> list[psutil.Process]:
+        procs = []
+        for pid in [self.root, *self.extra]:
+            try:
+                p = psutil.Process(pid)
+                procs += [p, *p.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                pass
+        return procs
+
+    def sample(self) -> None:
+        total = sum(f.stat().st_size for f in SHM.rglob("*") if f.is_file()) if SHM.exists() else 0
+        for p in self.processes():
+            try:
+                with p.oneshot():
+                    t = p.cpu_times()
+                    total += p.memory_full_info().pss
+                    # CPU before the first sample of an extra (long-running) process is not counted
+                    self.start.setdefault(p.pid, t.user + t.system if p.pid in self.extra else 0)
+                    self.cpu[p.pid] = t.user + t.system
+            except (psutil.NoSuchProcess, psutil.AccessDenied, FileNotFoundError):
+                pass
+        self.peak_bytes = max(self.peak_bytes, total)
+
+    @property
+    def cpu_s(self) -> float:
+        return sum(v - self.start.get(pid, 0) for pid, v in self.cpu.items())
+
+
+def run_contender(name: str, cfg: Config, cores: int, workdir: Path) -> dict[str, Any]:
+    module, _ = CONTENDERS[name]
+    path = workdir / f"{name}.config.json"
+    path.write_text(json.dumps(asdict(cfg)))
+    env = dict(os.environ, PYTHONPATH=f"{REPO}:{REPO / 'python'}", **CLUSTER_ENV)
+    cmd = [sys.executable, "-m", f"bench.loaders.{module}", str(path)]
+    if cores < (os.cpu_count() or cores):
+        cmd = ["taskset", "-c", f"0-{cores - 1}", *cmd]
+    extra = cluster_pids() if name == "stoker-cluster" else []
+    launch = time.time()
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env)
+    sampler = TreeSampler(proc.pid, extra)
+    while proc.poll() is None:
+        sampler.sample()
+        time.sleep(sampler.interval_s)
+    wall = time.time() - launch
+    if proc.returncode != 0:
+        raise RuntimeError(f"{name} failed (exit {proc.returncode})")
+    result = json.loads(Path(cfg.result).read_text())
+    return dict(
+        summarize(result, launch, cfg.batch_size),
+        peak_memory_gib=sampler.peak_bytes / 2**30,
+        cpu_utilization=sampler.cpu_s / (wall * cores),
+        wall_s=wall,
+    )
+
+
+def summarize(result: dict[str, Any], launch: float, batch_size: int) -> dict[str, Any]:
+    """Steady-state rates (from the batch that completes the first 10% of the samples to the
+    last batch), time to first batch (from the process launch), and the trainer's wait-time
+    ratio after the first batch (data-wait time / time from the first batch to the end)."""
+    arrivals = np.asarray(result["arrivals_unix"])
+    sizes = np.asarray(result["batch_sizes"])
+    per_image = result["images"] / max(result["samples"], 1)
+    k = int(np.searchsorted(np.cumsum(sizes), 0.1 * sizes.sum()))
+    k = min(k, len(arrivals) - 2)
+    span = arrivals[-1] - arrivals[k]
+    samples_per_s = sizes[k + 1 :].sum() / span if span > 0 else float("nan")
+    waits = np.asarray(result["waits_s"])
+    return {
+        "samples": int(result["samples"]),
+        "samples_per_s": float(samples_per_s),
+        "images_per_s": float(samples_per_s * per_image),
+        "time_to_first_batch_s": float(arrivals[0] - launch),
+        "wait_time_ratio": float(waits[1:].sum() / (result["end_unix"] - arrivals[0])),
+    }
+
+
+def parity(names: list[str], workdir: Path) -> list[dict[str, Any]]:
+    """Each contender's parity samples against the naive loop's (the HF processor called
+    directly): ids, labels and grids exactly, pixels within docs/parity.md's tolerance."""
+    ref_name = "naive" if "naive" in names else names[0]
+    ref = np.load(workdir / f"pass1-{ref_name}.result.json.parity.npz")
+    lines = sorted({k.split("/")[0] for k in ref.files}, key=int)
+    rows = []
+    for name in names:
+        other = np.load(workdir / f"pass1-{name}.result.json.parity.npz")
+        exact, mean_px, max_px, missing = True, 0.0, 0.0, 0
+        for line in lines:
+            if f"{line}/pixel_values" not in other.files:
+                missing += 1
+                continue
+            for key in ("input_ids", "labels", "image_grid_thw"):
+                exact &= np.array_equal(ref[f"{line}/{key}"], other[f"{line}/{key}"])
+            a, b = ref[f"{line}/pixel_values"], other[f"{line}/pixel_values"]
+            if a.shape != b.shape:
+                exact = False
+                continue
+            d = np.abs(a.astype(np.float64) - b)
+            mean_px, max_px = max(mean_px, float(d.mean())), max(max_px, float(d.max()))
+        ok = exact and missing == 0 and mean_px <= PIXEL_MEAN_TOL and max_px <= PIXEL_MAX_TOL
+        rows.append(
+            {
+                "contender": name,
+                "reference": ref_name,
+                "records": len(lines) - missing,
+                "ids_labels_grids_identical": exact,
+                "pixel_max_mean_abs": mean_px,
+                "pixel_max_abs": max_px,
+                "ok": ok,
+            }
+        )
+    return rows
+
+
+def write_results(out: Path, rows: list[dict[str, Any]], checks: list[dict[str, Any]], meta: dict):
+    out.mkdir(parents=True, exist_ok=True)
+    cols = [
+        "contender",
+        "samples_per_s",
+        "images_per_s",
+        "time_to_first_batch_s",
+        "peak_memory_gib",
+        "cpu_utilization",
+        "wait_time_ratio_at_80pct",
+        "samples",
+        "pass2_samples",
+    ]
+    with (out / "loaders.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()})
+    (out / "loaders.json").write_text(json.dumps({"meta": meta, "rows": rows, "parity": checks}))
+    best = max(r["samples_per_s"] for r in rows)
+    lines = [
+        f"Measured {meta['date']} on {meta['host']}: {meta['samples']} samples (pass 2: "
+        f"{meta['pass2_samples']}), micro-batch {meta['batch_size']}, {meta['cores']} cores, "
+        f"GET latency {meta['latency_ms']} +- {meta['jitter_ms']} ms, max_pixels "
+        f"{meta['max_pixels']}; pass-2 step time {meta['step_time_s'] * 1000:.0f} ms "
+        f"(demand = 80% of the best capacity, {best:.2f} samples/s).",
+        "",
+        "| contender | samples/s | images/s | x naive | time to first batch | peak memory "
+        "| CPU utilization | wait-time ratio at 80% demand |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    naive = next((r["samples_per_s"] for r in rows if r["contender"] == "naive"), float("nan"))
+    for r in rows:
+        lines.append(
+            f"| {r['contender']} | {r['samples_per_s']:.2f} | {r['images_per_s']:.2f} "
+            f"| {r['samples_per_s'] / naive:.1f}x | {r['time_to_first_batch_s']:.1f} s "
+            f"| {r['peak_memory_gib']:.2f} GiB | {100 * r['cpu_utilization']:.0f}% "
+            f"| {100 * r['wait_time_ratio_at_80pct']:.1f}% |"
+        )
+    lines += [
+        "",
+        "| contender | records compared with " + checks[0]["reference"] + " | ids, labels, grids "
+        "| pixels: worst mean abs / max abs | within docs/parity.md |",
+        "|---|---|---|---|---|",
+    ]
+    for c in checks:
+        lines.append(
+            f"| {c['contender']} | {c['records']} | "
+            f"{'identical' if c['ids_labels_grids_identical'] else 'DIFFER'} | "
+            f"{c['pixel_max_mean_abs']:.2g} / {c['pixel_max_abs']:.2g} | "
+            f"{'yes' if c['ok'] else 'NO'} |"
+        )
+    (out / "loaders.md").write_text("\n".join(lines) + "\n")
+    plot(out / "loaders.png", rows, meta)
+
+
+def plot(path: Path, rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r["contender"] for r in rows]
+    panels = [
+        ("samples_per_s", "samples/s (steady state)", 1),
+        ("time_to_first_batch_s", "time to first batch (s)", 1),
+        ("peak_memory_gib", "peak memory, process tree (GiB)", 1),
+        ("wait_time_ratio_at_80pct", "trainer wait-time ratio at 80% demand (%)", 100),
+    ]
+    fig, axes = plt.subplots(1, len(panels), figsize=(18, 4.5))
+    for ax, (key, title, scale) in zip(axes, panels, strict=True):
+        values = [r[key] * scale for r in rows]
+        bars = ax.bar(names, values, color=["#888" if "stoker" not in n else "#d62" for n in names])
+        ax.bar_label(bars, fmt="%.2f" if scale == 1 else "%.0f")
+        ax.set_title(title)
+        ax.tick_params(axis="x", rotation=45)
+    fig.suptitle(
+        f"Loaders side by side: {meta['samples']} samples, B={meta['batch_size']}, "
+        f"{meta['cores']} cores, S3 GET {meta['latency_ms']} +- {meta['jitter_ms']} ms"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--samples", type=int, default=2000, help="records in the dataset (2000)")
+    p.add_argument("--pass2-samples", type=int, help="records read in pass 2 (default: half)")
+    p.add_argument("--quick", action="store_true", help="96 samples, a smoke test")
+    p.add_argument("--batch-size", type=int, default=8, help="micro-batch size B (8)")
+    p.add_argument("--cores", type=int, default=os.cpu_count(), help="cores for each contender")
+    p.add_argument("--contenders", default=",".join(CONTENDERS), help="comma-separated names")
+    p.add_argument("--latency-ms", type=int, default=50, help="time to first byte per GET (50)")
+    p.add_argument("--jitter-ms", type=int, default=20, help="uniform jitter of it (20)")
+    p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
+    args = p.parse_args()
+    if args.quick:
+        args.samples = 96
+    names = args.contenders.split(",")
+    unknown = set(names) - set(CONTENDERS)
+    if unknown:
+        p.error(f"unknown contenders {sorted(unknown)}; known: {', '.join(CONTENDERS)}")
+    pass2 = args.pass2_samples or args.samples // 2
+    workdir = STATE / "bench-loaders"
+    workdir.mkdir(parents=True, exist_ok=True)
+    (STATE / "logs").mkdir(parents=True, exist_ok=True)
+    log(f"dataset: {args.samples} records, one image object each")
+    dataset = make_dataset(STATE / "bench-dataset", args.samples)
+    s3, endpoint = start_s3(dataset, args.latency_ms, args.jitter_ms)
+    log(f"local S3 server {endpoint}, GET latency {args.latency_ms} +- {args.jitter_ms} ms")
+    try:
+        if "stoker-cluster" in names:
+            cluster(
+                "start",
+                "-D",
+                f"s3.endpoint={endpoint}",
+                "-D",
+                "s3.path.style.access=true",
+                "-D",
+                f"taskmanager.numberOfTaskSlots={args.cores}",
+            )
+
+        def config(name: str, samples: int, step_time_s: float, tag: str) -> Config:
+            return Config(
+                name=name,
+                endpoint=endpoint,
+                dataset=str(dataset),
+                samples=samples,
+                batch_size=args.batch_size,
+                cores=args.cores,
+                step_time_s=step_time_s,
+                parity_lines=list(range(1, min(len(POOL), samples) + 1)),
+                result=str(workdir / f"{tag}-{name}.result.json"),
+                extra=CONTENDERS[name][1],
+            )
+
+        rows: dict[str, dict[str, Any]] = {}
+        for name in names:
+            log(f"pass 1 (capacity): {name}")
+            r = run_contender(name, config(name, args.samples, 0.0, "pass1"), args.cores, workdir)
+            rows[name] = dict(contender=name, **r)
+            log(f"  {json.dumps(rows[name])}")
+        best = max(r["samples_per_s"] for r in rows.values())
+        step_time = args.batch_size / (0.8 * best)
+        for name in names:
+            log(f"pass 2 (demand 80% of {best:.2f} samples/s, step {step_time:.3f} s): {name}")
+            r = run_contender(name, config(name, pass2, step_time, "pass2"), args.cores, workdir)
+            rows[name]["wait_time_ratio_at_80pct"] = r["wait_time_ratio"]
+            rows[name]["pass2_samples"] = r["samples"]
+            log(f"  wait-time ratio {r['wait_time_ratio']:.3f}")
+    finally:
+        if "stoker-cluster" in names:
+            cluster("stop")
+        s3.terminate()
+        s3.wait()
+    checks = parity(names, workdir)
+    meta = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "host": f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}",
+        "samples": args.samples,
+        "pass2_samples": pass2,
+        "batch_size": args.batch_size,
+        "cores": args.cores,
+        "latency_ms": args.latency_ms,
+        "jitter_ms": args.jitter_ms,
+        "max_pixels": 200704,
+        "step_time_s": step_time,
+    }
+    write_results(args.out, list(rows.values()), checks, meta)
+    print((args.out / "loaders.md").read_text())
+    return 0 if all(c["ok"] for c in checks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""Contender 4, Stoker: the job on embedded Flink (``extra.mode = "embedded"``, a child JVM as
+``./stoker demo`` starts it) or submitted with ``flink run`` to the standalone cluster that run.py
+started (``"cluster"``), dp-world-size 1; the trainer reads the batches with the Python
+``BatchReader`` (zero copy, acks drive the job's prefetch bound)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from bench.loaders.common import (
+    BUCKET,
+    MAX_PIXELS,
+    MIN_PIXELS,
+    PREFIX,
+    REPO,
+    TOKENIZER,
+    Config,
+    contender_main,
+)
+from stoker.reader import BatchReader
+
+JAR = REPO / "job" / "target" / "stoker-job.jar"
+OUTPUT_ROOT = Path("/dev/shm/stoker-bench")
+JVM_OPENS = [
+    f"--add-opens=java.base/{p}=ALL-UNNAMED"
+    for p in (
+        "java.nio sun.nio.ch java.lang java.util java.lang.reflect java.io java.net java.time "
+        "java.text java.util.concurrent"
+    ).split()
+]
+
+
+def job_args(cfg: Config, job: str) -> list[str]:
+    args = {
+        "stoker.dataset.path": f"s3://{BUCKET}/{PREFIX}",
+        "stoker.tokenizer.path": str(TOKENIZER),
+        "stoker.job-name": job,
+        "stoker.output.root": str(OUTPUT_ROOT),
+        "stoker.dp-world-size": "1",
+        "stoker.micro-batch-size": str(cfg.batch_size),
+        "stoker.model.preset": "qwen2-vl",
+        "stoker.image.min-pixels": str(MIN_PIXELS),
+        "stoker.image.max-pixels": str(MAX_PIXELS),
+        "s3.endpoint": cfg.endpoint,
+        "s3.path.style.access": "true",
+        "parallelism.default": str(cfg.cores),
+    }
+    return [x for k, v in args.items() for x in (f"--{k}", v)]
+
+
+def start_job(cfg: Config, job: str) -> subprocess.Popen[bytes]:
+    log = open(Path(cfg.result).with_suffix(".job.log"), "wb")  # kept open by the child
+    env = dict(os.environ, AWS_ACCESS_KEY_ID="stoker-local", AWS_EC2_METADATA_DISABLED="true")
+    env["AWS_SECRET_ACCESS_KEY"] = "stoker-local-secret"
+    if cfg.extra["mode"] == "embedded":
+        classpath = (REPO / "job" / "target" / "runtime-classpath.txt").read_text().strip()
+        env["FLINK_PLUGINS_DIR"] = str(REPO / "job" / "target" / "plugins")
+        cmd = [
+            "java",
+            *JVM_OPENS,
+            "-Daws.java.v1.disableDeprecationAnnouncement=true",
+            f"-Dlog4j.configurationFile=file:{REPO}/flink-conf/log4j-console.properties",
+            f"-Dlog.file={Path(cfg.result).with_suffix('.flink.log')}",
+            "-cp",
+            f"{JAR}:{classpath}",
+            "dev.stoker.job.StokerJob",
+            *job_args(cfg, job),
+            "--rest.address",
+            "127.0.0.1",
+            "--rest.bind-address",
+            "127.0.0.1",
+            "--rest.port",
+            str(cfg.extra.get("rest_port", 18082)),
+        ]
+    else:
+        cmd = [str(REPO / "scripts" / "flink"), "run", str(JAR), *job_args(cfg, job)]
+    return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def batches(cfg: Config) -> Iterator[dict[str, Any]]:
+    job = f"bench-{cfg.name}"
+    shutil.rmtree(OUTPUT_ROOT / job, ignore_errors=True)
+    proc = start_job(cfg, job)
+    try:
+        for batch in BatchReader(OUTPUT_ROOT / job, 0, timeout_s=600):
+            yield {
+                # source is "<jsonl uri>:<line>"; a back-filled row repeats another row's record
+                "lines": [int(s.rsplit(":", 1)[1]) for s in batch.source],
+                "backfilled": len(batch.backfilled_slots),
+                "input_ids": batch.input_ids,
+                "labels": batch.labels,
+                "attention_mask": batch.attention_mask,
+                "pixel_values": batch.pixel_values,
+                "image_grid_thw": batch.image_grid_thw,
+            }
+        if proc.wait(timeout=300) != 0:
+            raise RuntimeError(f"the Stoker job failed (exit {proc.returncode}); see its log")
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=60)
+        shutil.rmtree(OUTPUT_ROOT / job, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    contender_main(batches)

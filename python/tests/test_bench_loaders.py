@@ -1,0 +1,70 @@
+"""bench/loaders/common.py: the benchmark's dataset and batch layout (no torch needed)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location(
+    "bench_loaders_common", REPO_ROOT / "bench" / "loaders" / "common.py"
+)
+assert _spec and _spec.loader
+common = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = common  # dataclasses look their module up
+_spec.loader.exec_module(common)
+
+
+def test_dataset_has_one_distinct_image_object_per_record(tmp_path: Path) -> None:
+    n = len(common.POOL) + 5
+    root = common.make_dataset(tmp_path / "ds", n)
+    records = common.read_records(root)
+    keys = [r["image"] for r in records]
+    assert [r["line"] for r in records] == list(range(1, n + 1))
+    assert len(set(keys)) == n  # nothing to cache: every sample its own object
+    for i, rec in enumerate(records):
+        pool_image = common.SHARED / common.POOL[i % len(common.POOL)]
+        assert (root / rec["image"]).read_bytes() == pool_image.read_bytes()
+        assert rec["conversations"][0]["value"].startswith("<image>\n")
+    # reused as is when complete
+    stamp = (root / "train.jsonl").stat().st_mtime_ns
+    common.make_dataset(tmp_path / "ds", n)
+    assert (root / "train.jsonl").stat().st_mtime_ns == stamp
+    assert json.loads((root / "train.jsonl").read_text().splitlines()[0])["id"] == "s000000"
+
+
+def _sample(line: int, length: int, patches: int) -> dict:
+    rng = np.random.default_rng(line)
+    ids = rng.integers(0, 150000, length)
+    return {
+        "line": line,
+        "input_ids": ids,
+        "labels": np.where(np.arange(length) > length // 2, ids, -100),
+        "pixel_values": rng.standard_normal((patches, 1176)).astype(np.float32),
+        "image_grid_thw": np.array([[1, 2, patches // 2]]),
+    }
+
+
+def test_collate_pads_like_stoker_and_splits_back() -> None:
+    samples = [_sample(3, 7, 4), _sample(9, 12, 8), _sample(4, 5, 2)]
+    batch = common.collate(samples)
+    assert batch["lines"] == [3, 9, 4]
+    assert batch["input_ids"].shape == (3, 12)
+    assert batch["pixel_values"].shape == (14, 1176)
+    assert (batch["input_ids"][0, 7:] == common.PAD_TOKEN_ID).all()
+    assert (batch["labels"][2, 5:] == -100).all()
+    assert batch["attention_mask"].sum(axis=1).tolist() == [7, 12, 5]
+    back = common.split_samples(batch)
+    for s in samples:
+        for key in ("input_ids", "labels", "pixel_values", "image_grid_thw"):
+            np.testing.assert_array_equal(back[s["line"]][key], s[key])
+
+
+def test_micro_batches_keep_order_and_size() -> None:
+    samples = [_sample(i, 3, 2) for i in range(1, 11)]
+    batches = list(common.micro_batches(iter(samples), 4))
+    assert [b["lines"] for b in batches] == [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10]]
