@@ -41,9 +41,10 @@ class HfPixelParityTest {
 
     /**
      * Images whose decoded pixels differ from Pillow's (docs/parity.md, "Not matching"): lossy WebP
-     * (TwelveMonkeys' VP8 decoder vs libwebp's YUV-to-RGB upsampling) and, when libjpeg-turbo is not
-     * installed, one baseline JPEG (Java's libjpeg 6b vs Pillow's libjpeg-turbo). They are held to the measured distance instead, so a
-     * regression still fails; resizing and normalisation are exact for them as for the rest.
+     * (TwelveMonkeys' VP8 decoder vs libwebp's YUV-to-RGB upsampling) and, when libjpeg-turbo is
+     * not installed, one baseline JPEG (Java's libjpeg 6b vs Pillow's libjpeg-turbo). They are held
+     * to the measured distance instead, so a regression still fails; resizing and normalisation are
+     * exact for them as for the rest.
      */
     static final Map<String, Double> KNOWN_DECODE_DIFFERENCES =
             Map.of(
@@ -124,7 +125,8 @@ class HfPixelParityTest {
                             && (encoded[1] & 0xFF) == 0xD8
                             && !name.equals(CMYK_JPEG);
             if (libjpegTurbo && slowImage.max != 0) {
-                failures.add(name + ": libjpeg-turbo decode not Pillow-exact: vs slow " + slowImage);
+                failures.add(
+                        name + ": libjpeg-turbo decode not Pillow-exact: vs slow " + slowImage);
             }
             System.out.printf(
                     Locale.ROOT,

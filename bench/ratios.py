@@ -1,0 +1,47 @@
+"""Ratios of bench/transform-ceiling.sh's RESULT lines (goals from issue 8).
+
+* per core: Pillow peer ms/img divided by Stoker's ms/img (goal >= 2x);
+* vs ceiling: Stoker's ms/img divided by the libjpeg-turbo decode alone (goal <= 2.5x);
+* 2 threads: aggregate img/s with 2 threads divided by 1 thread.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main() -> None:
+    rows: dict[tuple[str, str, int], dict[str, float]] = {}
+    for line in open(sys.argv[1]):
+        if not line.startswith("RESULT "):
+            continue
+        kv = dict(part.split("=", 1) for part in line.split()[1:])
+        key = (kv.pop("set"), kv.pop("mode"), int(kv.pop("threads")))
+        rows[key] = {k: float(v) for k, v in kv.items()}
+    for s in sorted({k[0] for k in rows}):
+
+        def ms(mode: str, threads: int = 1, s: str = s) -> float | None:
+            r = rows.get((s, mode, threads))
+            return r["ms_per_img"] if r else None
+
+        pillow, ceiling, dct_ceiling = ms("pillow"), ms("tj-decode"), ms("tj-decode-dct")
+        print(f"== set {s}: Pillow {pillow} ms/img, libjpeg-turbo decode {ceiling} ms/img")
+        for mode in ("imageio", "tj", "tj-dct"):
+            m = ms(mode)
+            if m is None:
+                continue
+            line = f"  {mode:8s} {m:8.2f} ms/img  {1000 / m:6.1f} img/s/core"
+            if pillow:
+                line += f"  | vs Pillow per core {pillow / m:4.2f}x (goal >= 2)"
+            if ceiling:
+                line += f"  | vs decode ceiling {m / ceiling:4.2f}x (goal <= 2.5)"
+            if mode == "tj-dct" and dct_ceiling:
+                line += f" ({m / dct_ceiling:4.2f}x of the DCT-scaled decode)"
+            two = ms(mode, 2)
+            if two:
+                line += f"  | 2 threads {1000 / two:6.1f} img/s ({m / two:4.2f}x)"
+            print(line)
+
+
+if __name__ == "__main__":
+    main()
