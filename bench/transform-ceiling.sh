@@ -5,11 +5,14 @@
 # two JPEG sets (bench/make_jpeg_sets.py: 6 x 1920x1080 q90 4:2:0, and 5 shared photos of 2-12 MP).
 # No I/O, no Flink. Prints RESULT lines and then the ratios; see bench/README.md.
 #   bench/transform-ceiling.sh [WARMUP_S] [REPEAT_S] [REPEATS]      default 2 1 5
+# MAX_PIXELS (default 1003520 = 1280*28*28, a common Qwen2-VL setting; the preset's 12845056 keeps a
+# 1920x1080 photo at full size) bounds smart_resize for Stoker and the peer alike.
 # Needs ../shared/data beside the repository and the venv (.venv, or /work/main/.venv via VENV=).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WARMUP=${1:-2}; REPEAT=${2:-1}; REPEATS=${3:-5}
 VENV=${VENV:-.venv}
+MAX_PIXELS=${MAX_PIXELS:-1003520}
 WORK=bench/.work
 CP_FILE=$(pwd)/operators/target/test-classpath.txt
 mkdir -p "$WORK"
@@ -22,9 +25,10 @@ JAVA="java -Xms2g -Xmx2g -XX:+UseParallelGC -Dlog4j.configurationFile=file:$(pwd
 OUT=$WORK/results.txt
 : > "$OUT"
 for set in hd large; do
-  $JAVA "$set" "$WORK/$set" "$WARMUP" "$REPEAT" "$REPEATS" 1 \
-      tj-decode tj-decode-dct imageio tj tj-dct resize-only | tee -a "$OUT"
-  "$VENV/bin/python" bench/pillow_peer.py "$set" "$WORK/$set" "$WARMUP" "$REPEAT" "$REPEATS" | tee -a "$OUT"
-  $JAVA "$set" "$WORK/$set" "$WARMUP" "$REPEAT" "$REPEATS" 2 tj-decode tj tj-dct | tee -a "$OUT"
+  $JAVA "$set" "$WORK/$set" "$MAX_PIXELS" "$WARMUP" "$REPEAT" "$REPEATS" 1 \
+      dct-diff tj-decode tj-decode-dct imageio tj tj-dct resize-only | tee -a "$OUT"
+  "$VENV/bin/python" bench/pillow_peer.py "$set" "$WORK/$set" "$MAX_PIXELS" "$WARMUP" "$REPEAT" "$REPEATS" \
+      | tee -a "$OUT"
+  $JAVA "$set" "$WORK/$set" "$MAX_PIXELS" "$WARMUP" "$REPEAT" "$REPEATS" 2 tj-decode tj tj-dct | tee -a "$OUT"
 done
 "$VENV/bin/python" bench/ratios.py "$OUT"

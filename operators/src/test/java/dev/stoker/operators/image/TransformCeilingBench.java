@@ -1,6 +1,8 @@
 package dev.stoker.operators.image;
 
+import com.sun.management.OperatingSystemMXBean;
 import dev.stoker.operators.model.RejectedRecordException;
+import java.lang.management.ManagementFactory;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
@@ -22,10 +24,18 @@ import java.util.stream.Stream;
  * resize-only} (the {@link BicubicResampler} on pre-decoded images). With N threads each thread has
  * its own processor and runs whole passes; the figure is aggregate throughput.
  *
- * <p>Output: one line per mode, {@code RESULT set=<name> mode=<m> threads=<n> ms_per_img=<median>
- * min_ms=<min> img_s=<..> src_mp_s=<..> out_mp_s=<..> spread=<(max-min)/median>}.
+ * <p>Time is the process's CPU time (all threads, GC and JIT included), so that other tenants of a
+ * shared machine do not count; wall time is reported beside it. Output: one line per mode, {@code
+ * RESULT set=<name> mode=<m> threads=<n> ms_per_img=<median CPU ms per image> min_ms=<min>
+ * wall_ms=<median wall ms per image, all threads together> img_s=<per core, from CPU time>
+ * src_mp_s=<..> out_mp_s=<..> spread=<(max-min)/median>}.
  *
- * <p>Arguments: {@code <set name> <folder> <warm-up s> <repeat s> <repeats> <threads> <mode>...}.
+ * <p>Mode {@code dct-diff} times nothing: it prints, per image and for the set, how far the resized
+ * RGB of the DCT fast mode is from the parity path's (mean and max absolute difference in uint8
+ * levels, PSNR in dB) and the DCT scale chosen.
+ *
+ * <p>Arguments: {@code <set name> <folder> <max_pixels> <warm-up s> <repeat s> <repeats> <threads>
+ * <mode>...}.
  */
 public final class TransformCeilingBench {
     private TransformCeilingBench() {}
@@ -44,11 +54,12 @@ public final class TransformCeilingBench {
                 images.add(Files.readAllBytes(p));
             }
         }
-        double warmup = Double.parseDouble(args[2]);
-        double repeatSeconds = Double.parseDouble(args[3]);
-        int repeats = Integer.parseInt(args[4]);
-        int threads = Integer.parseInt(args[5]);
         QwenVisionConfig config = new QwenVisionConfig();
+        config.maxPixels = Long.parseLong(args[2]);
+        double warmup = Double.parseDouble(args[3]);
+        double repeatSeconds = Double.parseDouble(args[4]);
+        int repeats = Integer.parseInt(args[5]);
+        int threads = Integer.parseInt(args[6]);
         long srcPixels = 0;
         long outPixels = 0;
         ImageDecoder probe = new ImageDecoder(false);
@@ -61,39 +72,109 @@ public final class TransformCeilingBench {
         }
         System.out.printf(
                 Locale.ROOT,
-                "set %s: %d images, %.2f source MP, %.2f target MP; libjpeg-turbo %s%n",
+                "set %s: %d images, %.2f source MP, %.2f target MP (max_pixels %d); libjpeg-turbo"
+                        + " %s%n",
                 set,
                 images.size(),
                 srcPixels / 1e6,
                 outPixels / 1e6,
+                config.maxPixels,
                 TurboJpeg.available() ? "installed" : "NOT installed");
-        for (int m = 6; m < args.length; m++) {
+        for (int m = 7; m < args.length; m++) {
             String mode = args[m];
+            if (mode.equals("dct-diff")) {
+                dctDiff(set, config, images);
+                continue;
+            }
             Work[] work = new Work[threads];
             for (int t = 0; t < threads; t++) {
                 work[t] = work(mode, config, images);
             }
             System.gc();
-            double[] msPerImage =
+            double[][] msPerImage =
                     measure(work, images.size(), warmup, repeatSeconds, repeats, threads);
-            double[] sorted = msPerImage.clone();
+            double[] sorted = msPerImage[0].clone();
             Arrays.sort(sorted);
+            double[] wall = msPerImage[1].clone();
+            Arrays.sort(wall);
             double median = sorted[sorted.length / 2];
             double imgPerS = 1000.0 / median;
             System.out.printf(
                     Locale.ROOT,
-                    "RESULT set=%s mode=%s threads=%d ms_per_img=%.3f min_ms=%.3f img_s=%.2f"
-                            + " src_mp_s=%.1f out_mp_s=%.1f spread=%.2f%n",
+                    "RESULT set=%s mode=%s threads=%d ms_per_img=%.3f min_ms=%.3f wall_ms=%.3f"
+                            + " img_s=%.2f src_mp_s=%.1f out_mp_s=%.1f spread=%.2f%n",
                     set,
                     mode,
                     threads,
                     median,
                     sorted[0],
+                    wall[wall.length / 2],
                     imgPerS,
                     imgPerS * srcPixels / images.size() / 1e6,
                     imgPerS * outPixels / images.size() / 1e6,
                     (sorted[sorted.length - 1] - sorted[0]) / median);
         }
+    }
+
+    /** Resized RGB of the DCT fast mode vs the parity path, per image and over the set. */
+    private static void dctDiff(String set, QwenVisionConfig config, List<byte[]> images)
+            throws RejectedRecordException {
+        ImageDecoder full = new ImageDecoder(true);
+        ImageDecoder scaled = new ImageDecoder(true);
+        QwenImageProcessor sizes = new QwenImageProcessor(config, full);
+        BicubicResampler resampler = new BicubicResampler();
+        long sum = 0;
+        long samples = 0;
+        int max = 0;
+        double squares = 0;
+        for (int i = 0; i < images.size(); i++) {
+            RgbImage a = full.decode(images.get(i), Long.MAX_VALUE);
+            int srcW = a.width();
+            int[] hw = sizes.targetSize(a.height(), a.width(), null);
+            byte[] reference = resampler.resize(a, hw[1], hw[0]).pixels().clone();
+            RgbImage b =
+                    scaled.decode(
+                            images.get(i), Long.MAX_VALUE, (h, w) -> sizes.targetSize(h, w, null));
+            int scaledW = b.width();
+            byte[] fast = resampler.resize(b, hw[1], hw[0]).pixels();
+            long imageSum = 0;
+            int imageMax = 0;
+            double imageSquares = 0;
+            int n = hw[0] * hw[1] * 3;
+            for (int k = 0; k < n; k++) {
+                int d = Math.abs((reference[k] & 0xFF) - (fast[k] & 0xFF));
+                imageSum += d;
+                imageMax = Math.max(imageMax, d);
+                imageSquares += (double) d * d;
+            }
+            System.out.printf(
+                    Locale.ROOT,
+                    "DCT set=%s image=%d scale=1/%d target=%dx%d mean_abs=%.3f max_abs=%d"
+                            + " psnr_db=%.1f%n",
+                    set,
+                    i,
+                    Math.round((double) srcW / scaledW),
+                    hw[1],
+                    hw[0],
+                    (double) imageSum / n,
+                    imageMax,
+                    psnr(imageSquares / n));
+            sum += imageSum;
+            samples += n;
+            max = Math.max(max, imageMax);
+            squares += imageSquares;
+        }
+        System.out.printf(
+                Locale.ROOT,
+                "DCT set=%s all mean_abs=%.3f max_abs=%d psnr_db=%.1f%n",
+                set,
+                (double) sum / samples,
+                max,
+                psnr(squares / samples));
+    }
+
+    private static double psnr(double mse) {
+        return mse == 0 ? Double.POSITIVE_INFINITY : 10 * Math.log10(255.0 * 255.0 / mse);
     }
 
     private static Work work(String mode, QwenVisionConfig base, List<byte[]> images)
@@ -158,11 +239,16 @@ public final class TransformCeilingBench {
         return i -> processor.process(images.get(i), null).pixelValues.length;
     }
 
-    /** Per repeat, the wall milliseconds per image (all threads together). */
-    private static double[] measure(
+    /**
+     * Per repeat, {@code [0]} the process CPU milliseconds per image and {@code [1]} the wall
+     * milliseconds per image (all threads together).
+     */
+    private static double[][] measure(
             Work[] work, int n, double warmup, double repeatSeconds, int repeats, int threads)
             throws Exception {
-        double[] result = new double[repeats];
+        OperatingSystemMXBean os =
+                (OperatingSystemMXBean) ManagementFactory.getOperatingSystemMXBean();
+        double[][] result = new double[2][repeats];
         long[] sink = new long[threads];
         CyclicBarrier barrier = new CyclicBarrier(threads);
         // phase -1 is the warm-up
@@ -172,6 +258,7 @@ public final class TransformCeilingBench {
             Thread[] pool = new Thread[threads];
             Throwable[] failure = new Throwable[1];
             long start = System.nanoTime();
+            long cpuStart = os.getProcessCpuTime();
             for (int t = 0; t < threads; t++) {
                 int id = t;
                 pool[t] =
@@ -199,8 +286,11 @@ public final class TransformCeilingBench {
                 throw new IllegalStateException("benchmark work failed", failure[0]);
             }
             long elapsed = System.nanoTime() - start;
+            long cpu = os.getProcessCpuTime() - cpuStart;
             if (phase >= 0) {
-                result[phase] = elapsed / 1e6 / Arrays.stream(done).sum();
+                long images = Arrays.stream(done).sum();
+                result[0][phase] = cpu / 1e6 / images;
+                result[1][phase] = elapsed / 1e6 / images;
             }
         }
         if (Arrays.stream(sink).sum() == 42) {
