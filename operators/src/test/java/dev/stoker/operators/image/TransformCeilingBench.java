@@ -180,6 +180,7 @@ public final class TransformCeilingBench {
     private static Work work(String mode, QwenVisionConfig base, List<byte[]> images)
             throws RejectedRecordException {
         QwenVisionConfig dct = new QwenVisionConfig();
+        dct.maxPixels = base.maxPixels;
         dct.dctDownscale = true;
         switch (mode) {
             case "tj-decode":
