@@ -27,7 +27,7 @@ OUT=$WORK/results.txt
 for set in hd large; do
   $JAVA "$set" "$WORK/$set" "$MAX_PIXELS" 0 0 1 1 dct-diff | tee -a "$OUT"
   # each mode in a fresh JVM, so no mode inherits another's heap or JIT profile
-  for mode in tj-decode tj-decode-dct imageio tj tj-dct resize-only; do
+  for mode in tj-decode tj-decode-dct imageio tj tj-dct resize-only patchify-only; do
     $JAVA "$set" "$WORK/$set" "$MAX_PIXELS" "$WARMUP" "$REPEAT" "$REPEATS" 1 "$mode" | grep RESULT | tee -a "$OUT"
   done
   "$VENV/bin/python" bench/pillow_peer.py "$set" "$WORK/$set" "$MAX_PIXELS" "$WARMUP" "$REPEAT" "$REPEATS" \

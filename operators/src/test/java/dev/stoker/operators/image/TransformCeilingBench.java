@@ -21,8 +21,9 @@ import java.util.stream.Stream;
  * tj-decode-dct} (the same at the DCT scale the fast mode picks), {@code imageio}, {@code tj},
  * {@code tj-dct} (the whole {@link QwenImageProcessor#process}: decode, resize, normalise,
  * patchify, with ImageIO, libjpeg-turbo, and libjpeg-turbo with DCT downscaling), {@code
- * resize-only} (the {@link BicubicResampler} on pre-decoded images). With N threads each thread has
- * its own processor and runs whole passes; the figure is aggregate throughput.
+ * resize-only} (the {@link BicubicResampler} on pre-decoded images), {@code patchify-only} ({@link
+ * QwenImageProcessor#patchify} on pre-resized images). With N threads each thread has its own
+ * processor and runs whole passes; the figure is aggregate throughput.
  *
  * <p>Time is the process's CPU time (all threads, GC and JIT included), so that other tenants of a
  * shared machine do not count; wall time is reported beside it. Output: one line per mode, {@code
@@ -213,6 +214,23 @@ public final class TransformCeilingBench {
                 return process(new QwenImageProcessor(base, new ImageDecoder(true)), images);
             case "tj-dct":
                 return process(new QwenImageProcessor(dct, new ImageDecoder(true)), images);
+            case "patchify-only":
+                {
+                    ImageDecoder decoder = new ImageDecoder(false);
+                    QwenImageProcessor processor = new QwenImageProcessor(base, decoder);
+                    List<RgbImage> resized = new ArrayList<>();
+                    for (byte[] img : images) {
+                        RgbImage d = decoder.decode(img, Long.MAX_VALUE);
+                        int[] hw = processor.targetSize(d.height(), d.width(), null);
+                        RgbImage r = new BicubicResampler().resize(d, hw[1], hw[0]);
+                        resized.add(
+                                new RgbImage(
+                                        r.width(),
+                                        r.height(),
+                                        Arrays.copyOf(r.pixels(), r.width() * r.height() * 3)));
+                    }
+                    return i -> processor.patchify(resized.get(i)).pixelValues.length;
+                }
             case "resize-only":
                 {
                     List<RgbImage> decoded = new ArrayList<>();
