@@ -44,6 +44,10 @@ cmd_build() {
   touch "$stamp"
 }
 
+# lib/ also holds libjpeg-turbo's Java API (turbojpeg-2.1.5.jar, from third_party/maven via cluster/pom.xml):
+# a JNI library loads in one class loader per JVM, so it must come from the parent class loader, never
+# from the job jar. The native part is libturbojpeg.so (apt-get install libturbojpeg0-dev, which ./stoker
+# does as root); without it the job decodes JPEGs with ImageIO.
 classpath() { echo "$FLINK_HOME/lib/*"; }
 
 # Lines a BashJavaUtils command prints after its result marker.

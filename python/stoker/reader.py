@@ -36,7 +36,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.ipc
 
-from .schema import COLUMNS, FORMAT_VERSION, match_column
+from .schema import COLUMNS, FORMAT_VERSION, PIXEL_DTYPES, match_column
 
 __all__ = ["Batch", "BatchReader", "BatchFormatError", "Manifest", "ResumeError"]
 
@@ -158,7 +158,10 @@ class Batch:
 
     * ``input_ids``, ``labels``, ``attention_mask``: ``(B, L)`` int64 (token ids; labels use
       -100 for ignored positions; mask is 1/0).
-    * ``pixel_values``: ``(P, D)`` float32, normalized pixel patches of all images in row order.
+    * ``pixel_values``: ``(P, D)`` float32, normalized pixel patches of all images in row order;
+      when ``pixel_dtype`` is ``"bfloat16"`` (sink option ``stoker.image.pixel-dtype: BFLOAT16``)
+      uint16 holding the bfloat16 bits instead (numpy has no bfloat16): :meth:`to_torch` returns
+      them as ``torch.bfloat16``, :func:`bfloat16_to_float32` widens them for numpy.
     * ``image_grid_thw``: ``(I, 3)`` int64, (grid_t, grid_h, grid_w) per image, in patches.
     * ``sample_index``: ``(B,)`` int64, slot index of each row's record in the run's
       deterministic order (``epoch * steps_per_epoch * W * B + position in the epoch's shuffled
@@ -189,6 +192,8 @@ class Batch:
     source: list[str]
     metadata: dict[str, str]
     backfilled_slots: tuple[int, ...] = ()
+    #: Element type of ``pixel_values`` (metadata ``stoker.pixel_dtype``): float32 or bfloat16.
+    pixel_dtype: str = "float32"
     #: (start address, size in bytes) of the file mapping the arrays live in.
     mapping_range: tuple[int, int] = (0, 0)
     _keepalive: Any = field(default=None, repr=False)
@@ -236,7 +241,9 @@ class Batch:
         """Return ``{name: torch.Tensor}`` sharing memory with the mapping (``torch.from_numpy``).
 
         Keys: ``input_ids``, ``labels``, ``attention_mask`` (B, L) int64; ``pixel_values``
-        (P, D) float32; ``image_grid_thw`` (I, 3) int64; ``sample_index`` (B,) int64.
+        (P, D) float32, or torch.bfloat16 when :attr:`pixel_dtype` is ``"bfloat16"`` (a view of
+        the same bytes, still no copy); ``image_grid_thw`` (I, 3) int64; ``sample_index`` (B,)
+        int64.
         The tensors are backed by read-only memory: do not write to them in place (move them
         to the GPU with ``.to(device, non_blocking=True)`` or clone them first).
 
@@ -254,7 +261,20 @@ class Batch:
         with warnings.catch_warnings():
             # from_numpy warns about non-writable arrays; sharing read-only memory is the point.
             warnings.simplefilter("ignore", UserWarning)
-            return {k: torch.from_numpy(v) for k, v in out.items()}
+            tensors = {k: torch.from_numpy(v) for k, v in out.items() if k != "pixel_values"}
+            if self.pixel_dtype == "bfloat16":
+                # torch has no uint16 view; int16 has the same bits and itemsize
+                bits = torch.from_numpy(self.pixel_values.view(np.int16))
+                tensors["pixel_values"] = bits.view(torch.bfloat16)
+            else:
+                tensors["pixel_values"] = torch.from_numpy(self.pixel_values)
+            return tensors
+
+
+def bfloat16_to_float32(bits: np.ndarray) -> np.ndarray:
+    """Widen bfloat16 values given as their uint16 bits (``Batch.pixel_values`` of a bfloat16
+    batch) to float32, exactly (bfloat16 is the upper half of a float32). Returns a new array."""
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
 def _step_name(step: int) -> str:
@@ -784,7 +804,13 @@ def read_batch_file(
     input_ids = _fixed_rows(cols["input_ids"], path, "input_ids", "int64")
     labels = _fixed_rows(cols["labels"], path, "labels", "int64")
     attention_mask = _fixed_rows(cols["attention_mask"], path, "attention_mask", "int64")
-    pixel_values = _list_of_fixed(cols["pixel_values"], path, "pixel_values", "float32")
+    pixel_dtype = meta.get("stoker.pixel_dtype", "float32")
+    pixel_values = _list_of_fixed(
+        cols["pixel_values"],
+        path,
+        "pixel_values",
+        "uint16" if pixel_dtype == "bfloat16" else "float32",
+    )
     image_grid_thw = _list_of_fixed(cols["image_grid_thw"], path, "image_grid_thw", "int64")
     si = cols["sample_index"]
     sample_index = _view(
@@ -845,6 +871,7 @@ def read_batch_file(
         source=src.to_pylist(),
         metadata=meta,
         backfilled_slots=backfilled,
+        pixel_dtype=pixel_dtype,
         mapping_range=(lo, size),
         _keepalive=(source, whole, rb),
     )
@@ -889,14 +916,22 @@ def validate_schema(
     problems = []
     names = set(schema.names)
     bound: dict[str, int] = {}
+    meta = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
+    pixel_dtype = meta.get("stoker.pixel_dtype", "float32")
+    if pixel_dtype not in PIXEL_DTYPES:
+        problems.append(f"metadata stoker.pixel_dtype={pixel_dtype!r} is not one of {PIXEL_DTYPES}")
+        pixel_dtype = "float32"
     for spec in COLUMNS:
         if spec.name not in names:
             problems.append(f"missing column {spec.name!r} ({spec.arrow_type})")
             continue
         t = schema.field(spec.name).type
-        got = match_column(spec, t)
+        variant = pixel_dtype if pixel_dtype in spec.variants else None
+        got = match_column(spec, t, variant)
         if got is None:
-            problems.append(f"column {spec.name!r} has type {t}, expected {spec.arrow_type}")
+            expected = spec.variants[variant][0] if variant else spec.arrow_type
+            detail = f" (stoker.pixel_dtype={pixel_dtype})" if variant else ""
+            problems.append(f"column {spec.name!r} has type {t}, expected {expected}{detail}")
             continue
         for sym, v in got.items():
             if bound.setdefault(sym, v) != v:

@@ -12,7 +12,7 @@ numbers are fixed sizes.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
@@ -22,13 +22,18 @@ FORMAT_VERSION = 2
 
 @dataclass(frozen=True)
 class ColumnSpec:
-    """One expected column: name, Arrow type notation, reader dtype and reader shape."""
+    """One expected column: name, Arrow type notation, reader dtype and reader shape.
+
+    ``variants`` maps another element type a writer may choose (``stoker.pixel_dtype``) to its
+    ``(arrow_type, reader_dtype)``.
+    """
 
     name: str
     arrow_type: str
     nullable: bool
     reader_dtype: str
     reader_shape: tuple[str | int, ...]
+    variants: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 COLUMNS: tuple[ColumnSpec, ...] = (
@@ -38,7 +43,12 @@ COLUMNS: tuple[ColumnSpec, ...] = (
     ColumnSpec("labels", "fixed_size_list<int64 not null>[L]", False, "int64", ("B", "L")),
     ColumnSpec("attention_mask", "fixed_size_list<int64 not null>[L]", False, "int64", ("B", "L")),
     ColumnSpec(
-        "pixel_values", "list<fixed_size_list<float32 not null>[D]>", False, "float32", ("P", "D")
+        "pixel_values",
+        "list<fixed_size_list<float32 not null>[D]>",
+        False,
+        "float32",
+        ("P", "D"),
+        {"bfloat16": ("list<fixed_size_list<uint16 not null>[D]>", "uint16")},
     ),
     ColumnSpec(
         "image_grid_thw", "list<fixed_size_list<int64 not null>[3]>", False, "int64", ("I", 3)
@@ -55,11 +65,16 @@ METADATA_KEYS: tuple[str, ...] = (
     "stoker.slots",
     "stoker.backfilled_slots",
     "stoker.pad_token_id",
+    "stoker.pixel_dtype",
 )
+
+#: ``stoker.pixel_dtype`` values: the element type of ``pixel_values``.
+PIXEL_DTYPES: tuple[str, ...] = ("float32", "bfloat16")
 
 _PRIMITIVES = {
     pa.int64(): "int64",
     pa.int32(): "int32",
+    pa.uint16(): "uint16",
     pa.float32(): "float32",
     pa.float64(): "float64",
     pa.string(): "utf8",
@@ -94,17 +109,24 @@ def type_pattern(notation: str) -> re.Pattern[str]:
     return re.compile("".join(out) + r"\Z")
 
 
-def match_column(spec: ColumnSpec, t: pa.DataType) -> dict[str, int] | None:
-    """Return the bound symbols (e.g. ``{"L": 17}``) if ``t`` matches ``spec``, else ``None``."""
-    m = type_pattern(spec.arrow_type).match(describe_type(t))
+def match_column(
+    spec: ColumnSpec, t: pa.DataType, variant: str | None = None
+) -> dict[str, int] | None:
+    """Return the bound symbols (e.g. ``{"L": 17}``) if ``t`` matches ``spec``, else ``None``.
+
+    ``variant`` (e.g. ``"bfloat16"``) matches against that entry of ``spec.variants`` instead.
+    """
+    notation = spec.variants[variant][0] if variant is not None else spec.arrow_type
+    m = type_pattern(notation).match(describe_type(t))
     if m is None:
         return None
     return {k: int(v) for k, v in m.groupdict().items()}
 
 
-def arrow_schema(seq_len: int, patch_dim: int) -> pa.Schema:
-    """Build a concrete Arrow schema for the given L and D (used by tests and tools)."""
+def arrow_schema(seq_len: int, patch_dim: int, pixel_dtype: str = "float32") -> pa.Schema:
+    """Build a concrete Arrow schema for the given L, D and pixel dtype (used by tests and tools)."""
     tok = pa.list_(pa.field("item", pa.int64(), nullable=False), seq_len)
+    pixel_item = pa.uint16() if pixel_dtype == "bfloat16" else pa.float32()
     return pa.schema(
         [
             pa.field("sample_index", pa.int64(), nullable=False),
@@ -114,7 +136,7 @@ def arrow_schema(seq_len: int, patch_dim: int) -> pa.Schema:
             pa.field("attention_mask", tok, nullable=False),
             pa.field(
                 "pixel_values",
-                pa.list_(pa.list_(pa.field("item", pa.float32(), nullable=False), patch_dim)),
+                pa.list_(pa.list_(pa.field("item", pixel_item, nullable=False), patch_dim)),
                 nullable=False,
             ),
             pa.field(

@@ -129,7 +129,10 @@ def make_samples(
     return out
 
 
-def build_record_batch(samples, *, patch_dim: int = PATCH_DIM) -> pa.RecordBatch:
+def build_record_batch(
+    samples, *, patch_dim: int = PATCH_DIM, pixel_dtype: str = "float32"
+) -> pa.RecordBatch:
+    """A batch of ``samples``; with ``pixel_dtype="bfloat16"`` their patches are uint16 bits."""
     L = max((len(s["ids"]) for s in samples), default=0)
     B = len(samples)
     ids = np.full((B, L), PAD, dtype=np.int64)
@@ -140,7 +143,7 @@ def build_record_batch(samples, *, patch_dim: int = PATCH_DIM) -> pa.RecordBatch
         ids[i, :n] = s["ids"]
         labels[i, n // 2 : n] = s["ids"][n // 2 :]
         mask[i, :n] = 1
-    schema = arrow_schema(L, patch_dim)
+    schema = arrow_schema(L, patch_dim, pixel_dtype)
     if B == 0:  # a step whose samples were all dead-lettered: L = 0
         return pa.RecordBatch.from_pylist([], schema=schema)
 
@@ -163,7 +166,15 @@ def build_record_batch(samples, *, patch_dim: int = PATCH_DIM) -> pa.RecordBatch
         fsl(ids, L, pa.int64()),
         fsl(labels, L, pa.int64()),
         fsl(mask, L, pa.int64()),
-        list_of_fsl([s["patches"] for s in samples], patch_dim, pa.float32(), np.float32),
+        list_of_fsl(
+            [s["patches"] for s in samples],
+            patch_dim,
+            *(
+                (pa.uint16(), np.uint16)
+                if pixel_dtype == "bfloat16"
+                else (pa.float32(), np.float32)
+            ),
+        ),
         list_of_fsl([s["grids"] for s in samples], 3, pa.int64(), np.int64),
     ]
     # from_arrays infers nullable child fields; cast to the exact schema (no-op on the data).

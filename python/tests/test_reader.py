@@ -21,7 +21,13 @@ from conftest import (
     write_steps,
 )
 
-from stoker import BatchFormatError, BatchReader, ResumeError, read_batch_file
+from stoker import (
+    BatchFormatError,
+    BatchReader,
+    ResumeError,
+    bfloat16_to_float32,
+    read_batch_file,
+)
 from stoker.schema import arrow_schema
 
 
@@ -355,6 +361,95 @@ def test_to_torch_shares_memory_or_raises_clear_import_error(shm_root):
     t = b.to_torch()
     assert t["input_ids"].dtype == torch.int64 and tuple(t["input_ids"].shape) == b.input_ids.shape
     assert t["pixel_values"].data_ptr() == b.pixel_values.ctypes.data
+
+
+# ------------------------------------------------------------------ bfloat16 pixel_values
+
+#: (float32 value, expected bfloat16 bits), the same cases as the Java sink's PixelDtypeTest.
+BF16_CASES = [
+    (1.0, 0x3F80),
+    (-2.5, 0xC020),
+    (1.00390625, 0x3F80),  # 1 + 2^-8: a tie, to even (down)
+    (1.01171875, 0x3F82),  # 1 + 3 * 2^-8: a tie, to even (up)
+    (1.0039064, 0x3F81),  # one float32 step above the tie: up
+    (float("inf"), 0x7F80),
+    (float("-inf"), 0xFF80),
+    (3.4028235e38, 0x7F80),  # float32 max rounds beyond bfloat16 max: inf
+    (float("nan"), 0x7FC0),
+    (0.0, 0x0000),
+    (-0.0, 0x8000),
+    (1e-40, 0x0001),  # a float32 subnormal keeps its upper bits
+]
+
+
+def _bf16_rne(x: np.ndarray) -> np.ndarray:
+    """Reference: float32 -> bfloat16 bits, round to nearest even, NaN -> 0x7FC0."""
+    bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(x), np.uint16(0x7FC0), rounded)
+
+
+def test_bf16_reference_rounding_matches_the_java_cases():
+    values = np.array([v for v, _ in BF16_CASES], np.float32)
+    assert _bf16_rne(values).tolist() == [b for _, b in BF16_CASES]
+
+
+def test_bfloat16_batch_reads_as_uint16_bits_and_widens_exactly(shm_root):
+    samples = make_samples(0, 0, 3)
+    floats = [s["patches"] for s in samples]
+    for s in samples:
+        s["patches"] = _bf16_rne(s["patches"])
+    path = write_batch(
+        shm_root,
+        0,
+        0,
+        build_record_batch(samples, pixel_dtype="bfloat16"),
+        slots=3,
+        metadata={"stoker.pixel_dtype": "bfloat16"},
+    )
+    b = read_batch_file(path, micro_batch_size=3)
+    patches = sum(len(f) for f in floats)
+    assert patches > 0
+    assert b.pixel_dtype == "bfloat16"
+    assert b.pixel_values.dtype == np.uint16 and b.pixel_values.shape == (patches, PATCH_DIM)
+    lo, size = b.mapping_range
+    assert lo <= b.pixel_values.ctypes.data < lo + size  # still a view of the file
+    expected = np.concatenate(floats)
+    assert np.array_equal(b.pixel_values, _bf16_rne(expected))
+    widened = bfloat16_to_float32(b.pixel_values)
+    assert widened.dtype == np.float32
+    assert np.all(np.abs(widened - expected) <= np.abs(expected) * 2.0**-8)
+    try:
+        import torch
+    except ImportError:
+        return
+    t = b.to_torch()["pixel_values"]
+    assert t.dtype == torch.bfloat16 and t.data_ptr() == b.pixel_values.ctypes.data
+    assert torch.equal(t.float(), torch.from_numpy(widened))
+
+
+@pytest.mark.parametrize(
+    "pixel_dtype, metadata, match",
+    [
+        ("bfloat16", {}, "expected list<fixed_size_list<float32"),
+        (
+            "float32",
+            {"stoker.pixel_dtype": "bfloat16"},
+            r"uint16 not null>\[D\]> \(stoker.pixel_dtype",
+        ),
+        ("float32", {"stoker.pixel_dtype": "float16"}, "stoker.pixel_dtype='float16'"),
+    ],
+)
+def test_pixel_dtype_and_column_type_must_agree(shm_root, pixel_dtype, metadata, match):
+    samples = make_samples(0, 0, 2)
+    if pixel_dtype == "bfloat16":
+        for s in samples:
+            s["patches"] = _bf16_rne(s["patches"])
+    path = write_batch(
+        shm_root, 0, 0, build_record_batch(samples, pixel_dtype=pixel_dtype), metadata=metadata
+    )
+    with pytest.raises(BatchFormatError, match=match):
+        read_batch_file(path)
 
 
 # ------------------------------------------------------------------ format_version 2: resume,

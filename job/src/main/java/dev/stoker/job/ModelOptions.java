@@ -54,6 +54,7 @@ final class ModelOptions {
             }
         }
         vision.maxSourcePixels = conf.get(StokerOptions.MAX_SOURCE_PIXELS);
+        vision.dctDownscale = conf.get(StokerOptions.DCT_DOWNSCALE);
         return vision;
     }
 

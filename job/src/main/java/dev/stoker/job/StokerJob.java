@@ -140,7 +140,8 @@ public final class StokerJob {
                                 plan,
                                 generation.firstStep(),
                                 patchDim,
-                                padTokenId))
+                                padTokenId,
+                                conf.get(StokerOptions.PIXEL_DTYPE)))
                 .name("arrow-shm-sink")
                 .uid("arrow-shm-sink");
         outputs.deadLetters

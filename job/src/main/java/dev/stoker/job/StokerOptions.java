@@ -1,6 +1,7 @@
 package dev.stoker.job;
 
 import dev.stoker.connectors.fetch.TransientFailurePolicy;
+import dev.stoker.connectors.shm.PixelDtype;
 import dev.stoker.operators.preset.ModelPreset;
 import java.time.Duration;
 import java.util.List;
@@ -52,6 +53,16 @@ public final class StokerOptions {
                     .defaultValue("/dev/shm/stoker")
                     .withDescription(
                             "Node-local directory the sink writes batches under, as <root>/<job-name>/rank-<r>/.");
+
+    public static final ConfigOption<PixelDtype> PIXEL_DTYPE =
+            ConfigOptions.key("stoker.image.pixel-dtype")
+                    .enumType(PixelDtype.class)
+                    .defaultValue(PixelDtype.FLOAT32)
+                    .withDescription(
+                            "Element type of pixel_values in the batch files: FLOAT32, or BFLOAT16 (half the"
+                                    + " bytes; each float32 rounded to nearest even, stored as uint16 bits with"
+                                    + " metadata stoker.pixel_dtype=bfloat16, which the Python reader returns"
+                                    + " as torch.bfloat16; docs/batch-protocol.md).");
 
     public static final ConfigOption<String> DEAD_LETTER_PATH =
             ConfigOptions.key("stoker.dead-letter.path")
@@ -257,6 +268,18 @@ public final class StokerOptions {
                     .withDescription(
                             "Largest decoded image (width x height, read from the header before decoding);"
                                     + " larger ones are dead-lettered as decompression bombs.");
+
+    public static final ConfigOption<Boolean> DCT_DOWNSCALE =
+            ConfigOptions.key("stoker.image.dct-downscale")
+                    .booleanType()
+                    .defaultValue(false)
+                    .withDescription(
+                            "Fast mode: decode a JPEG at the DCT scale 1/2, 1/4 or 1/8 (the smallest whose"
+                                    + " size still covers the smart_resize target on both sides, which is"
+                                    + " computed from the full size as before) and resize from there. Needs"
+                                    + " libjpeg-turbo. Faster for photos much larger than the target, but it"
+                                    + " changes pixels: they no longer match the Hugging Face processor"
+                                    + " (measured distance in docs/parity.md). Off: Pillow-exact decoding.");
     // ---- S3 (image fetch from s3:// dataset roots; the JSONL and checkpoints go through Flink's
     // S3 plugin) ----
 

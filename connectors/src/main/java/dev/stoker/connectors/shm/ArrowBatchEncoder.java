@@ -2,14 +2,19 @@ package dev.stoker.connectors.shm;
 
 import dev.stoker.operators.model.TokenizedSample;
 import dev.stoker.operators.model.TrainingBatch;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.ShortBuffer;
 import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.stream.Collectors;
+import org.apache.arrow.memory.ArrowBuf;
 import org.apache.arrow.memory.BufferAllocator;
+import org.apache.arrow.vector.BaseFixedWidthVector;
 import org.apache.arrow.vector.BigIntVector;
-import org.apache.arrow.vector.Float4Vector;
+import org.apache.arrow.vector.BitVectorHelper;
 import org.apache.arrow.vector.VarCharVector;
 import org.apache.arrow.vector.VectorSchemaRoot;
 import org.apache.arrow.vector.complex.FixedSizeListVector;
@@ -19,19 +24,24 @@ import org.apache.arrow.vector.complex.ListVector;
  * Turns a {@link TrainingBatch} into a {@link VectorSchemaRoot} of the {@link BatchSchema}.
  *
  * <p>Token columns are right-padded to the longest sample: {@code input_ids} with the pad token id,
- * {@code labels} with -100, {@code attention_mask} with 0. The caller owns and closes the root.
+ * {@code labels} with -100, {@code attention_mask} with 0. {@code pixel_values} are copied into the
+ * Arrow buffer in bulk, as float32 or converted to bfloat16 ({@link PixelDtype}). The caller owns
+ * and closes the root.
  */
 public final class ArrowBatchEncoder {
     private final int patchDim;
     private final long padTokenId;
+    private final PixelDtype pixelDtype;
 
     /**
-     * @param patchDim floats per patch row (1176 for Qwen2-VL)
+     * @param patchDim values per patch row (1176 for Qwen2-VL)
      * @param padTokenId token id used to pad {@code input_ids}
+     * @param pixelDtype element type of the {@code pixel_values} column
      */
-    public ArrowBatchEncoder(int patchDim, long padTokenId) {
+    public ArrowBatchEncoder(int patchDim, long padTokenId, PixelDtype pixelDtype) {
         this.patchDim = patchDim;
         this.padTokenId = padTokenId;
+        this.pixelDtype = pixelDtype;
     }
 
     /**
@@ -57,9 +67,10 @@ public final class ArrowBatchEncoder {
                         .mapToObj(String::valueOf)
                         .collect(Collectors.joining(",")));
         metadata.put("stoker.pad_token_id", String.valueOf(padTokenId));
+        metadata.put(BatchSchema.PIXEL_DTYPE_KEY, pixelDtype.metadataName);
         VectorSchemaRoot root =
                 VectorSchemaRoot.create(
-                        BatchSchema.forBatch(seqLen, patchDim, metadata), allocator);
+                        BatchSchema.forBatch(seqLen, patchDim, pixelDtype, metadata), allocator);
         BigIntVector index = (BigIntVector) root.getVector(BatchSchema.SAMPLE_INDEX);
         VarCharVector source = (VarCharVector) root.getVector(BatchSchema.SOURCE);
         index.allocateNew(rows);
@@ -113,7 +124,7 @@ public final class ArrowBatchEncoder {
 
     private void fillPixels(ListVector list, TrainingBatch batch) {
         FixedSizeListVector patches = (FixedSizeListVector) list.getDataVector();
-        Float4Vector floats = (Float4Vector) patches.getDataVector();
+        BaseFixedWidthVector values = (BaseFixedWidthVector) patches.getDataVector();
         int totalPatches = 0;
         for (TokenizedSample s : batch.samples) {
             totalPatches += s.pixelValues.length / patchDim;
@@ -122,22 +133,45 @@ public final class ArrowBatchEncoder {
         patches.setInitialCapacity(totalPatches);
         patches.allocateNew();
         int patch = 0;
-        int f = 0;
+        long offset = 0;
         for (int r = 0; r < batch.samples.length; r++) {
             float[] px = batch.samples[r].pixelValues;
             list.startNewValue(r);
-            for (float v : px) {
-                floats.set(f++, v);
-            }
+            offset = putPixels(values.getDataBuffer(), offset, px);
             int n = px.length / patchDim;
             for (int i = 0; i < n; i++) {
                 patches.setNotNull(patch++);
             }
             list.endValue(r, n);
         }
-        floats.setValueCount(f);
+        int valueCount = totalPatches * patchDim;
+        values.getValidityBuffer()
+                .setOne(0, BitVectorHelper.getValidityBufferSizeFromCount(valueCount));
+        values.setValueCount(valueCount);
         patches.setValueCount(patch);
         list.setValueCount(batch.samples.length);
+    }
+
+    /**
+     * Writes {@code px} at byte {@code offset} of {@code data} in the column's element type (one
+     * bulk copy for float32); returns the offset after it.
+     */
+    private long putPixels(ArrowBuf data, long offset, float[] px) {
+        if (px.length == 0) {
+            return offset;
+        }
+        int width = pixelDtype == PixelDtype.BFLOAT16 ? Short.BYTES : Float.BYTES;
+        int bytes = px.length * width;
+        ByteBuffer view = data.nioBuffer(offset, bytes).order(ByteOrder.LITTLE_ENDIAN);
+        if (pixelDtype == PixelDtype.BFLOAT16) {
+            ShortBuffer out = view.asShortBuffer();
+            for (float v : px) {
+                out.put(PixelDtype.toBfloat16(v));
+            }
+        } else {
+            view.asFloatBuffer().put(px);
+        }
+        return offset + bytes;
     }
 
     private static void fillGrids(ListVector list, TrainingBatch batch) {

@@ -20,7 +20,7 @@ import org.apache.flink.api.connector.sink2.WriterInitContext;
  * again.
  */
 public final class ArrowBatchSink implements Sink<SlotResult> {
-    private static final long serialVersionUID = 2L;
+    private static final long serialVersionUID = 3L;
 
     private final ShmLayout layout;
     private final Manifest manifest;
@@ -28,6 +28,7 @@ public final class ArrowBatchSink implements Sink<SlotResult> {
     private final long firstStep;
     private final int patchDim;
     private final long padTokenId;
+    private final PixelDtype pixelDtype;
 
     /**
      * @param layout this generation's directory layout
@@ -36,6 +37,7 @@ public final class ArrowBatchSink implements Sink<SlotResult> {
      * @param firstStep the first step of this generation
      * @param patchDim floats per {@code pixel_values} row
      * @param padTokenId token id used to pad {@code input_ids}
+     * @param pixelDtype element type of the {@code pixel_values} column
      */
     public ArrowBatchSink(
             ShmLayout layout,
@@ -43,13 +45,15 @@ public final class ArrowBatchSink implements Sink<SlotResult> {
             BatchPlan plan,
             long firstStep,
             int patchDim,
-            long padTokenId) {
+            long padTokenId,
+            PixelDtype pixelDtype) {
         this.layout = layout;
         this.manifest = manifest;
         this.plan = plan;
         this.firstStep = firstStep;
         this.patchDim = patchDim;
         this.padTokenId = padTokenId;
+        this.pixelDtype = pixelDtype;
     }
 
     @Override
@@ -63,7 +67,8 @@ public final class ArrowBatchSink implements Sink<SlotResult> {
                 layout,
                 plan,
                 firstStep,
-                new BatchFileWriter(layout, new ArrowBatchEncoder(patchDim, padTokenId)),
+                new BatchFileWriter(
+                        layout, new ArrowBatchEncoder(patchDim, padTokenId, pixelDtype)),
                 new SlotStager(layout),
                 context.metricGroup());
     }

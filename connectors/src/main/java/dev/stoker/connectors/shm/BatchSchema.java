@@ -13,7 +13,8 @@ import org.apache.arrow.vector.types.pojo.Schema;
  *
  * <p>Columns: {@code sample_index} int64, {@code source} utf8, {@code input_ids}, {@code labels}
  * and {@code attention_mask} fixed_size_list&lt;int64&gt;[L], {@code pixel_values}
- * list&lt;fixed_size_list&lt;float32&gt;[D]&gt;, {@code image_grid_thw}
+ * list&lt;fixed_size_list&lt;float32&gt;[D]&gt; (with {@link PixelDtype#BFLOAT16}:
+ * list&lt;fixed_size_list&lt;uint16&gt;[D]&gt; holding bfloat16 bits), {@code image_grid_thw}
  * list&lt;fixed_size_list&lt;int64&gt;[3]&gt;. L (padded sequence length) varies per batch.
  */
 public final class BatchSchema {
@@ -26,20 +27,26 @@ public final class BatchSchema {
     public static final String PIXEL_VALUES = "pixel_values";
     public static final String IMAGE_GRID_THW = "image_grid_thw";
 
+    /** Schema metadata naming the element type of {@code pixel_values}: {@link PixelDtype}. */
+    public static final String PIXEL_DTYPE_KEY = "stoker.pixel_dtype";
+
     /** Label value of positions that are not trained. */
     public static final long IGNORE_INDEX = -100;
 
     private static final ArrowType INT64 = new ArrowType.Int(64, true);
     private static final ArrowType FLOAT32 =
             new ArrowType.FloatingPoint(FloatingPointPrecision.SINGLE);
+    private static final ArrowType UINT16 = new ArrowType.Int(16, false);
 
     private BatchSchema() {}
 
     /**
-     * The schema of a batch with padded sequence length {@code seqLen} and patch width {@code
-     * patchDim}, with the batch's metadata attached.
+     * The schema of a batch with padded sequence length {@code seqLen}, patch width {@code
+     * patchDim} and {@code pixel_values} elements of type {@code pixelDtype}, with the batch's
+     * metadata attached.
      */
-    public static Schema forBatch(int seqLen, int patchDim, Map<String, String> metadata) {
+    public static Schema forBatch(
+            int seqLen, int patchDim, PixelDtype pixelDtype, Map<String, String> metadata) {
         return new Schema(
                 List.of(
                         scalar(SAMPLE_INDEX, INT64),
@@ -47,7 +54,10 @@ public final class BatchSchema {
                         fixedList(INPUT_IDS, seqLen, INT64),
                         fixedList(LABELS, seqLen, INT64),
                         fixedList(ATTENTION_MASK, seqLen, INT64),
-                        listOfFixed(PIXEL_VALUES, patchDim, FLOAT32),
+                        listOfFixed(
+                                PIXEL_VALUES,
+                                patchDim,
+                                pixelDtype == PixelDtype.BFLOAT16 ? UINT16 : FLOAT32),
                         listOfFixed(IMAGE_GRID_THW, 3, INT64)),
                 metadata);
     }

@@ -79,7 +79,8 @@ class ArrowBatchWriterTest {
                 layout,
                 plan,
                 0,
-                new BatchFileWriter(layout, new ArrowBatchEncoder(PATCH_DIM, PAD)),
+                new BatchFileWriter(
+                        layout, new ArrowBatchEncoder(PATCH_DIM, PAD, PixelDtype.FLOAT32)),
                 new SlotStager(layout),
                 UnregisteredMetricsGroup.createSinkWriterMetricGroup());
     }
@@ -284,7 +285,9 @@ class ArrowBatchWriterTest {
             expected.add(col.get("name").asText() + ":" + col.get("arrow_type").asText());
         }
         List<String> actual = new ArrayList<>();
-        for (Field f : BatchSchema.forBatch(7, PATCH_DIM, java.util.Map.of()).getFields()) {
+        for (Field f :
+                BatchSchema.forBatch(7, PATCH_DIM, PixelDtype.FLOAT32, java.util.Map.of())
+                        .getFields()) {
             actual.add(
                     f.getName()
                             + ":"
@@ -294,12 +297,24 @@ class ArrowBatchWriterTest {
         }
         assertThat(actual).containsExactlyElementsOf(expected);
         assertThat(doc.get("format_version").asInt()).isEqualTo(BatchSchema.FORMAT_VERSION);
+        for (JsonNode col : doc.get("columns")) {
+            JsonNode bf16 = col.path("variants").path("bfloat16");
+            if (!bf16.isMissingNode()) {
+                Field f =
+                        BatchSchema.forBatch(7, PATCH_DIM, PixelDtype.BFLOAT16, java.util.Map.of())
+                                .findField(col.get("name").asText());
+                assertThat(render(f).replace("[" + PATCH_DIM + "]", "[D]"))
+                        .isEqualTo(bf16.get("arrow_type").asText());
+            }
+        }
+        assertThat(doc.get("metadata").has(BatchSchema.PIXEL_DTYPE_KEY)).isTrue();
     }
 
     private static String render(Field f) {
         ArrowType t = f.getType();
         if (t instanceof ArrowType.Int) {
-            return "int" + ((ArrowType.Int) t).getBitWidth();
+            return (((ArrowType.Int) t).getIsSigned() ? "int" : "uint")
+                    + ((ArrowType.Int) t).getBitWidth();
         } else if (t instanceof ArrowType.FloatingPoint) {
             return "float32";
         } else if (t instanceof ArrowType.Utf8) {

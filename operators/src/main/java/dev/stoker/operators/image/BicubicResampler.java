@@ -12,8 +12,8 @@ import java.util.Arrays;
  * pass rounds and clips to uint8, so the intermediate image is uint8 as in Pillow. The horizontal
  * pass only computes the source rows the vertical pass reads.
  *
- * <p>Not thread-safe: an instance reuses its intermediate buffer between calls; use one per task
- * thread.
+ * <p>Not thread-safe: an instance reuses its buffers between calls, including the output's pixel
+ * array, which is valid until the next call; use one instance per task thread.
  */
 public final class BicubicResampler {
     /** Fixed-point fraction bits of the coefficients, as Pillow's {@code PRECISION_BITS}. */
@@ -23,6 +23,8 @@ public final class BicubicResampler {
     private static final double A = -0.5;
 
     private byte[] temp = new byte[0];
+    private byte[] out = new byte[0];
+    private int[] acc = new int[0];
 
     /**
      * Resizes {@code src} to {@code outWidth x outHeight}.
@@ -30,7 +32,8 @@ public final class BicubicResampler {
      * @param src source image
      * @param outWidth output width in pixels, at least 1
      * @param outHeight output height in pixels, at least 1
-     * @return a new image; {@code src} itself when the size is unchanged
+     * @return the resized image, its pixel array reused by the next call; {@code src} itself when
+     *     the size is unchanged
      */
     public RgbImage resize(RgbImage src, int outWidth, int outHeight) {
         if (outWidth < 1 || outHeight < 1) {
@@ -45,10 +48,9 @@ public final class BicubicResampler {
             return src;
         }
         if (!vertical) {
-            byte[] out = new byte[outWidth * inH * 3];
-            Coefficients kx = Coefficients.of(inW, outWidth);
-            resampleHorizontal(src.pixels(), inW, 0, inH, out, kx);
-            return new RgbImage(outWidth, inH, out);
+            byte[] dst = output(outWidth * inH * 3);
+            resampleHorizontal(src.pixels(), inW, 0, inH, dst, Coefficients.of(inW, outWidth));
+            return new RgbImage(outWidth, inH, dst);
         }
         Coefficients ky = Coefficients.of(inH, outHeight);
         byte[] rows = src.pixels();
@@ -65,9 +67,16 @@ public final class BicubicResampler {
             rows = temp;
             rowOffset = first;
         }
-        byte[] out = new byte[outWidth * outHeight * 3];
-        resampleVertical(rows, outWidth, rowOffset, out, outHeight, ky);
-        return new RgbImage(outWidth, outHeight, out);
+        byte[] dst = output(outWidth * outHeight * 3);
+        resampleVertical(rows, outWidth, rowOffset, dst, outHeight, ky);
+        return new RgbImage(outWidth, outHeight, dst);
+    }
+
+    private byte[] output(int size) {
+        if (out.length < size) {
+            out = new byte[size];
+        }
+        return out;
     }
 
     /**
@@ -107,19 +116,22 @@ public final class BicubicResampler {
     }
 
     /** Resamples columns; row {@code r} of {@code in} holds source row {@code r + rowOffset}. */
-    private static void resampleVertical(
+    private void resampleVertical(
             byte[] in, int width, int rowOffset, byte[] out, int outH, Coefficients k) {
         int ksize = k.ksize;
         int[] kk = k.fixed;
         int[] bounds = k.bounds;
         int half = 1 << (PRECISION_BITS - 1);
         int stride = width * 3;
-        int[] acc = new int[stride];
+        if (this.acc.length < stride) {
+            this.acc = new int[stride];
+        }
+        int[] acc = this.acc;
         for (int yy = 0; yy < outH; yy++) {
             int ymin = bounds[yy * 2] - rowOffset;
             int ycount = bounds[yy * 2 + 1];
             int kOff = yy * ksize;
-            Arrays.fill(acc, half);
+            Arrays.fill(acc, 0, stride, half);
             for (int y = 0; y < ycount; y++) {
                 int w = kk[kOff + y];
                 int row = (ymin + y) * stride;

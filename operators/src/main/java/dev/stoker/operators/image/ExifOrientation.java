@@ -34,6 +34,11 @@ final class ExifOrientation {
         return 1;
     }
 
+    /** Whether {@code orientation} (5..8) swaps width and height. */
+    static boolean swapsSides(int orientation) {
+        return orientation >= 5 && orientation <= 8;
+    }
+
     /**
      * Returns the displayed image for a stored image with EXIF {@code orientation}: 2 mirror
      * left-right, 3 rotate 180, 4 mirror top-bottom, 5 transpose, 6 rotate 90 clockwise, 7
@@ -45,11 +50,11 @@ final class ExifOrientation {
         }
         int w = img.width();
         int h = img.height();
-        boolean swap = orientation >= 5;
+        boolean swap = swapsSides(orientation);
         int ow = swap ? h : w;
         int oh = swap ? w : h;
         byte[] in = img.pixels();
-        byte[] out = new byte[in.length];
+        byte[] out = new byte[w * h * 3];
         for (int y = 0; y < oh; y++) {
             for (int x = 0; x < ow; x++) {
                 int sx;

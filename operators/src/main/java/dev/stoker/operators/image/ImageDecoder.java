@@ -25,9 +25,15 @@ import org.w3c.dom.Node;
  * {@code ImageOps.exif_transpose} + Hugging Face {@code convert_to_rgb} would.
  *
  * <ul>
- *   <li>Formats, recognised by magic bytes: JPEG (incl. CMYK/YCCK via TwelveMonkeys), PNG (1-16
- *       bit, grey, palette, alpha, APNG's default image), GIF, WebP (lossy, lossless, alpha,
- *       animated) and BMP, all through ImageIO readers with the disk cache off.
+ *   <li>Formats, recognised by magic bytes: JPEG, PNG (1-16 bit, grey, palette, alpha, APNG's
+ *       default image), GIF, WebP (lossy, lossless, alpha, animated) and BMP, through ImageIO
+ *       readers with the disk cache off.
+ *   <li>JPEG: YCbCr, RGB and grayscale JPEGs are decoded with libjpeg-turbo ({@link
+ *       TurboJpegDecoder}, Pillow's own decoder) when {@link TurboJpeg#available() it is
+ *       installed}; CMYK/YCCK JPEGs (through TwelveMonkeys), JPEGs libjpeg-turbo rejects or warns
+ *       about, and every JPEG when it is not installed go through ImageIO. The image may be decoded
+ *       at a reduced DCT scale when the caller asks for it ({@link #decode(byte[], long,
+ *       TargetSize)}).
  *   <li>Size guard: the header dimensions (and a GIF's logical screen) are read first; if {@code
  *       width * height > maxSourcePixels} the image is rejected before any pixel buffer exists.
  *   <li>Animations: the first frame only; a GIF frame is placed on its logical screen.
@@ -39,13 +45,53 @@ import org.w3c.dom.Node;
  * RejectReason#IMAGE_TOO_MANY_PIXELS} for bombs, {@link RejectReason#CORRUPT_IMAGE} for empty,
  * truncated or damaged files (including JPEGs whose entropy-coded data ends early, which ImageIO
  * only reports as a warning). Every decoder failure, checked or runtime, becomes a {@link
- * RejectedRecordException}. Instances hold no state and are thread-safe.
+ * RejectedRecordException}.
+ *
+ * <p>Not thread-safe: an instance holds a native JPEG decompressor and reuses its pixel buffer, so
+ * a decoded image is valid until the next call; use one instance per task thread.
  */
 public final class ImageDecoder {
     private static final String GIF_IMAGE_FORMAT = "javax_imageio_gif_image_1.0";
 
+    /** The DCT scale denominators libjpeg-turbo's SIMD code covers, largest first. */
+    private static final int[] DCT_DENOMINATORS = {8, 4, 2};
+
+    /** Null when JPEGs go through ImageIO. */
+    private final TurboJpegDecoder turbo;
+
+    /**
+     * The size an image will be resized to, from its displayed (EXIF-oriented) size.
+     *
+     * @see #decode(byte[], long, TargetSize)
+     */
+    @FunctionalInterface
+    public interface TargetSize {
+        /**
+         * @param height displayed height in pixels
+         * @param width displayed width in pixels
+         * @return {@code {height, width}} in pixels that the decoded image will be resized to
+         * @throws RejectedRecordException if the image cannot be resized (the decode fails with it)
+         */
+        int[] of(int height, int width) throws RejectedRecordException;
+    }
+
+    /** A decoder that uses libjpeg-turbo for JPEGs when it is installed. */
     public ImageDecoder() {
+        this(TurboJpeg.available());
+    }
+
+    /**
+     * @param nativeJpeg whether to decode JPEGs with libjpeg-turbo; true needs {@link
+     *     TurboJpeg#available()}
+     */
+    ImageDecoder(boolean nativeJpeg) {
         ImageIO.setUseCache(false);
+        this.turbo = nativeJpeg ? new TurboJpegDecoder() : null;
+    }
+
+    /** Whether JPEGs are decoded with libjpeg-turbo (else all with ImageIO). */
+    public boolean nativeJpeg() {
+        return turbo != null;
     }
 
     /**
@@ -58,6 +104,24 @@ public final class ImageDecoder {
      *     CORRUPT_IMAGE and a message naming the format and dimensions where known
      */
     public RgbImage decode(byte[] encoded, long maxSourcePixels) throws RejectedRecordException {
+        return decode(encoded, maxSourcePixels, null);
+    }
+
+    /**
+     * Decodes {@code encoded}, for a JPEG decoded by libjpeg-turbo possibly at a reduced size: the
+     * DCT-domain scale 1/2, 1/4 or 1/8, the smallest whose output still covers {@code scaleTo}'s
+     * target on both sides (see {@link #dctDenominator}); other images are decoded at full size.
+     * The pixels then differ from a full decode followed by the same resize (see docs/parity.md).
+     *
+     * @param encoded the file's bytes
+     * @param maxSourcePixels largest accepted {@code width * height} of the stored image, in pixels
+     * @param scaleTo the resize target of the displayed image; {@code null} decodes at full size
+     * @return the oriented RGB image, at least as large as {@code scaleTo}'s target on each side
+     * @throws RejectedRecordException with reason UNSUPPORTED_IMAGE, IMAGE_TOO_MANY_PIXELS or
+     *     CORRUPT_IMAGE, or what {@code scaleTo} throws
+     */
+    public RgbImage decode(byte[] encoded, long maxSourcePixels, TargetSize scaleTo)
+            throws RejectedRecordException {
         if (encoded == null || encoded.length == 0) {
             throw new RejectedRecordException(
                     RejectReason.CORRUPT_IMAGE, "empty image file (0 bytes)");
@@ -73,6 +137,12 @@ public final class ImageDecoder {
             if (defect != null) {
                 throw new RejectedRecordException(
                         RejectReason.CORRUPT_IMAGE, "corrupt PNG: " + defect);
+            }
+        }
+        if (format == ImageFormat.JPEG && turbo != null) {
+            RgbImage decoded = decodeTurbo(encoded, maxSourcePixels, scaleTo);
+            if (decoded != null) {
+                return decoded;
             }
         }
         ImageReader reader = readerFor(format);
@@ -107,6 +177,68 @@ public final class ImageDecoder {
         } finally {
             reader.dispose();
         }
+    }
+
+    /**
+     * Decodes a JPEG with libjpeg-turbo; {@code null} when ImageIO must decode it instead (no
+     * readable header, CMYK/YCCK, or libjpeg-turbo failed or warned).
+     */
+    private RgbImage decodeTurbo(byte[] encoded, long maxSourcePixels, TargetSize scaleTo)
+            throws RejectedRecordException {
+        if (!turbo.readHeader(withEndMarker(encoded))) {
+            return null;
+        }
+        int w = turbo.width();
+        int h = turbo.height();
+        checkPixels(ImageFormat.JPEG, w, h, maxSourcePixels);
+        if (!turbo.decodesToRgb()) {
+            return null;
+        }
+        int orientation = ExifOrientation.read(encoded);
+        int denominator = 1;
+        if (scaleTo != null) {
+            boolean swap = ExifOrientation.swapsSides(orientation);
+            int[] target = scaleTo.of(swap ? w : h, swap ? h : w);
+            denominator =
+                    swap
+                            ? dctDenominator(w, h, target[0], target[1])
+                            : dctDenominator(w, h, target[1], target[0]);
+        }
+        RgbImage stored = turbo.decode(denominator);
+        return stored == null ? null : ExifOrientation.apply(stored, orientation);
+    }
+
+    /**
+     * {@code jpeg}, or a copy with the EOI marker appended when it lacks one. libjpeg-turbo warns
+     * "Premature end of JPEG file" both for a file that only lacks its EOI (complete pixels, which
+     * the decoder accepts) and for a cut one; with the marker in place only a cut file warns.
+     */
+    private static byte[] withEndMarker(byte[] jpeg) {
+        int n = jpeg.length;
+        if (n >= 2 && jpeg[n - 2] == (byte) 0xFF && jpeg[n - 1] == (byte) 0xD9) {
+            return jpeg;
+        }
+        byte[] ended = Arrays.copyOf(jpeg, n + 2);
+        ended[n] = (byte) 0xFF;
+        ended[n + 1] = (byte) 0xD9;
+        return ended;
+    }
+
+    /**
+     * The DCT scale for decoding a {@code width x height} JPEG that will be resized to {@code
+     * targetWidth x targetHeight} (same orientation): the largest of 8, 4 and 2 with {@code
+     * ceil(width / d) >= targetWidth} and {@code ceil(height / d) >= targetHeight}, else 1. So the
+     * resize after it never enlarges a side that a full decode would have shrunk.
+     *
+     * @return 1, 2, 4 or 8
+     */
+    static int dctDenominator(int width, int height, int targetWidth, int targetHeight) {
+        for (int d : DCT_DENOMINATORS) {
+            if ((width + d - 1) / d >= targetWidth && (height + d - 1) / d >= targetHeight) {
+                return d;
+            }
+        }
+        return 1;
     }
 
     /**

@@ -52,7 +52,7 @@ public class PreprocessImagesFunction
         imagesPreprocessed = metrics.counter("imagesPreprocessed");
         imagesRejected = metrics.counter("imagesRejected");
         preprocessNanos = metrics.counter("imagePreprocessNanos");
-        cost = new PreprocessMetrics(metrics, config.patchSize);
+        cost = new PreprocessMetrics(metrics, config.patchSize, processor.nativeJpeg());
     }
 
     @Override

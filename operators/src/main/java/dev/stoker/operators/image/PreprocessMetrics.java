@@ -15,6 +15,8 @@ import org.apache.flink.metrics.MetricGroup;
  *   <li>{@code preprocessMsPerMegapixel} (gauge): milliseconds of decode + resize + normalize +
  *       patchify per megapixel of model input since the subtask started (-1 before the first
  *       image). Divide an image budget by it to size preprocessing parallelism.
+ *   <li>{@code jpegDecoderNative} (gauge): 1 when JPEGs are decoded with libjpeg-turbo, 0 when it
+ *       is not installed and they go through the slower ImageIO decoder.
  * </ul>
  */
 public final class PreprocessMetrics {
@@ -26,11 +28,14 @@ public final class PreprocessMetrics {
     /**
      * @param group the operator's metric group
      * @param patchSize the model's spatial patch size (a patch covers {@code patchSize^2} pixels)
+     * @param nativeJpeg whether JPEGs are decoded with libjpeg-turbo
      */
-    public PreprocessMetrics(MetricGroup group, int patchSize) {
+    public PreprocessMetrics(MetricGroup group, int patchSize, boolean nativeJpeg) {
         this.pixelsPerPatch = patchSize * patchSize;
         this.megapixels = group.counter("imageMegapixels");
         group.gauge("preprocessMsPerMegapixel", (Gauge<Double>) this::msPerMegapixel);
+        int jpegNative = nativeJpeg ? 1 : 0;
+        group.gauge("jpegDecoderNative", (Gauge<Integer>) () -> jpegNative);
     }
 
     /** Records one preprocessed image and the wall time it took. */

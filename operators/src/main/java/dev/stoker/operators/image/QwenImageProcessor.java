@@ -23,11 +23,14 @@ import dev.stoker.operators.model.RejectedRecordException;
  * mean[c]) / (float) std[c]}. Normalisation and the patch reorder are one loop over a 256-entry
  * table per channel.
  *
- * <p>Not thread-safe (the resampler reuses buffers); use one instance per task thread.
+ * <p>With {@link QwenVisionConfig#dctDownscale} a JPEG may be decoded at a reduced DCT scale; the
+ * target size is still computed from the full displayed size, as Hugging Face computes it.
+ *
+ * <p>Not thread-safe (the decoder and resampler reuse buffers); use one instance per task thread.
  */
 public final class QwenImageProcessor {
     private final QwenVisionConfig config;
-    private final ImageDecoder decoder = new ImageDecoder();
+    private final ImageDecoder decoder;
     private final BicubicResampler resampler = new BicubicResampler();
 
     /**
@@ -35,8 +38,14 @@ public final class QwenImageProcessor {
      */
     private final float[] lut = new float[3 * 256];
 
+    /** A processor whose decoder uses libjpeg-turbo when it is installed. */
     public QwenImageProcessor(QwenVisionConfig config) {
+        this(config, new ImageDecoder());
+    }
+
+    QwenImageProcessor(QwenVisionConfig config, ImageDecoder decoder) {
         this.config = config;
+        this.decoder = decoder;
         for (int c = 0; c < 3; c++) {
             float mean = (float) config.imageMean[c];
             float std = (float) config.imageStd[c];
@@ -57,10 +66,21 @@ public final class QwenImageProcessor {
      *     IMAGE_TOO_MANY_PIXELS) or resizing (EXTREME_ASPECT_RATIO)
      */
     public PreprocessedImage process(byte[] encoded, ImageRef ref) throws RejectedRecordException {
-        RgbImage decoded = decoder.decode(encoded, config.maxSourcePixels);
-        int[] hw = targetSize(decoded.height(), decoded.width(), ref);
+        int[][] target = new int[1][];
+        RgbImage decoded =
+                decoder.decode(
+                        encoded,
+                        config.maxSourcePixels,
+                        config.dctDownscale ? (h, w) -> target[0] = targetSize(h, w, ref) : null);
+        int[] hw =
+                target[0] != null ? target[0] : targetSize(decoded.height(), decoded.width(), ref);
         RgbImage resized = resampler.resize(decoded, hw[1], hw[0]);
         return patchify(resized);
+    }
+
+    /** Whether JPEGs are decoded with libjpeg-turbo (else with ImageIO). */
+    public boolean nativeJpeg() {
+        return decoder.nativeJpeg();
     }
 
     /**

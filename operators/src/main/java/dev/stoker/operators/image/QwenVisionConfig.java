@@ -11,6 +11,11 @@ import java.io.Serializable;
  * before any pixel buffer is allocated; the default 178956970 is Pillow's decompression-bomb error
  * threshold ({@code 2 * Image.MAX_IMAGE_PIXELS}), i.e. at most about 537 MB of RGB bytes.
  *
+ * <p>{@code dctDownscale}: decode a JPEG at the DCT scale 1/2, 1/4 or 1/8 when the resize target
+ * allows it ({@link ImageDecoder#decode(byte[], long, ImageDecoder.TargetSize)}); faster for large
+ * photos, but the pixels are no longer those of Hugging Face's processor (docs/parity.md). Off by
+ * default.
+ *
  * <p>Mutable bean for configuration; treat an instance as immutable once handed to an operator.
  */
 public class QwenVisionConfig implements Serializable {
@@ -27,6 +32,7 @@ public class QwenVisionConfig implements Serializable {
     public double[] imageMean = {0.48145466, 0.4578275, 0.40821073};
     public double[] imageStd = {0.26862954, 0.26130258, 0.27577711};
     public long maxSourcePixels = DEFAULT_MAX_SOURCE_PIXELS;
+    public boolean dctDownscale;
 
     /** Qwen2-VL / Qwen2.5-VL defaults. */
     public QwenVisionConfig() {}

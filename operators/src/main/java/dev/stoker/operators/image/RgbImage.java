@@ -5,8 +5,9 @@ package dev.stoker.operators.image;
  *
  * <p>{@code pixels} is interleaved uint8 RGB, row-major: the sample of channel {@code c} (0 = red,
  * 1 = green, 2 = blue) at column {@code x}, row {@code y} is {@code pixels[(y * width + x) * 3 + c]
- * & 0xFF}; its length is {@code width * height * 3}. Width and height are in pixels, both at least
- * 1. The array is shared, not copied.
+ * & 0xFF}; the array holds at least {@code width * height * 3} bytes (a reused decode or resize
+ * buffer may be longer; bytes past that are not part of the image). Width and height are in pixels,
+ * both at least 1. The array is shared, not copied.
  */
 public final class RgbImage {
     private final int width;
@@ -16,17 +17,17 @@ public final class RgbImage {
     /**
      * @param width width in pixels, at least 1
      * @param height height in pixels, at least 1
-     * @param pixels interleaved RGB bytes of length {@code width * height * 3}
-     * @throws IllegalArgumentException if a size is not positive or the array length does not match
+     * @param pixels interleaved RGB bytes, at least {@code width * height * 3} of them
+     * @throws IllegalArgumentException if a size is not positive or the array is too short
      */
     public RgbImage(int width, int height, byte[] pixels) {
         if (width < 1 || height < 1) {
             throw new IllegalArgumentException(
                     "image size must be positive: " + width + "x" + height);
         }
-        if (pixels.length != (long) width * height * 3) {
+        if (pixels.length < (long) width * height * 3) {
             throw new IllegalArgumentException(
-                    "expected "
+                    "expected at least "
                             + (long) width * height * 3
                             + " bytes for "
                             + width
@@ -48,7 +49,7 @@ public final class RgbImage {
         return height;
     }
 
-    /** The interleaved RGB bytes (not a copy). */
+    /** The interleaved RGB bytes (not a copy), at least {@code width * height * 3} of them. */
     public byte[] pixels() {
         return pixels;
     }

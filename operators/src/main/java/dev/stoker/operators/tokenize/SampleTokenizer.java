@@ -11,7 +11,8 @@ import dev.stoker.operators.model.TokenizedSample;
  * Turns a {@link PreprocessedRecord} into a {@link TokenizedSample}: renders the chat with {@link
  * QwenChatTemplate}, encodes it with {@link ChatTokenizer}, and concatenates the images' {@code
  * pixel_values} (float32, {@code (sum of t*h*w, patchDim)} row-major) and {@code image_grid_thw}
- * (int64, {@code (num_images, 3)} flattened) in image order.
+ * (int64, {@code (num_images, 3)} flattened) in image order. The pixel array of a record with one
+ * image is passed on as it is, not copied (the sample takes it over from the record).
  */
 public final class SampleTokenizer {
     private final ChatTokenizer tokenizer;
@@ -88,11 +89,13 @@ public final class SampleTokenizer {
         } catch (RuntimeException e) {
             throw failed("tokenizer failed: " + e, e);
         }
-        float[] pixels = new float[totalFloats];
-        int offset = 0;
-        for (PreprocessedImage image : images) {
-            System.arraycopy(image.pixelValues, 0, pixels, offset, image.pixelValues.length);
-            offset += image.pixelValues.length;
+        float[] pixels = images.length == 1 ? images[0].pixelValues : new float[totalFloats];
+        if (images.length > 1) {
+            int offset = 0;
+            for (PreprocessedImage image : images) {
+                System.arraycopy(image.pixelValues, 0, pixels, offset, image.pixelValues.length);
+                offset += image.pixelValues.length;
+            }
         }
         return new TokenizedSample(
                 record.ref, encoded.inputIds(), encoded.labels(), pixels, gridThw);

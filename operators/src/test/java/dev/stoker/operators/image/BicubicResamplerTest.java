@@ -15,7 +15,7 @@ class BicubicResamplerTest {
             RgbImage out = resampler.resize(src, size[0], size[1]);
             assertThat(out.width()).isEqualTo(size[0]);
             assertThat(out.height()).isEqualTo(size[1]);
-            for (int i = 0; i < out.pixels().length; i += 3) {
+            for (int i = 0; i < size[0] * size[1] * 3; i += 3) {
                 assertThat(out.pixels()[i] & 0xFF).isEqualTo(200);
                 assertThat(out.pixels()[i + 1] & 0xFF).isEqualTo(17);
                 assertThat(out.pixels()[i + 2] & 0xFF).isEqualTo(90);

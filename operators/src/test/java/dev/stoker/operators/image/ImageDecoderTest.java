@@ -9,6 +9,7 @@ import dev.stoker.operators.SharedData;
 import dev.stoker.operators.model.RejectReason;
 import dev.stoker.operators.model.RejectedRecordException;
 import java.nio.file.Files;
+import java.util.Arrays;
 import java.util.Set;
 import java.util.TreeSet;
 import org.assertj.core.api.AbstractThrowableAssert;
@@ -134,11 +135,11 @@ class ImageDecoderTest {
         String dir = "bad-inputs/cmyk-jpeg/images/";
         assertThat(meanAbsDiff(decode(dir + "cmyk_adobe.jpg"), decode(dir + "reference_rgb.png")))
                 .isLessThanOrEqualTo(12);
-        assertThat(
-                        meanAbsDiff(
-                                decode(dir + "pil_sample_cmyk.jpg"),
-                                decode(dir + "pil_sample_rgb_reference.jpg")))
-                .isLessThanOrEqualTo(12);
+        RgbImage cmyk = decode(dir + "pil_sample_cmyk.jpg");
+        RgbImage rgb =
+                new ImageDecoder()
+                        .decode(SharedData.bytes(dir + "pil_sample_rgb_reference.jpg"), LIMIT);
+        assertThat(meanAbsDiff(cmyk, rgb)).isLessThanOrEqualTo(12);
     }
 
     @ParameterizedTest
@@ -169,10 +170,11 @@ class ImageDecoderTest {
     @Test
     void jpegMissingOnlyItsEndMarkerDecodesToTheSamePixels() throws Exception {
         RgbImage ok = decode("bad-inputs/truncated-files/images/ok.jpg");
+        byte[] okPixels = Arrays.copyOf(ok.pixels(), ok.width() * ok.height() * 3);
         RgbImage missingEoi = decode("bad-inputs/truncated-files/images/missing_eoi.jpg");
         assertThat(missingEoi.width()).isEqualTo(ok.width());
         assertThat(missingEoi.height()).isEqualTo(ok.height());
-        assertThat(missingEoi.pixels()).isEqualTo(ok.pixels());
+        assertThat(Arrays.copyOf(missingEoi.pixels(), okPixels.length)).isEqualTo(okPixels);
     }
 
     @Test
@@ -284,9 +286,10 @@ class ImageDecoderTest {
         assertThat(a.width()).isEqualTo(b.width());
         assertThat(a.height()).isEqualTo(b.height());
         long sum = 0;
-        for (int i = 0; i < a.pixels().length; i++) {
+        int n = a.width() * a.height() * 3;
+        for (int i = 0; i < n; i++) {
             sum += Math.abs((a.pixels()[i] & 0xFF) - (b.pixels()[i] & 0xFF));
         }
-        return (double) sum / a.pixels().length;
+        return (double) sum / n;
     }
 }

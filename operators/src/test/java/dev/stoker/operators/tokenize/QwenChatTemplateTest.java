@@ -48,10 +48,9 @@ class QwenChatTemplateTest {
                         new ChatMessage("assistant", ContentPart.text("A cat.")),
                         new ChatMessage("user", ContentPart.text("And the colour?")),
                         new ChatMessage("assistant", ContentPart.text("Grey.")));
+        PreprocessedImage image = image(1, 4, 6, 3);
         TokenizedSample sample =
-                samples.tokenize(
-                        new PreprocessedRecord(
-                                record, new PreprocessedImage[] {image(1, 4, 6, 3)}));
+                samples.tokenize(new PreprocessedRecord(record, new PreprocessedImage[] {image}));
 
         String expected =
                 DEFAULT_SYSTEM
@@ -65,6 +64,8 @@ class QwenChatTemplateTest {
         assertThat(LongStream.of(sample.inputIds).filter(id -> id == 151655).count()).isEqualTo(6);
         assertLabelsTrainExactly(sample, "A cat.<|im_end|>\n", "Grey.<|im_end|>\n");
         assertThat(sample.imageGridThw).containsExactly(1, 4, 6);
+        // one image: its pixel array is taken over, not copied
+        assertThat(sample.pixelValues).isSameAs(image.pixelValues);
     }
 
     @Test

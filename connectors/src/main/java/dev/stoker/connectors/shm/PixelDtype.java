@@ -1,0 +1,37 @@
+package dev.stoker.connectors.shm;
+
+/**
+ * Element type of the {@code pixel_values} column in batch files (schema metadata {@code
+ * stoker.pixel_dtype}). The image stage always computes float32; the sink converts on write.
+ */
+public enum PixelDtype {
+    /** IEEE 754 float32: {@code list<fixed_size_list<float32>[D]>}, 4 bytes per value. */
+    FLOAT32("float32"),
+    /**
+     * bfloat16, 2 bytes per value, stored as its raw bits in {@code
+     * list<fixed_size_list<uint16>[D]>} (Arrow has no bfloat16 type): each float32 rounded to
+     * nearest, ties to even, as PyTorch's {@code tensor.to(torch.bfloat16)} rounds; infinities stay
+     * infinite, values beyond the bfloat16 range become infinite, NaN becomes {@code 0x7FC0}.
+     */
+    BFLOAT16("bfloat16");
+
+    /** The value of the {@code stoker.pixel_dtype} metadata. */
+    public final String metadataName;
+
+    PixelDtype(String metadataName) {
+        this.metadataName = metadataName;
+    }
+
+    /**
+     * The bfloat16 bits of {@code value}, rounded to nearest even.
+     *
+     * @return the 16 bits: sign, 8 exponent bits, 7 mantissa bits
+     */
+    public static short toBfloat16(float value) {
+        int bits = Float.floatToRawIntBits(value);
+        if ((bits & 0x7FFF_FFFF) > 0x7F80_0000) {
+            return (short) 0x7FC0;
+        }
+        return (short) ((bits + 0x7FFF + ((bits >>> 16) & 1)) >>> 16);
+    }
+}
