@@ -202,7 +202,11 @@ class ExactlyOnceITCase {
             Random random = new Random();
             for (int kill = 0; kill < 3; kill++) {
                 long at = (kill + 1) * numSteps * WORLD_SIZE / 5 + random.nextInt(4);
+                long consumeDeadline = System.currentTimeMillis() + 120_000;
                 while (trainer.stepsDone() < at) {
+                    assertThat(System.currentTimeMillis())
+                            .as("the trainer consumes %d batches before kill %d", at, kill)
+                            .isLessThan(consumeDeadline);
                     Thread.sleep(5);
                 }
                 assertThat(job.getJobStatus().get())
