@@ -3,14 +3,9 @@ package dev.stoker.job;
 import static org.assertj.core.api.Assertions.assertThat;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.stoker.connectors.s3.FaultInjectingBlobStore.Faults;
 import dev.stoker.connectors.s3.LocalS3Server;
 import java.io.IOException;
-import java.net.URI;
-import java.net.http.HttpClient;
-import java.net.http.HttpRequest;
-import java.net.http.HttpResponse;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -47,7 +42,6 @@ import org.slf4j.LoggerFactory;
  */
 class CheckpointBackpressureITCase {
     private static final Logger LOG = LoggerFactory.getLogger(CheckpointBackpressureITCase.class);
-    private static final ObjectMapper JSON = new ObjectMapper();
     private static final String BUCKET = "backpressure";
     private static final int WORLD_SIZE = 2;
     private static final int MICRO_BATCH_SIZE = 32;
@@ -137,7 +131,8 @@ class CheckpointBackpressureITCase {
                     .contains("samples emitted=" + RECORDS)
                     .contains("dead letters=0");
 
-            JsonNode stats = rest(cluster, "/jobs/" + job.getJobID() + "/checkpoints");
+            JsonNode stats =
+                    MiniClusterRest.get(cluster, "/jobs/" + job.getJobID() + "/checkpoints");
             LOG.info("checkpoint-backpressure: checkpoints {}", stats.get("counts"));
             List<String> failures = new ArrayList<>();
             for (JsonNode cp : stats.get("history")) {
@@ -154,15 +149,5 @@ class CheckpointBackpressureITCase {
                     .as("batch files a rank had in shared memory at once")
                     .isLessThanOrEqualTo(conf.get(StokerOptions.PREFETCH_DEPTH));
         }
-    }
-
-    private static JsonNode rest(MiniCluster cluster, String path) throws Exception {
-        URI base = cluster.getRestAddress().get();
-        HttpResponse<String> response =
-                HttpClient.newHttpClient()
-                        .send(
-                                HttpRequest.newBuilder(base.resolve(path)).build(),
-                                HttpResponse.BodyHandlers.ofString());
-        return JSON.readTree(response.body());
     }
 }

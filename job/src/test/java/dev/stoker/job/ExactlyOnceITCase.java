@@ -3,13 +3,8 @@ package dev.stoker.job;
 import static org.assertj.core.api.Assertions.assertThat;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.ObjectMapper;
 import java.awt.image.BufferedImage;
 import java.io.IOException;
-import java.net.URI;
-import java.net.http.HttpClient;
-import java.net.http.HttpRequest;
-import java.net.http.HttpResponse;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -50,7 +45,6 @@ import org.slf4j.LoggerFactory;
  */
 class ExactlyOnceITCase {
     private static final Logger LOG = LoggerFactory.getLogger(ExactlyOnceITCase.class);
-    private static final ObjectMapper JSON = new ObjectMapper();
     private static final int WORLD_SIZE = 2;
     private static final int MICRO_BATCH_SIZE = 3;
     private static final int EPOCHS = 2;
@@ -356,13 +350,7 @@ class ExactlyOnceITCase {
     }
 
     private static JsonNode rest(String path) throws Exception {
-        URI base = miniCluster.getRestAddress().get();
-        HttpResponse<String> response =
-                HttpClient.newHttpClient()
-                        .send(
-                                HttpRequest.newBuilder(base.resolve(path)).build(),
-                                HttpResponse.BodyHandlers.ofString());
-        return JSON.readTree(response.body());
+        return MiniClusterRest.get(miniCluster, path);
     }
 
     private static JsonNode checkpointStats(JobID job) throws Exception {
