@@ -10,7 +10,9 @@ import java.io.UncheckedIOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.Map;
+import java.util.Set;
 import java.util.stream.Stream;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.memory.RootAllocator;
@@ -19,14 +21,17 @@ import org.apache.flink.metrics.Counter;
 import org.apache.flink.metrics.MetricGroup;
 
 /**
- * Stages each slot, and when all {@code B} slots of batch (step, rank) are there, back-fills the
- * empty ones ({@link Backfill}), writes the batch file and drops the staged slots.
+ * Collects slots until all {@code B} slots of batch (step, rank) are there, back-fills the empty
+ * ones ({@link Backfill}), writes the batch file and drops the slots.
  *
- * <p>Slots staged by this writer are also kept in memory until their batch is written, so the
- * staged files are checked and read back only for slots staged before a restore. Metrics per rank:
- * {@code batchesWritten}, {@code batchesAhead} (batch files written and not yet consumed, counted
- * on disk); overall: {@code batchBytesWritten}, {@code slotsStaged}, {@code slotsBackfilled},
- * {@code slotsSkippedAlreadyConsumed}; and the trainer's feedback ({@link TrainerFeedbackMetrics}).
+ * <p>Slots wait in memory. Before each checkpoint barrier ({@link #flush}) every waiting slot not
+ * yet staged is staged as a file ({@link SlotStager}), so a restore finds every slot that arrived
+ * before its checkpoint on disk while Flink's state holds none of them; slots that arrived after it
+ * are sent again by the restored source. A slot whose batch completes between two checkpoints is
+ * never written anywhere but the batch file. Metrics per rank: {@code batchesWritten}, {@code
+ * batchesAhead} (batch files written and not yet consumed, counted on disk); overall: {@code
+ * batchBytesWritten}, {@code slotsStaged}, {@code slotsBackfilled}, {@code
+ * slotsSkippedAlreadyConsumed}; and the trainer's feedback ({@link TrainerFeedbackMetrics}).
  */
 final class ArrowBatchWriter implements SinkWriter<SlotResult> {
     private static final long ACK_REFRESH_MS = 50;
@@ -44,8 +49,11 @@ final class ArrowBatchWriter implements SinkWriter<SlotResult> {
     private final Counter slotsSkipped;
     private final Map<Integer, Counter> batchesWritten = new HashMap<>();
 
-    /** Slots staged by this writer instance, by slot index, until their batch is written. */
-    private final Map<Long, SlotResult> stagedHere = new HashMap<>();
+    /** Slots this writer instance received, by slot index, until their batch is written. */
+    private final Map<Long, SlotResult> waiting = new HashMap<>();
+
+    /** The slot indices of {@link #waiting} not staged as files yet. */
+    private final Set<Long> unstaged = new HashSet<>();
 
     /** Per rank: the reader's last acknowledged step as last read, and when (ms). */
     private final Map<Integer, long[]> consumedCache = new HashMap<>();
@@ -78,9 +86,8 @@ final class ArrowBatchWriter implements SinkWriter<SlotResult> {
             slotsSkipped.inc(); // replayed after a restore: the trainer already has this batch
             return;
         }
-        stager.stage(step, rank, plan.slotOf(slot.sampleIndex), slot);
-        slotsStaged.inc();
-        stagedHere.put(slot.sampleIndex, slot);
+        waiting.put(slot.sampleIndex, slot);
+        unstaged.add(slot.sampleIndex);
         TokenizedSample[] slots = completeBatch(step, rank);
         if (slots == null) {
             return;
@@ -95,7 +102,9 @@ final class ArrowBatchWriter implements SinkWriter<SlotResult> {
         written.inc();
         long first = plan.firstIndex(step, rank);
         for (int k = 0; k < plan.microBatchSize(); k++) {
-            stagedHere.remove(first + k);
+            waiting.remove(first + k);
+            unstaged.remove(first + k);
+            // staged at a checkpoint, by an earlier attempt, or not at all
             stager.remove(step, rank, k);
         }
     }
@@ -105,13 +114,13 @@ final class ArrowBatchWriter implements SinkWriter<SlotResult> {
         long first = plan.firstIndex(step, rank);
         int b = plan.microBatchSize();
         for (int k = 0; k < b; k++) {
-            if (!stagedHere.containsKey(first + k) && !stager.isStaged(step, rank, k)) {
+            if (!waiting.containsKey(first + k) && !stager.isStaged(step, rank, k)) {
                 return null;
             }
         }
         TokenizedSample[] slots = new TokenizedSample[b];
         for (int k = 0; k < b; k++) {
-            SlotResult here = stagedHere.get(first + k);
+            SlotResult here = waiting.get(first + k);
             // a slot staged before a restore is read back from its file
             slots[k] = here != null ? here.sample : stager.read(step, rank, k).sample;
         }
@@ -157,9 +166,20 @@ final class ArrowBatchWriter implements SinkWriter<SlotResult> {
         }
     }
 
+    /**
+     * Stages the waiting slots that are not files yet. Flink calls this before each checkpoint
+     * barrier leaves the writer, and at the end of the input (every batch is complete then).
+     *
+     * @throws IOException if a slot cannot be written to shared memory (the checkpoint fails)
+     */
     @Override
-    public void flush(boolean endOfInput) {
-        // Every batch is published (renamed) inside write(); staged slots are already files.
+    public void flush(boolean endOfInput) throws IOException {
+        for (long index : unstaged) {
+            stager.stage(
+                    plan.stepOf(index), plan.rankOf(index), plan.slotOf(index), waiting.get(index));
+            slotsStaged.inc();
+        }
+        unstaged.clear();
     }
 
     @Override

@@ -110,7 +110,10 @@ class ArrowBatchWriterTest {
         try (ArrowBatchWriter w = writer(plan)) {
             w.write(SlotResult.of(sample(7, 5, 2, 1, 1, 2)), null);
             assertThat(file).doesNotExist();
-            assertThat(jobDir.resolve("gen-g1/rank-1/.staging/step-0000000001.slot-1")).exists();
+            Path staged = jobDir.resolve("gen-g1/rank-1/.staging/step-0000000001.slot-1");
+            assertThat(staged).as("a waiting slot is staged at a checkpoint only").doesNotExist();
+            w.flush(false); // before a checkpoint barrier
+            assertThat(staged).exists();
             w.write(SlotResult.of(sample(6, 3, 3, 1, 1, 1, 1, 1, 2)), null);
         }
         assertThat(file).exists();
@@ -205,6 +208,7 @@ class ArrowBatchWriterTest {
         Path file = jobDir.resolve("gen-g1/rank-0/step-0000000000.arrow");
         try (ArrowBatchWriter w = writer(plan)) {
             w.write(SlotResult.of(sample(0, 4, 2, 1, 1, 2)), null);
+            w.flush(false); // a checkpoint, then the attempt fails
         }
         // a crashed attempt also left a half-written staged slot behind
         Path halfWritten = jobDir.resolve("gen-g1/rank-0/.staging/.step-0000000000.slot-1.tmp");
