@@ -59,6 +59,7 @@ final class TrainerSim implements AutoCloseable {
             String generation = null;
             for (long step = firstStep; step <= lastStep && !stopped; step++) {
                 Path file = null;
+                byte[] bytes = null;
                 while (!stopped) {
                     String now = currentGeneration();
                     if (now != null && !now.equals(generation)) {
@@ -71,9 +72,12 @@ final class TrainerSim implements AutoCloseable {
                         Path rankDir = jobDir.resolve("gen-" + generation).resolve("rank-" + rank);
                         countFiles(rankDir);
                         Path candidate = rankDir.resolve(String.format("step-%010d.arrow", step));
-                        if (Files.exists(candidate)) {
+                        try {
+                            bytes = Files.readAllBytes(candidate);
                             file = candidate;
                             break;
+                        } catch (NoSuchFileException notYet) {
+                            // not written yet, or its generation was just removed by a new one
                         }
                     }
                     Thread.sleep(2);
@@ -81,14 +85,17 @@ final class TrainerSim implements AutoCloseable {
                 if (file == null) {
                     return;
                 }
-                byte[] bytes = Files.readAllBytes(file);
                 synchronized (consumed) {
                     consumed.add(new Consumed(step, rank, sha256(bytes)));
                 }
                 if (stepMillis > 0) {
                     Thread.sleep(stepMillis);
                 }
-                ack(rank, generation, step);
+                try {
+                    ack(rank, generation, step);
+                } catch (NoSuchFileException generationRemoved) {
+                    // a new generation replaced this one; the switch above acks there
+                }
                 Files.deleteIfExists(file);
                 stepsDone.incrementAndGet();
             }
