@@ -22,7 +22,8 @@ import org.apache.flink.core.memory.DataOutputViewStreamWrapper;
  * Keeps samples that wait for the rest of their batch in node-local files instead of Flink state,
  * so checkpoints stay small whatever the image size.
  *
- * <p>A staged slot is the {@link SlotResult} in Flink's own serialization, written to a temporary
+ * <p>A staged slot is the {@link SlotResult} in Flink's own serialization (the sample's arrays in
+ * bulk, {@link dev.stoker.operators.model.TokenizedSampleSerializer}), written to a temporary
  * name and renamed, so a staged file is always complete. Staged files survive a TaskManager failure
  * on the same node; since a slot's content is a pure function of the plan, writing it again after a
  * restore replaces it with identical bytes.
