@@ -10,7 +10,9 @@ import java.util.Arrays;
  * widened by the downscale factor (antialiasing); per-output coefficients normalised to sum 1 and
  * converted to fixed point with {@value #PRECISION_BITS} fractional bits ({@code 32 - 8 - 2}); each
  * pass rounds and clips to uint8, so the intermediate image is uint8 as in Pillow. The horizontal
- * pass only computes the source rows the vertical pass reads.
+ * pass only computes the source rows the vertical pass reads, row by row as the vertical pass
+ * reaches them, into a ring of as many rows as the vertical kernel has taps (cache-resident).
+ * Integer sums are exact in any order, so the result is bit-identical to Pillow's.
  *
  * <p>Not thread-safe: an instance reuses its buffers between calls, including the output's pixel
  * array, which is valid until the next call; use one instance per task thread.
@@ -22,9 +24,16 @@ public final class BicubicResampler {
     private static final double SUPPORT = 2.0;
     private static final double A = -0.5;
 
-    private byte[] temp = new byte[0];
-    private byte[] out = new byte[0];
+    /** Source pixels of the row being resampled horizontally: R | G << 32 per pixel, and B. */
+    private long[] redGreen = new long[0];
+
+    private int[] blue = new int[0];
+
+    /** Ring of horizontally resampled rows (uint8 values as int), one int[] per row. */
+    private int[][] ring = new int[0][];
+
     private int[] acc = new int[0];
+    private byte[] out = new byte[0];
 
     /**
      * Resizes {@code src} to {@code outWidth x outHeight}.
@@ -42,33 +51,40 @@ public final class BicubicResampler {
         }
         int inW = src.width();
         int inH = src.height();
-        boolean horizontal = outWidth != inW;
-        boolean vertical = outHeight != inH;
-        if (!horizontal && !vertical) {
+        if (outWidth == inW && outHeight == inH) {
             return src;
         }
-        if (!vertical) {
-            byte[] dst = output(outWidth * inH * 3);
-            resampleHorizontal(src.pixels(), inW, 0, inH, dst, Coefficients.of(inW, outWidth));
-            return new RgbImage(outWidth, inH, dst);
+        Coefficients kx = outWidth != inW ? Coefficients.of(inW, outWidth) : null;
+        Coefficients ky = outHeight != inH ? Coefficients.of(inH, outHeight) : null;
+        int stride = outWidth * 3;
+        byte[] dst = output(stride * outHeight);
+        int ringSize = ky == null ? 1 : ky.ksize;
+        if (ring.length < ringSize || ring[0].length < stride) {
+            ring = new int[ringSize][stride];
         }
-        Coefficients ky = Coefficients.of(inH, outHeight);
-        byte[] rows = src.pixels();
-        int rowOffset = 0;
-        if (horizontal) {
-            int first = ky.bounds[0];
-            int last = ky.bounds[(outHeight - 1) * 2] + ky.bounds[(outHeight - 1) * 2 + 1];
-            int needed = outWidth * (last - first) * 3;
-            if (temp.length < needed) {
-                temp = new byte[needed];
+        if (acc.length < stride) {
+            acc = new int[stride];
+        }
+        int next = 0; // the next source row to put into the ring
+        for (int yy = 0; yy < outHeight; yy++) {
+            if (ky == null) {
+                int[] row = ring[0];
+                sourceRow(src, yy, kx, row);
+                for (int i = 0, o = yy * stride; i < stride; i++) {
+                    dst[o + i] = (byte) row[i];
+                }
+                continue;
             }
-            resampleHorizontal(
-                    rows, inW, first, last - first, temp, Coefficients.of(inW, outWidth));
-            rows = temp;
-            rowOffset = first;
+            int ymin = ky.bounds[yy * 2];
+            int ycount = ky.bounds[yy * 2 + 1];
+            next = Math.max(next, ymin);
+            while (next < ymin + ycount) {
+                // replaces row next - ringSize, which lies before ymin: no longer needed
+                sourceRow(src, next, kx, ring[next % ringSize]);
+                next++;
+            }
+            resampleVertical(yy, ymin, ycount, ky, ringSize, stride, dst);
         }
-        byte[] dst = output(outWidth * outHeight * 3);
-        resampleVertical(rows, outWidth, rowOffset, dst, outHeight, ky);
         return new RgbImage(outWidth, outHeight, dst);
     }
 
@@ -80,75 +96,88 @@ public final class BicubicResampler {
     }
 
     /**
-     * Resamples rows {@code firstRow .. firstRow+rowCount-1} of {@code in} into rows 0.. of {@code
-     * out}.
+     * Puts source row {@code y} into {@code row} as uint8 values: resampled horizontally with
+     * {@code kx}, or as is when {@code kx} is null.
      */
-    private static void resampleHorizontal(
-            byte[] in, int inW, int firstRow, int rowCount, byte[] out, Coefficients k) {
+    private void sourceRow(RgbImage src, int y, Coefficients kx, int[] row) {
+        int inW = src.width();
+        byte[] in = src.pixels();
+        if (kx == null) {
+            for (int i = 0, p = y * inW * 3; i < inW * 3; i++) {
+                row[i] = in[p + i] & 0xFF;
+            }
+        } else {
+            resampleHorizontal(in, y * inW * 3, inW, row, kx);
+        }
+    }
+
+    /**
+     * Resamples one source row (at {@code rowStart} in {@code in}) into {@code row}. R and G are
+     * summed in the two 32-bit halves of one long (each half's sum is exact modulo 2^32 and fits an
+     * int, so the halves separate exactly), B on its own: two multiplies per tap instead of three.
+     */
+    private void resampleHorizontal(byte[] in, int rowStart, int inW, int[] row, Coefficients k) {
+        if (redGreen.length < inW) {
+            redGreen = new long[inW];
+            blue = new int[inW];
+        }
+        long[] rg = redGreen;
+        int[] b = blue;
+        for (int x = 0, p = rowStart; x < inW; x++, p += 3) {
+            rg[x] = (in[p] & 0xFF) | ((long) (in[p + 1] & 0xFF) << 32);
+            b[x] = in[p + 2] & 0xFF;
+        }
         int outW = k.outSize;
         int ksize = k.ksize;
         int[] kk = k.fixed;
         int[] bounds = k.bounds;
         int half = 1 << (PRECISION_BITS - 1);
-        for (int y = 0; y < rowCount; y++) {
-            int inRow = (firstRow + y) * inW * 3;
-            int outRow = y * outW * 3;
-            for (int xx = 0; xx < outW; xx++) {
-                int xmin = bounds[xx * 2];
-                int xcount = bounds[xx * 2 + 1];
-                int kOff = xx * ksize;
-                int s0 = half;
-                int s1 = half;
-                int s2 = half;
-                int p = inRow + xmin * 3;
-                for (int x = 0; x < xcount; x++, p += 3) {
-                    int w = kk[kOff + x];
-                    s0 += (in[p] & 0xFF) * w;
-                    s1 += (in[p + 1] & 0xFF) * w;
-                    s2 += (in[p + 2] & 0xFF) * w;
-                }
-                int o = outRow + xx * 3;
-                out[o] = clip8(s0);
-                out[o + 1] = clip8(s1);
-                out[o + 2] = clip8(s2);
+        long halfRg = ((long) half << 32) + half;
+        for (int xx = 0; xx < outW; xx++) {
+            int xmin = bounds[xx * 2];
+            int xcount = bounds[xx * 2 + 1];
+            int kOff = xx * ksize;
+            long s01 = halfRg;
+            int s2 = half;
+            for (int x = 0; x < xcount; x++) {
+                int w = kk[kOff + x];
+                s01 += rg[xmin + x] * w;
+                s2 += b[xmin + x] * w;
             }
+            int s0 = (int) s01;
+            int s1 = (int) ((s01 - s0) >> 32);
+            int o = xx * 3;
+            row[o] = clip8(s0);
+            row[o + 1] = clip8(s1);
+            row[o + 2] = clip8(s2);
         }
     }
 
-    /** Resamples columns; row {@code r} of {@code in} holds source row {@code r + rowOffset}. */
+    /**
+     * Output row {@code yy} from the ring's rows {@code ymin .. ymin+ycount-1}. Each tap is a loop
+     * over one whole row array from index 0, a shape the JIT vectorizes (an offset into one shared
+     * array may alias the accumulator, which keeps it scalar).
+     */
     private void resampleVertical(
-            byte[] in, int width, int rowOffset, byte[] out, int outH, Coefficients k) {
-        int ksize = k.ksize;
-        int[] kk = k.fixed;
-        int[] bounds = k.bounds;
-        int half = 1 << (PRECISION_BITS - 1);
-        int stride = width * 3;
-        if (this.acc.length < stride) {
-            this.acc = new int[stride];
-        }
-        int[] acc = this.acc;
-        for (int yy = 0; yy < outH; yy++) {
-            int ymin = bounds[yy * 2] - rowOffset;
-            int ycount = bounds[yy * 2 + 1];
-            int kOff = yy * ksize;
-            Arrays.fill(acc, 0, stride, half);
-            for (int y = 0; y < ycount; y++) {
-                int w = kk[kOff + y];
-                int row = (ymin + y) * stride;
-                for (int i = 0; i < stride; i++) {
-                    acc[i] += (in[row + i] & 0xFF) * w;
-                }
-            }
-            int o = yy * stride;
+            int yy, int ymin, int ycount, Coefficients k, int ringSize, int stride, byte[] dst) {
+        int[] a = acc;
+        int kOff = yy * k.ksize;
+        Arrays.fill(a, 0, stride, 1 << (PRECISION_BITS - 1));
+        for (int y = 0; y < ycount; y++) {
+            int w = k.fixed[kOff + y];
+            int[] row = ring[(ymin + y) % ringSize];
             for (int i = 0; i < stride; i++) {
-                out[o + i] = clip8(acc[i]);
+                a[i] += row[i] * w;
             }
+        }
+        for (int i = 0, o = yy * stride; i < stride; i++) {
+            dst[o + i] = (byte) clip8(a[i]);
         }
     }
 
-    private static byte clip8(int v) {
+    private static int clip8(int v) {
         int s = v >> PRECISION_BITS;
-        return (byte) (s < 0 ? 0 : Math.min(s, 255));
+        return s < 0 ? 0 : Math.min(s, 255);
     }
 
     /** Pillow's bicubic kernel with a = -0.5. */
