@@ -16,13 +16,16 @@ if [ ! -f "$VENV/.installed" ] || [ bench/requirements.txt -nt "$VENV/.installed
   touch "$VENV/.installed"
 fi
 if [ ! -f job/target/stoker-job.jar ] || [ ! -f job/target/runtime-classpath.txt ] \
-    || [ ! -f connectors/target/test-classpath.txt ] || [ ! -d connectors/target/test-classes ]; then
+    || [ ! -f connectors/target/test-classpath.txt ] || [ ! -d connectors/target/test-classes ] \
+    || [ ! -f operators/target/test-classpath.txt ]; then
   echo "[loaders] building the job jar (mvn -o package)" >&2
   mvn -o -q -B package -DskipTests
   mvn -o -q -B -pl job dependency:build-classpath -Dmdep.includeScope=compile \
     -Dmdep.outputFile="$PWD/job/target/runtime-classpath.txt"
   mvn -o -q -B -pl connectors dependency:build-classpath -Dmdep.includeScope=test \
     -Dmdep.outputFile="$PWD/connectors/target/test-classpath.txt"
+  mvn -o -q -B -pl operators dependency:build-classpath -Dmdep.includeScope=test \
+    -Dmdep.outputFile="$PWD/operators/target/test-classpath.txt"
 fi
 [[ " $* " == *"--contenders"* && " $* " != *"stoker-cluster"* ]] || scripts/cluster.sh build
 PYTHONPATH="$PWD:$PWD/python" exec "$VENV/bin/python" -m bench.loaders.run "$@"

@@ -23,9 +23,9 @@ import org.apache.flink.core.memory.DataOutputViewStreamWrapper;
  * so checkpoints stay small whatever the image size.
  *
  * <p>A staged slot is the {@link SlotResult} in Flink's own serialization (the sample's arrays in
- * bulk, {@link dev.stoker.operators.model.TokenizedSampleSerializer}), written to a temporary
- * name and renamed, so a staged file is always complete. Staged files survive a TaskManager failure
- * on the same node; since a slot's content is a pure function of the plan, writing it again after a
+ * bulk, {@link dev.stoker.operators.model.TokenizedSampleSerializer}), written to a temporary name
+ * and renamed, so a staged file is always complete. Staged files survive a TaskManager failure on
+ * the same node; since a slot's content is a pure function of the plan, writing it again after a
  * restore replaces it with identical bytes.
  */
 final class SlotStager {
