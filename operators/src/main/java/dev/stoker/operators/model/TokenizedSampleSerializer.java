@@ -4,7 +4,6 @@ import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.FloatBuffer;
-import java.nio.LongBuffer;
 import org.apache.flink.api.common.typeutils.SimpleTypeSerializerSnapshot;
 import org.apache.flink.api.common.typeutils.TypeSerializer;
 import org.apache.flink.api.common.typeutils.TypeSerializerSnapshot;
@@ -13,15 +12,16 @@ import org.apache.flink.core.memory.DataOutputView;
 import org.apache.flink.types.StringValue;
 
 /**
- * Flink serializer of {@link TokenizedSample} that moves its arrays as bulk byte copies instead of
- * element by element (Flink's {@code FloatPrimitiveArraySerializer} writes each of the ~10^6 floats
- * of a sample's {@code pixel_values} with its own call).
+ * Flink serializer of {@link TokenizedSample} that moves {@code pixel_values} as bulk byte copies
+ * instead of value by value (Flink's {@code FloatPrimitiveArraySerializer} writes each of the ~10^6
+ * floats of a sample with its own call).
  *
  * <p>Format version {@value #VERSION}: a version byte; the {@link RecordRef} (file and record id as
  * nullable {@link StringValue}s, line and sample index as int64); then {@code input_ids}, {@code
  * labels} (int64), {@code pixel_values} (float32) and {@code image_grid_thw} (int64), each as an
- * int32 length ({@code -1} for null) followed by its elements in little-endian order. Used for the
- * samples on their way to the sink and for the slots the sink stages in shared memory.
+ * int32 length ({@code -1} for null) followed by its elements (the int64s big-endian, as Flink
+ * writes them; the float32s little-endian, copied in bulk). Used for the samples on their way to
+ * the sink and for the slots the sink stages in shared memory.
  *
  * <p>Not thread-safe (it reuses a 64 KiB copy buffer); Flink {@linkplain #duplicate() duplicates}
  * it per thread.
@@ -36,7 +36,6 @@ public final class TokenizedSampleSerializer extends TypeSerializer<TokenizedSam
 
     private transient ByteBuffer chunk;
     private transient FloatBuffer chunkFloats;
-    private transient LongBuffer chunkLongs;
 
     @Override
     public boolean isImmutableType() {
@@ -176,35 +175,25 @@ public final class TokenizedSampleSerializer extends TypeSerializer<TokenizedSam
         return values;
     }
 
-    private void writeLongs(long[] values, DataOutputView target) throws IOException {
+    private static void writeLongs(long[] values, DataOutputView target) throws IOException {
         if (values == null) {
             target.writeInt(-1);
             return;
         }
         target.writeInt(values.length);
-        ensureChunk();
-        int perChunk = CHUNK_BYTES / Long.BYTES;
-        for (int off = 0; off < values.length; off += perChunk) {
-            int n = Math.min(perChunk, values.length - off);
-            chunkLongs.clear();
-            chunkLongs.put(values, off, n);
-            target.write(chunk.array(), 0, n * Long.BYTES);
+        for (long v : values) { // token ids: thousands, not millions; no bulk copy needed
+            target.writeLong(v);
         }
     }
 
-    private long[] readLongs(DataInputView source) throws IOException {
+    private static long[] readLongs(DataInputView source) throws IOException {
         int length = readLength(source);
         if (length < 0) {
             return null;
         }
         long[] values = new long[length];
-        ensureChunk();
-        int perChunk = CHUNK_BYTES / Long.BYTES;
-        for (int off = 0; off < length; off += perChunk) {
-            int n = Math.min(perChunk, length - off);
-            source.readFully(chunk.array(), 0, n * Long.BYTES);
-            chunkLongs.clear();
-            chunkLongs.get(values, off, n);
+        for (int i = 0; i < length; i++) {
+            values[i] = source.readLong();
         }
         return values;
     }
@@ -221,7 +210,6 @@ public final class TokenizedSampleSerializer extends TypeSerializer<TokenizedSam
         if (chunk == null) {
             chunk = ByteBuffer.allocate(CHUNK_BYTES).order(ByteOrder.LITTLE_ENDIAN);
             chunkFloats = chunk.asFloatBuffer();
-            chunkLongs = chunk.asLongBuffer();
         }
     }
 
