@@ -465,7 +465,7 @@ def main() -> int:
         "cores": args.cores,
         "latency_ms": args.latency_ms,
         "jitter_ms": args.jitter_ms,
-        "max_pixels": 200704,
+        "max_pixels": MAX_PIXELS,
         "step_time_s": step_time,
         "compute_ceiling_images_per_s": ceiling,
     }
