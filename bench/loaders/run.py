@@ -127,7 +127,8 @@ class TreeSampler:
     Memory is the sum of the processes' PSS (shared pages such as Ray's object store or mapped
     batch files counted once) plus the bytes under /dev/shm/stoker-bench (Stoker's batch files);
     CPU is the sum over the processes of their CPU time at their last sample (a process that lives
-    less than one interval is missed)."""
+    less than one interval is missed); ``history`` keeps (Unix time, CPU seconds so far) per
+    sample, for the utilization within a time window."""
 
     def __init__(self, root: int, extra: list[int], interval_s: float = 0.5) -> None:
         self.root = root
@@ -136,6 +137,7 @@ class TreeSampler:
         self.peak_bytes = 0
         self.cpu: dict[int, float] = {}
         self.start: dict[int, float] = {}
+        self.history: list[tuple[float, float]] = []
 
     def processes(self) -> list[psutil.Process]:
         procs = []
@@ -160,6 +162,15 @@ class TreeSampler:
             except (psutil.NoSuchProcess, psutil.AccessDenied, FileNotFoundError):
                 pass
         self.peak_bytes = max(self.peak_bytes, total)
+        self.history.append((time.time(), self.cpu_s))
+
+    def utilization(self, t0: float, t1: float, cores: int) -> float:
+        """CPU seconds / (seconds x cores) between the first and the last sample in [t0, t1]."""
+        inside = [(t, c) for t, c in self.history if t0 <= t <= t1]
+        if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+            return float("nan")
+        (ta, ca), (tb, cb) = inside[0], inside[-1]
+        return (cb - ca) / ((tb - ta) * cores)
 
     @property
     def cpu_s(self) -> float:
@@ -185,10 +196,13 @@ def run_contender(name: str, cfg: Config, cores: int, workdir: Path) -> dict[str
     if proc.returncode != 0:
         raise RuntimeError(f"{name} failed (exit {proc.returncode})")
     result = json.loads(Path(cfg.result).read_text())
+    summary = summarize(result, launch, cfg.batch_size)
+    steady_from, steady_to = summary.pop("steady_window_unix")
     return dict(
-        summarize(result, launch, cfg.batch_size),
+        summary,
         peak_memory_gib=sampler.peak_bytes / 2**30,
         cpu_utilization=sampler.cpu_s / (wall * cores),
+        cpu_utilization_steady=sampler.utilization(steady_from, steady_to, cores),
         wall_s=wall,
     )
 
@@ -242,6 +256,7 @@ def summarize(result: dict[str, Any], launch: float, batch_size: int) -> dict[st
         "wait_time_ratio_from_first_batch": float(
             waits[1:].sum() / (result["end_unix"] - arrivals[0])
         ),
+        "steady_window_unix": (float(arrivals[k]), float(arrivals[-1])),
     }
 
 
@@ -291,6 +306,7 @@ def write_results(out: Path, rows: list[dict[str, Any]], checks: list[dict[str, 
         "time_to_first_batch_s",
         "peak_memory_gib",
         "cpu_utilization",
+        "cpu_utilization_steady",
         "wait_time_ratio_at_80pct",
         "wait_time_ratio_at_80pct_from_first_batch",
         "samples",
@@ -316,7 +332,8 @@ def write_results(out: Path, rows: list[dict[str, Any]], checks: list[dict[str, 
         "",
         "| contender | samples/s | images/s | x naive | x compute ceiling | time to first batch "
         "| peak memory "
-        "| CPU utilization | wait-time ratio at 80% demand: steady state (from the first batch) |",
+        "| CPU utilization: whole run (steady state) "
+        "| wait-time ratio at 80% demand: steady state (from the first batch) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     naive = next((r["samples_per_s"] for r in rows if r["contender"] == "naive"), float("nan"))
@@ -327,6 +344,7 @@ def write_results(out: Path, rows: list[dict[str, Any]], checks: list[dict[str, 
             f"| {r['images_per_s'] / meta['compute_ceiling_images_per_s']:.2f}x "
             f"| {r['time_to_first_batch_s']:.1f} s "
             f"| {r['peak_memory_gib']:.2f} GiB | {100 * r['cpu_utilization']:.0f}% "
+            f"({100 * r['cpu_utilization_steady']:.0f}%) "
             f"| {100 * r['wait_time_ratio_at_80pct']:.1f}% "
             f"({100 * r['wait_time_ratio_at_80pct_from_first_batch']:.1f}%) |"
         )
