@@ -13,7 +13,6 @@ import java.util.List;
 import org.apache.flink.api.common.JobExecutionResult;
 import org.apache.flink.configuration.CheckpointingOptions;
 import org.apache.flink.configuration.Configuration;
-import org.apache.flink.configuration.RestartStrategyOptions;
 import org.apache.flink.configuration.StateBackendOptions;
 import org.apache.flink.core.execution.JobClient;
 import org.apache.flink.runtime.minicluster.MiniCluster;
@@ -85,25 +84,16 @@ class CheckpointBackpressureITCase {
     @Test
     void checkpointsCompleteWhileTheTrainerHoldsTheJobBack(@InjectMiniCluster MiniCluster cluster)
             throws Exception {
-        Configuration conf = S3FileSystems.config(S3);
-        conf.set(StokerOptions.DATASET_PATH, "s3://" + BUCKET + "/case");
-        conf.set(
-                StokerOptions.TOKENIZER_PATH,
-                SharedData.dataDir().resolve("tokenizers/qwen3").toString());
-        conf.set(StokerOptions.OUTPUT_ROOT, outputRoot.toString());
+        Configuration conf =
+                JobRun.config("s3://" + BUCKET + "/case", outputRoot, WORLD_SIZE, MICRO_BATCH_SIZE);
+        conf.addAll(S3FileSystems.config(S3));
         conf.set(StokerOptions.JOB_NAME, "backpressure");
-        conf.set(StokerOptions.DP_WORLD_SIZE, WORLD_SIZE);
-        conf.set(StokerOptions.MICRO_BATCH_SIZE, MICRO_BATCH_SIZE);
         // 1400x1400 would stay 1400x1400 (12 MB of pixel values per sample, 750 MB per step);
         // the case is about checkpoints, so keep the batches small
         conf.set(StokerOptions.MAX_PIXELS, 200_704L);
         conf.set(StateBackendOptions.STATE_BACKEND, "rocksdb");
         conf.set(CheckpointingOptions.INCREMENTAL_CHECKPOINTS, true);
         conf.set(CheckpointingOptions.CHECKPOINTING_TIMEOUT, Duration.ofSeconds(60));
-        conf.set(
-                CheckpointingOptions.CHECKPOINTS_DIRECTORY,
-                outputRoot.resolve("checkpoints").toUri().toString());
-        conf.set(RestartStrategyOptions.RESTART_STRATEGY, "none");
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment(conf);
         env.setParallelism(2);
         env.enableCheckpointing(10_000);

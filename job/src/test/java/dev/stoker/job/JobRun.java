@@ -117,16 +117,12 @@ final class JobRun {
     }
 
     /**
-     * As {@link #run(Path, Path, int, int, Configuration)} for a dataset URI such as {@code
-     * s3://bucket/prefix}.
+     * The job configuration the ITs start from: dataset, the shared Qwen tokenizer, output root,
+     * job name {@code itcase}, W and B, checkpoints under the output root, and no restarts (any
+     * failure or restart fails the test).
      */
-    static Result run(
-            String datasetRoot,
-            Path outputRoot,
-            int worldSize,
-            int microBatchSize,
-            Configuration extra)
-            throws Exception {
+    static Configuration config(
+            String datasetRoot, Path outputRoot, int worldSize, int microBatchSize) {
         Configuration conf = new Configuration();
         conf.set(StokerOptions.DATASET_PATH, datasetRoot);
         conf.set(
@@ -139,9 +135,22 @@ final class JobRun {
         conf.set(
                 CheckpointingOptions.CHECKPOINTS_DIRECTORY,
                 outputRoot.resolve("checkpoints").toUri().toString());
-        conf.set(
-                RestartStrategyOptions.RESTART_STRATEGY,
-                "none"); // any failure or restart fails the test
+        conf.set(RestartStrategyOptions.RESTART_STRATEGY, "none");
+        return conf;
+    }
+
+    /**
+     * As {@link #run(Path, Path, int, int, Configuration)} for a dataset URI such as {@code
+     * s3://bucket/prefix}.
+     */
+    static Result run(
+            String datasetRoot,
+            Path outputRoot,
+            int worldSize,
+            int microBatchSize,
+            Configuration extra)
+            throws Exception {
+        Configuration conf = config(datasetRoot, outputRoot, worldSize, microBatchSize);
         // listing order, so sample index = record index; no trainer acknowledges batches here
         conf.set(StokerOptions.SHUFFLE, false);
         conf.set(StokerOptions.PREFETCH_DEPTH, 0);
