@@ -15,18 +15,22 @@ Typical trainer loop, one process per DP rank::
 The job directory holds ``manifest.json``, which names the current *generation*; batches live in
 ``gen-<generation>/rank-<r>/step-<s:010d>.arrow``. Requesting step ``s + 1`` acknowledges step
 ``s`` (``ack.json`` in the same directory, which also paces the job's prefetch) and unlinks its
-file. When the job is resubmitted while the trainer runs (a new generation), the reader follows
-the manifest to the new generation's directory and continues at the same step.
+file, both on a background thread, while another maps the next step's file ahead. When the job is
+resubmitted while the trainer runs (a new generation), the reader follows the manifest to the new
+generation's directory and continues at the same step.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import queue
 import re
+import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +46,9 @@ __all__ = ["Batch", "BatchReader", "BatchFormatError", "Manifest", "ResumeError"
 
 _GENERATION_RE = re.compile(r"[A-Za-z0-9_-]+\Z")
 _STEP_FILE_RE = re.compile(r"step-(\d{10})\.arrow\Z")
+#: Seconds a read-ahead thread waits for its file when the reader has no ``timeout_s``; the
+#: request that needs the file then waits for it itself.
+_READ_AHEAD_GIVE_UP_S = 60.0
 
 
 class BatchFormatError(ValueError):
@@ -320,6 +327,115 @@ def _unlink_steps_below(rank_dir: Path, step: int) -> int:
     return removed
 
 
+def _ack_step(rank_dir: Path, ack: dict[str, Any]) -> bool:
+    """Write ``rank_dir/ack.json`` and unlink the files of steps up to the acked one (the
+    acked step's, and any of an earlier step the sink published while it learnt of a skip:
+    start step or generation switch). Returns ``False``, doing nothing, when ``rank_dir`` is gone
+    (a new generation replaced it, and following it acks there)."""
+    try:
+        _write_json_atomic(rank_dir / "ack.json", ack)
+    except FileNotFoundError:
+        return False
+    _unlink_steps_below(rank_dir, int(ack["consumed_step"]) + 1)
+    return True
+
+
+class _BackgroundThread:
+    """A reader's daemon thread: runs the tasks handed to it one after another.
+
+    A daemon, so a task still waiting for a file never holds up the interpreter's exit; started
+    once, so handing over a task costs a queue put, not a thread start (which waits for the new
+    thread to be scheduled). The first exception a task raises is kept in :attr:`error` (the
+    later tasks still run).
+    """
+
+    def __init__(self, name: str) -> None:
+        self._tasks: queue.SimpleQueue[Callable[[], object] | None] = queue.SimpleQueue()
+        #: The first exception a task raised, or ``None``.
+        self.error: Exception | None = None
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def submit(self, task: Callable[[], object]) -> None:
+        """Queue ``task``; it runs after the tasks queued before it."""
+        self._tasks.put(task)
+
+    def flush(self) -> None:
+        """Wait until the tasks queued so far have run."""
+        done = threading.Event()
+        self.submit(done.set)
+        done.wait()
+
+    def stop(self) -> None:
+        """End the thread once the queued tasks have run."""
+        self._tasks.put(None)
+
+    def _run(self) -> None:
+        while (task := self._tasks.get()) is not None:
+            try:
+                task()
+            except Exception as e:  # noqa: BLE001 - kept for the reader to raise
+                if self.error is None:
+                    self.error = e
+
+
+class _ReadAhead:
+    """One step's batch file, mapped and checked on the reader's background thread.
+
+    :meth:`run` waits for ``path`` to appear (a ``stat`` every ``poll_interval_s``, for at most
+    ``give_up_s``, or until :meth:`cancel`), then runs :func:`read_batch_file` with the reader's
+    checks, so the trainer's next request finds the batch mapped and validated. The
+    :class:`BatchReader` still decides whether to use it (same generation, same step) and
+    reads the file itself when the read-ahead gave up, was cancelled or saw the file vanish.
+    """
+
+    def __init__(
+        self, path: Path, checks: dict[str, int | None], poll_interval_s: float, give_up_s: float
+    ) -> None:
+        self.path = path
+        self._checks = checks
+        self._poll_interval_s = poll_interval_s
+        self._give_up_s = give_up_s
+        self._cancelled = threading.Event()
+        self._finished = threading.Event()
+        self._batch: Batch | None = None
+        self._error: Exception | None = None
+
+    def run(self) -> None:
+        """Wait for the file and map it (on the background thread)."""
+        give_up = time.monotonic() + self._give_up_s
+        try:
+            while not self._cancelled.is_set() and time.monotonic() < give_up:
+                if self.path.exists():
+                    self._batch = read_batch_file(self.path, **self._checks)
+                    return
+                self._cancelled.wait(self._poll_interval_s)
+        except FileNotFoundError:
+            pass  # removed between the check and the mapping: the reader reads it itself
+        except Exception as e:  # noqa: BLE001 - raised in the trainer's request, as if read there
+            self._error = e
+        finally:
+            self._finished.set()
+
+    def wait(self, timeout_s: float) -> bool:
+        """Whether :meth:`run` finished, waiting at most ``timeout_s``."""
+        return self._finished.wait(timeout_s)
+
+    def result(self) -> Batch | None:
+        """The mapped batch, or ``None`` (gave up, cancelled, file vanished); call after
+        :meth:`wait` returned ``True``.
+
+        Raises:
+            BatchFormatError: the file did not pass :func:`read_batch_file`'s checks.
+        """
+        if self._error is not None:
+            raise self._error
+        return self._batch
+
+    def cancel(self) -> None:
+        """Stop waiting for the file (a mapping already made is dropped with this object)."""
+        self._cancelled.set()
+
+
 class BatchReader:
     """Iterate the batches of one DP rank from a Stoker job directory.
 
@@ -340,6 +456,12 @@ class BatchReader:
         stop_after_step: last step to read (a trainer that stops, e.g. to be restarted from its
             checkpoint at that step); ``None`` (default): ``num_steps - 1``. The request after
             it acknowledges it, as at the end of the run, and ends the iteration.
+        read_ahead: after returning a batch, map and check the next step's file on a daemon
+            thread while the trainer computes (waiting for it if it is not there yet), and write
+            each ack and unlink the acked file on another, in order, so a request only hands
+            over a mapped batch. An error writing an ack is raised by a later request; the
+            request that ends the iteration waits for every ack. ``False`` does all of it in
+            the request, on the trainer's thread.
 
     Iterating yields :class:`Batch` for steps ``start_step .. end_step - 1``, in order, each
     exactly once (``end_step``: ``num_steps``, or ``stop_after_step + 1`` if that is smaller).
@@ -370,6 +492,7 @@ class BatchReader:
         start_step: int | None = None,
         manifest_poll_interval_s: float = 0.1,
         stop_after_step: int | None = None,
+        read_ahead: bool = True,
     ) -> None:
         if rank < 0:
             raise ValueError(f"rank must be >= 0, got {rank}")
@@ -390,6 +513,10 @@ class BatchReader:
         self.manifest_poll_interval_s = manifest_poll_interval_s
         self._requested_start = start_step
         self._stop_after = stop_after_step
+        self.read_ahead = read_ahead
+        self._ahead: _ReadAhead | None = None
+        self._reads: _BackgroundThread | None = None  # read-ahead
+        self._acks: _BackgroundThread | None = None  # acks and unlinks, in order
         self._manifest: Manifest | None = None
         self._manifest_sig: tuple[int, int, int] | None = None
         self._next_manifest_check = 0.0
@@ -402,7 +529,11 @@ class BatchReader:
         self.data_wait_s = 0.0
         #: Number of batches returned.
         self.batches_read = 0
-        #: Number of returned batches acknowledged in ``ack.json`` (skip acks not counted).
+        #: Number of returned batches the read-ahead had mapped (the rest were mapped in the
+        #: request: the first one, and any after a generation switch or a read-ahead give-up).
+        self.batches_read_ahead = 0
+        #: Number of returned batches acknowledged in ``ack.json`` (or handed to the ack thread
+        #: to write; skip acks not counted).
         self.steps_acked = 0
         #: Rows (samples, back-filled rows included), back-filled rows, images and patches
         #: returned so far.
@@ -488,6 +619,7 @@ class BatchReader:
         return {
             "rank": self.rank,
             "batches_read": self.batches_read,
+            "batches_read_ahead": self.batches_read_ahead,
             "steps_acked": self.steps_acked,
             "samples_read": self.samples_read,
             "backfilled_read": self.backfilled_read,
@@ -513,10 +645,11 @@ class BatchReader:
                 raise self._failure
             if self._next_step is None:
                 self._start(t_start)
-            self._ack_pending(t_start)
             assert self._next_step is not None
-            if self._done or self._next_step >= self.end_step:
-                self._done = True
+            last = self._done or self._next_step >= self.end_step
+            self._ack_pending(t_start, background=self.read_ahead and not last)
+            if last:
+                self.close()
                 raise StopIteration
             step = self._next_step
             try:
@@ -526,6 +659,8 @@ class BatchReader:
                 raise
             self._next_step += 1
             self._pending_ack = (step, Path(batch.path))
+            if self.read_ahead and self._next_step < self.end_step:
+                self._start_read_ahead(self._next_step)
             self.batches_read += 1
             self.samples_read += batch.num_samples
             self.backfilled_read += len(batch.backfilled_slots)
@@ -537,8 +672,19 @@ class BatchReader:
             self.data_wait_s += time.monotonic() - t_start
 
     def close(self) -> None:
-        """Stop iterating. The current (unacknowledged) step is left in place, not acked."""
+        """Stop iterating and end the background threads once their queued work is done (also
+        at the end of the iteration, and when the reader is garbage-collected). The current
+        (unacknowledged) step is left in place, not acked."""
         self._done = True
+        self._drop_read_ahead()
+        for thread in (self._reads, self._acks):
+            if thread is not None:
+                thread.stop()
+        self._reads = self._acks = None
+
+    def __del__(self) -> None:
+        if hasattr(self, "_acks"):  # not if __init__ raised
+            self.close()
 
     # ------------------------------------------------------------------ internals
     def _start(self, t_request: float) -> None:
@@ -574,37 +720,53 @@ class BatchReader:
             return
         _unlink_steps_below(rank_dir, next_step)
 
-    def _write_ack(self, rank_dir: Path, step: int, t_request: float) -> None:
+    def _ack_content(self, step: int, t_request: float) -> dict[str, Any]:
         # data-wait so far, including the part of the current request already spent
         data_wait = self.data_wait_s + (time.monotonic() - t_request)
         elapsed = self.elapsed_s
-        _write_json_atomic(
-            rank_dir / "ack.json",
-            {
-                "consumed_step": step,
-                "data_wait_s": round(data_wait, 6),
-                "elapsed_s": round(elapsed, 6),
-                # the sink shows it as the gauge trainerWaitTimeRatio (web UI, REST)
-                "wait_time_ratio": round(min(1.0, data_wait / elapsed), 6) if elapsed > 0 else 0.0,
-            },
-        )
+        return {
+            "consumed_step": step,
+            "data_wait_s": round(data_wait, 6),
+            "elapsed_s": round(elapsed, 6),
+            # the sink shows it as the gauge trainerWaitTimeRatio (web UI, REST)
+            "wait_time_ratio": round(min(1.0, data_wait / elapsed), 6) if elapsed > 0 else 0.0,
+        }
+
+    def _flush_acks(self) -> None:
+        """Wait for the acks handed to the background thread, so a later one cannot overtake
+        them; raise what writing one raised."""
+        if self._acks is not None:
+            self._acks.flush()
+            if self._acks.error is not None:
+                raise self._acks.error
+
+    def _write_ack(self, rank_dir: Path, step: int, t_request: float) -> None:
+        self._flush_acks()
+        _write_json_atomic(rank_dir / "ack.json", self._ack_content(step, t_request))
         self.last_acked_step = step
 
-    def _ack_pending(self, t_request: float) -> None:
+    def _ack_pending(self, t_request: float, *, background: bool) -> None:
+        """Ack the step returned last and unlink its file: with ``background``, on the ack
+        thread (the syscalls, milliseconds when unlinking a large file frees its pages, are
+        then off the request; an error writing an ack is raised by a later request), else
+        right here."""
         if self._pending_ack is None:
             return
         step, path = self._pending_ack
         self._pending_ack = None
-        try:
-            self._write_ack(path.parent, step, t_request)
-        except FileNotFoundError:
-            # the generation directory is gone: a new generation replaces it, and following
-            # it acks next_step - 1 = step there
-            return
+        task = functools.partial(_ack_step, path.parent, self._ack_content(step, t_request))
+        if background:
+            if self._acks is None:
+                self._acks = _BackgroundThread(f"stoker-ack-rank-{self.rank}")
+            elif self._acks.error is not None:
+                raise self._acks.error
+            self._acks.submit(task)
+        else:
+            self._flush_acks()
+            if not task():
+                return
+        self.last_acked_step = step
         self.steps_acked += 1
-        # this step's file, and any of an earlier step the sink published while it learnt of
-        # a skip (start step or generation switch)
-        _unlink_steps_below(path.parent, step + 1)
 
     def _stat_manifest(self) -> tuple[int, int, int] | None:
         try:
@@ -652,27 +814,67 @@ class BatchReader:
         self.generation_switches += 1
         return True
 
+    def _checks(self, step: int) -> dict[str, int | None]:
+        m = self.manifest
+        return {
+            "expected_step": step,
+            "expected_rank": self.rank,
+            "patch_dim": m.patch_dim,
+            "micro_batch_size": m.micro_batch_size,
+        }
+
+    def _start_read_ahead(self, step: int) -> None:
+        self._drop_read_ahead()
+        give_up_s = _READ_AHEAD_GIVE_UP_S if self.timeout_s is None else self.timeout_s
+        self._ahead = _ReadAhead(
+            self.rank_dir / _step_name(step), self._checks(step), self.poll_interval_s, give_up_s
+        )
+        if self._reads is None:
+            self._reads = _BackgroundThread(f"stoker-read-ahead-rank-{self.rank}")
+        self._reads.submit(self._ahead.run)
+
+    def _drop_read_ahead(self) -> None:
+        if self._ahead is not None:
+            self._ahead.cancel()
+            self._ahead = None
+
+    def _take_read_ahead(self, path: Path) -> tuple[bool, Batch | None]:
+        """``(True, batch)`` when the read-ahead of ``path`` finished with a batch, ``(True,
+        None)`` when there is none to wait for (or it ended without one: read it here),
+        ``(False, None)`` when it is still waiting for the file (after up to one poll
+        interval)."""
+        ahead = self._ahead
+        if ahead is None:
+            return True, None
+        if ahead.path != path:  # a new generation: its directory is read here
+            self._drop_read_ahead()
+            return True, None
+        if not ahead.wait(self.poll_interval_s):
+            return False, None
+        self._ahead = None
+        batch = ahead.result()
+        if batch is not None:
+            self.batches_read_ahead += 1
+        return True, batch
+
     def _wait_and_read(self, step: int, t_request: float) -> Batch:
         deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
         while True:
             if self._check_generation(t_request) and self.timeout_s is not None:
                 deadline = time.monotonic() + self.timeout_s
-            m = self.manifest
             path = self.rank_dir / _step_name(step)
-            if path.exists():
+            settled, ready = self._take_read_ahead(path)
+            if ready is not None:
+                return ready
+            if settled and path.exists():
                 try:
-                    return read_batch_file(
-                        path,
-                        expected_step=step,
-                        expected_rank=self.rank,
-                        patch_dim=m.patch_dim,
-                        micro_batch_size=m.micro_batch_size,
-                    )
+                    return read_batch_file(path, **self._checks(step))
                 except FileNotFoundError:
                     pass  # removed since: its generation was replaced; the check will follow
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"timed out after {self.timeout_s}s waiting for {path}")
-            time.sleep(self.poll_interval_s)
+            if settled:
+                time.sleep(self.poll_interval_s)
 
     def _wait_for(self, path: Path) -> None:
         deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s

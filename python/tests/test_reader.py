@@ -100,10 +100,21 @@ def test_arrays_are_zero_copy_views_of_the_mapping(shm_root):
         assert np.shares_memory(a, whole), name
 
 
-def test_ack_written_and_file_unlinked_only_when_next_step_requested(shm_root):
+def _eventually(condition, timeout_s=5.0):
+    """Whether ``condition()`` became true within ``timeout_s`` (for background-thread work)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+@pytest.mark.parametrize("read_ahead", [False, True])
+def test_ack_written_and_file_unlinked_only_when_next_step_requested(shm_root, read_ahead):
     make_job(shm_root, world_size=1, num_steps=3)
     rdir = rank_dir(shm_root, 0)
-    reader = BatchReader(shm_root, 0, timeout_s=5)
+    reader = BatchReader(shm_root, 0, timeout_s=5, read_ahead=read_ahead)
     b0 = next(reader)
     assert reader.rank_dir == rdir and reader.generation == GEN
     ack = rdir / "ack.json"
@@ -111,7 +122,11 @@ def test_ack_written_and_file_unlinked_only_when_next_step_requested(shm_root):
     assert (rdir / "step-0000000000.arrow").exists()
     keep = b0.input_ids.copy()
     b1 = next(reader)
-    assert not (rdir / "step-0000000000.arrow").exists()
+    step0 = rdir / "step-0000000000.arrow"
+    if read_ahead:  # acked and unlinked by the background thread
+        assert _eventually(lambda: ack.exists() and not step0.exists())
+    else:
+        assert ack.exists() and not step0.exists()
     assert (rdir / "step-0000000001.arrow").exists()
     content = json.loads(ack.read_text())
     assert set(content) == {"consumed_step", "data_wait_s", "elapsed_s", "wait_time_ratio"}
@@ -132,6 +147,7 @@ def test_ack_written_and_file_unlinked_only_when_next_step_requested(shm_root):
     assert sorted(p.name for p in rdir.iterdir()) == ["ack.json"]  # no tmp files left over
     assert oct(ack.stat().st_mode & 0o777) == oct(0o600)
     assert reader.steps_acked == 3 and reader.batches_read == 3
+    assert reader.batches_read_ahead == (2 if read_ahead else 0)
     assert reader.samples_read == 12
     assert 0.0 <= reader.wait_time_ratio <= 1.0
 
@@ -157,6 +173,66 @@ def test_waits_for_manifest_and_file_published_later(shm_root):
     assert b.sample_index.tolist() == [s["index"] for s in samples]
     assert reader.data_wait_s >= delay * 0.9
     assert reader.wait_time_ratio > 0.5
+
+
+def test_read_ahead_maps_a_file_published_while_the_trainer_computes(shm_root):
+    write_manifest(shm_root, world_size=1, num_steps=2)
+    written = write_steps(shm_root, [0], world_size=1)
+    reader = BatchReader(shm_root, 0, poll_interval_s=0.005, timeout_s=10)
+    assert next(reader).step == 0
+    assert reader.batches_read_ahead == 0  # the first batch is mapped in the request
+
+    # published after the request returned, while the "trainer" computes
+    later = threading.Timer(0.1, lambda: written.update(write_steps(shm_root, [1], world_size=1)))
+    later.start()
+    later.join()
+    assert _eventually(lambda: reader._ahead is not None and reader._ahead.wait(0))
+    b1 = next(reader)
+    assert (b1.step, reader.batches_read_ahead) == (1, 1)
+    exp = _expected_arrays(written[(1, 0)])
+    np.testing.assert_array_equal(b1.input_ids, exp["input_ids"])
+    np.testing.assert_array_equal(b1.pixel_values, exp["pixel_values"])
+    with pytest.raises(StopIteration):
+        next(reader)
+
+
+def test_read_ahead_format_error_is_raised_by_the_request_for_that_step(shm_root):
+    write_manifest(shm_root, world_size=1, num_steps=3)
+    write_steps(shm_root, [0], world_size=1)
+    (rank_dir(shm_root, 0) / "step-0000000001.arrow").write_bytes(b"not arrow at all" * 10)
+    reader = BatchReader(shm_root, 0, timeout_s=5)
+    assert next(reader).step == 0  # the background thread's failure is not this request's
+    assert _eventually(lambda: reader._ahead.wait(0))
+    for _ in range(2):  # and it repeats, as a failure read in the request does
+        with pytest.raises(BatchFormatError, match=r"step-0000000001\.arrow.*not an Arrow IPC"):
+            next(reader)
+    assert reader.batches_read == 1
+
+
+def test_close_ends_the_background_thread(shm_root):
+    write_manifest(shm_root, world_size=1, num_steps=5)
+    write_steps(shm_root, [0], world_size=1)
+    reader = BatchReader(shm_root, 0, timeout_s=60)
+    before = set(threading.enumerate())
+    next(reader)  # its read-ahead now waits for step 1, which never comes
+    (thread,) = set(threading.enumerate()) - before
+    assert thread.name == "stoker-read-ahead-rank-0" and thread.daemon
+    reader.close()
+    assert _eventually(lambda: not thread.is_alive(), timeout_s=2)
+    with pytest.raises(StopIteration):
+        next(reader)
+
+
+def test_an_ack_that_cannot_be_written_fails_a_later_request(shm_root):
+    make_job(shm_root, world_size=1, num_steps=3)
+    reader = BatchReader(shm_root, 0, timeout_s=5)
+    assert next(reader).step == 0
+    (rank_dir(shm_root, 0) / "ack.json").mkdir()  # renaming the new ack onto it fails
+    steps = []
+    with pytest.raises(IsADirectoryError):
+        for _ in range(3):  # the ack thread's error, at the latest when the last request flushes
+            steps.append(next(reader).step)
+    assert steps in ([1], [1, 2])
 
 
 def test_timeout_names_the_missing_file(shm_root):
@@ -573,11 +649,8 @@ def test_generation_switch_mid_iteration_continues_at_the_next_step(shm_root):
     # a file of a skipped step the sink published while it learnt of the ack goes at the next ack
     write_steps(shm_root, [1], world_size=1, generation="g2")
     assert next(reader).step == 3
-    assert _step_files(g2) == [
-        "step-0000000003.arrow",
-        "step-0000000004.arrow",
-        "step-0000000005.arrow",
-    ]
+    files = ["step-0000000003.arrow", "step-0000000004.arrow", "step-0000000005.arrow"]
+    assert _eventually(lambda: _step_files(g2) == files)  # on the ack thread
     assert [b.step for b in reader] == [4, 5]
     assert _ack(shm_root, 0, "g2")["consumed_step"] == 5
     assert reader.batches_read == 6
