@@ -1,12 +1,13 @@
 """Side-by-side benchmark of multimodal SFT loaders (bench/README.md, "Loaders side by side").
 
     python -m bench.loaders.run [--samples N] [--quick] [--batch-size B] [--cores C]
-        [--contenders naive,dataloader,...] [--latency-ms 50] [--jitter-ms 20]
+        [--contenders naive,dataloader,...] [--latency-ms 50] [--jitter-ms 20] [--rounds 2]
 
 Builds the dataset (N records, one image each, every image its own S3 object), starts the local
 S3 server (S3Proxy, LocalS3Server) with latency on every GET, and the standalone Flink cluster if
 ``stoker-cluster`` runs. Pass 1 runs every contender with a trainer that does not sleep
-(capacity); pass 2 runs them again with a trainer that sleeps B / (0.8 x the best capacity) per
+(capacity), in ``--rounds`` rounds of alternating order (forward, reversed, ...) so that a box
+that speeds up or slows down during the run favours no one, and reports the mean; pass 2 runs them again with a trainer that sleeps B / (0.8 x the best capacity) per
 batch, i.e. demand at 80% of the best contender's capacity, and reports the trainer's wait-time
 ratio. Each contender is its own process, sampled with psutil (whole process tree). A few
 records' outputs are compared across contenders. Writes bench/results/loaders.{md,csv,png,json}.
@@ -207,6 +208,18 @@ def run_contender(name: str, cfg: Config, cores: int, workdir: Path) -> dict[str
     )
 
 
+def mean_of_rounds(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One contender's pass-1 row from its rounds: the mean of each float measurement, the
+    maximum of the peak memory, and each round's samples/s in ``samples_per_s_rounds``."""
+    row = {
+        k: float(np.mean([r[k] for r in results])) if isinstance(v, float) else v
+        for k, v in results[0].items()
+    }
+    row["peak_memory_gib"] = max(r["peak_memory_gib"] for r in results)
+    row["samples_per_s_rounds"] = [r["samples_per_s"] for r in results]
+    return row
+
+
 def compute_ceiling(cores: int) -> float:
     """Images/s that ``cores`` fully used cores reach with Stoker's image stage alone (decode
     with the decoder the job uses, resize, normalize, patchify; no I/O, no Flink, no tokenizer):
@@ -321,7 +334,8 @@ def write_results(out: Path, rows: list[dict[str, Any]], checks: list[dict[str, 
     best = max(r["samples_per_s"] for r in rows)
     lines = [
         f"Measured {meta['date']} on {meta['host']}: {meta['samples']} samples (pass 2: "
-        f"{meta['pass2_samples']}), micro-batch {meta['batch_size']}, {meta['cores']} cores, "
+        f"{meta['pass2_samples']}), pass 1 in {meta['pass1_rounds']} rounds of alternating order "
+        f"(samples/s: mean, and each round in brackets), micro-batch {meta['batch_size']}, {meta['cores']} cores, "
         f"GET latency {meta['latency_ms']} +- {meta['jitter_ms']} ms, max_pixels "
         f"{meta['max_pixels']}; pass-2 step time {meta['step_time_s'] * 1000:.0f} ms "
         f"(demand = 80% of the best capacity, {best:.2f} samples/s).",
@@ -339,7 +353,9 @@ def write_results(out: Path, rows: list[dict[str, Any]], checks: list[dict[str, 
     naive = next((r["samples_per_s"] for r in rows if r["contender"] == "naive"), float("nan"))
     for r in rows:
         lines.append(
-            f"| {r['contender']} | {r['samples_per_s']:.2f} | {r['images_per_s']:.2f} "
+            f"| {r['contender']} | {r['samples_per_s']:.2f} "
+            f"({', '.join(f'{x:.2f}' for x in r['samples_per_s_rounds'])}) "
+            f"| {r['images_per_s']:.2f} "
             f"| {r['samples_per_s'] / naive:.1f}x "
             f"| {r['images_per_s'] / meta['compute_ceiling_images_per_s']:.2f}x "
             f"| {r['time_to_first_batch_s']:.1f} s "
@@ -403,8 +419,11 @@ def main() -> int:
     p.add_argument("--contenders", default=",".join(CONTENDERS), help="comma-separated names")
     p.add_argument("--latency-ms", type=int, default=50, help="time to first byte per GET (50)")
     p.add_argument("--jitter-ms", type=int, default=20, help="uniform jitter of it (20)")
+    p.add_argument("--rounds", type=int, default=2, help="pass-1 rounds, alternating order (2)")
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     args = p.parse_args()
+    if args.rounds < 1:
+        p.error("--rounds must be >= 1")
     if args.quick:
         args.samples = 96
     names = args.contenders.split(",")
@@ -445,12 +464,14 @@ def main() -> int:
                 extra=CONTENDERS[name][1],
             )
 
-        rows: dict[str, dict[str, Any]] = {}
-        for name in names:
-            log(f"pass 1 (capacity): {name}")
-            r = run_contender(name, config(name, args.samples, 0.0, "pass1"), args.cores, workdir)
-            rows[name] = dict(contender=name, **r)
-            log(f"  {json.dumps(rows[name])}")
+        rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+        for k in range(args.rounds):
+            for name in names if k % 2 == 0 else names[::-1]:
+                log(f"pass 1 (capacity), round {k + 1} of {args.rounds}: {name}")
+                cfg = config(name, args.samples, 0.0, "pass1")
+                rounds[name].append(run_contender(name, cfg, args.cores, workdir))
+                log(f"  {json.dumps(rounds[name][-1])}")
+        rows = {name: dict(contender=name, **mean_of_rounds(rs)) for name, rs in rounds.items()}
         best = max(r["samples_per_s"] for r in rows.values())
         step_time = args.batch_size / (0.8 * best)
         for name in names:
@@ -479,6 +500,7 @@ def main() -> int:
         "host": f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}",
         "samples": args.samples,
         "pass2_samples": pass2,
+        "pass1_rounds": args.rounds,
         "batch_size": args.batch_size,
         "cores": args.cores,
         "latency_ms": args.latency_ms,
