@@ -7,10 +7,11 @@ Builds the dataset (N records, one image each, every image its own S3 object), s
 S3 server (S3Proxy, LocalS3Server) with latency on every GET, and the standalone Flink cluster if
 ``stoker-cluster`` runs. Pass 1 runs every contender with a trainer that does not sleep
 (capacity), in ``--rounds`` rounds of alternating order (forward, reversed, ...) so that a box
-that speeds up or slows down during the run favours no one, and reports the mean; pass 2 runs them again with a trainer that sleeps B / (0.8 x the best capacity) per
-batch, i.e. demand at 80% of the best contender's capacity, and reports the trainer's wait-time
-ratio. Each contender is its own process, sampled with psutil (whole process tree). A few
-records' outputs are compared across contenders. Writes bench/results/loaders.{md,csv,png,json}.
+that speeds up or slows down during the run favours no one, and reports the mean; pass 2 runs
+them again with a trainer that sleeps B / (0.8 x the best capacity) per batch, i.e. demand at 80%
+of the best contender's capacity, and reports the trainer's wait-time ratio. Each contender is its
+own process, sampled with psutil (whole process tree). A few records' outputs are compared across
+contenders. Writes bench/results/loaders.{md,csv,png,json}.
 """
 
 from __future__ import annotations
@@ -334,8 +335,9 @@ def write_results(out: Path, rows: list[dict[str, Any]], checks: list[dict[str, 
     best = max(r["samples_per_s"] for r in rows)
     lines = [
         f"Measured {meta['date']} on {meta['host']}: {meta['samples']} samples (pass 2: "
-        f"{meta['pass2_samples']}), pass 1 in {meta['pass1_rounds']} rounds of alternating order "
-        f"(samples/s: mean, and each round in brackets), micro-batch {meta['batch_size']}, {meta['cores']} cores, "
+        f"{meta['pass2_samples']}), pass 1 in {meta['pass1_rounds']} rounds of alternating "
+        f"order (samples/s: mean, and each round in brackets), micro-batch "
+        f"{meta['batch_size']}, {meta['cores']} cores, "
         f"GET latency {meta['latency_ms']} +- {meta['jitter_ms']} ms, max_pixels "
         f"{meta['max_pixels']}; pass-2 step time {meta['step_time_s'] * 1000:.0f} ms "
         f"(demand = 80% of the best capacity, {best:.2f} samples/s).",
