@@ -333,7 +333,7 @@ def test_close_from_del_does_not_wait(shm_root, monkeypatch):
     next(reader)
     t0 = time.monotonic()
     del reader
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < 4.0  # not the 5 s the gate holds the ack thread
     gate.set()
     assert _eventually(lambda: _consumed(shm_root) == 0)
     assert _eventually(lambda: not _reader_threads(before), 2)
@@ -410,7 +410,9 @@ def test_a_process_that_abandons_a_waiting_read_ahead_exits_at_once_with_its_ack
     if how == "break":
         assert p.returncode == 0, p.stderr
         t_exit = float(p.stdout.split()[-1])
-        assert t_end - t_exit < 1.0  # the read-ahead of step 3 (never written) holds nothing up
+        # the read-ahead of step 3 (never written) holds nothing up: not its 60 s give-up, not
+        # the 5 s cap of the exit flush (a loaded machine may take a second or two to exit)
+        assert t_end - t_exit < 4.0
     else:
         assert "KeyboardInterrupt" in p.stderr
     # the acks handed over before the exit were written, although the ack thread is a daemon
