@@ -22,6 +22,7 @@ generation's directory and continues at the same step.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import os
@@ -30,6 +31,7 @@ import re
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +51,8 @@ _STEP_FILE_RE = re.compile(r"step-(\d{10})\.arrow\Z")
 #: Seconds a read-ahead thread waits for its file when the reader has no ``timeout_s``; the
 #: request that needs the file then waits for it itself.
 _READ_AHEAD_GIVE_UP_S = 60.0
+#: Seconds the interpreter's exit waits at most for each reader's queued acks.
+_EXIT_FLUSH_S = 5.0
 
 
 class BatchFormatError(ValueError):
@@ -345,37 +349,70 @@ class _BackgroundThread:
 
     A daemon, so a task still waiting for a file never holds up the interpreter's exit; started
     once, so handing over a task costs a queue put, not a thread start (which waits for the new
-    thread to be scheduled). The first exception a task raises is kept in :attr:`error` (the
-    later tasks still run).
+    thread to be scheduled). The first exception a task raises is kept for :meth:`take_error`
+    (the later tasks still run). The thread holds no reference to a task once it has run (an
+    exception a task kept, raised in the trainer's request, refers to the reader).
     """
 
     def __init__(self, name: str) -> None:
         self._tasks: queue.SimpleQueue[Callable[[], object] | None] = queue.SimpleQueue()
-        #: The first exception a task raised, or ``None``.
-        self.error: Exception | None = None
-        threading.Thread(target=self._run, name=name, daemon=True).start()
+        self._lock = threading.Lock()
+        self._error: Exception | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
 
     def submit(self, task: Callable[[], object]) -> None:
         """Queue ``task``; it runs after the tasks queued before it."""
         self._tasks.put(task)
 
-    def flush(self) -> None:
-        """Wait until the tasks queued so far have run."""
+    def flush(self, timeout_s: float | None = None) -> None:
+        """Wait until the tasks queued so far have run (or the thread ended: stopped by another
+        thread meanwhile, or not carried over into a forked child), at most ``timeout_s``."""
         done = threading.Event()
         self.submit(done.set)
-        done.wait()
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while not done.wait(0.05):
+            if not self._thread.is_alive():
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+
+    def take_error(self) -> Exception | None:
+        """The first exception a task raised since the last call, or ``None``; clears it."""
+        with self._lock:
+            error, self._error = self._error, None
+        return error
 
     def stop(self) -> None:
         """End the thread once the queued tasks have run."""
         self._tasks.put(None)
 
     def _run(self) -> None:
-        while (task := self._tasks.get()) is not None:
+        while True:
+            task = self._tasks.get()
+            if task is None:
+                return
             try:
                 task()
             except Exception as e:  # noqa: BLE001 - kept for the reader to raise
-                if self.error is None:
-                    self.error = e
+                with self._lock:
+                    if self._error is None:
+                        self._error = e
+                del e
+            del task
+
+
+#: The ack threads of the live readers, flushed when the interpreter exits.
+_ACK_THREADS: weakref.WeakSet[_BackgroundThread] = weakref.WeakSet()
+
+
+@atexit.register
+def _flush_acks_at_exit() -> None:
+    """Write the acks still queued when the interpreter exits (the ack threads are daemons: a
+    trainer that ends without :meth:`BatchReader.close` would otherwise lose the last ones).
+    ``atexit`` runs while daemon threads still run."""
+    for thread in list(_ACK_THREADS):
+        thread.flush(_EXIT_FLUSH_S)
 
 
 class _ReadAhead:
@@ -459,9 +496,9 @@ class BatchReader:
         read_ahead: after returning a batch, map and check the next step's file on a daemon
             thread while the trainer computes (waiting for it if it is not there yet), and write
             each ack and unlink the acked file on another, in order, so a request only hands
-            over a mapped batch. An error writing an ack is raised by a later request; the
-            request that ends the iteration waits for every ack. ``False`` does all of it in
-            the request, on the trainer's thread.
+            over a mapped batch. An error writing an ack is raised (once) by a later request;
+            the request that ends the iteration, :meth:`close` and the interpreter's exit wait
+            for every ack. ``False`` does all of it in the request, on the trainer's thread.
 
     Iterating yields :class:`Batch` for steps ``start_step .. end_step - 1``, in order, each
     exactly once (``end_step``: ``num_steps``, or ``stop_after_step + 1`` if that is smaller).
@@ -514,6 +551,7 @@ class BatchReader:
         self._requested_start = start_step
         self._stop_after = stop_after_step
         self.read_ahead = read_ahead
+        self._pid = os.getpid()  # the threads below are not carried over into a forked child
         self._ahead: _ReadAhead | None = None
         self._reads: _BackgroundThread | None = None  # read-ahead
         self._acks: _BackgroundThread | None = None  # acks and unlinks, in order
@@ -643,6 +681,8 @@ class BatchReader:
         try:
             if self._failure is not None:
                 raise self._failure
+            if self._pid != os.getpid():
+                self._after_fork()
             if self._next_step is None:
                 self._start(t_start)
             assert self._next_step is not None
@@ -656,6 +696,7 @@ class BatchReader:
                 batch = self._wait_and_read(step, t_start)
             except (ResumeError, BatchFormatError) as e:
                 self._failure = e
+                self._stop_threads()  # the error repeats on every later request
                 raise
             self._next_step += 1
             self._pending_ack = (step, Path(batch.path))
@@ -672,19 +713,35 @@ class BatchReader:
             self.data_wait_s += time.monotonic() - t_start
 
     def close(self) -> None:
-        """Stop iterating and end the background threads once their queued work is done (also
-        at the end of the iteration, and when the reader is garbage-collected). The current
-        (unacknowledged) step is left in place, not acked."""
+        """Stop iterating, wait for the acks handed to the background thread (so ``ack.json``
+        says :attr:`last_acked_step` when it returns; an error writing one is not raised) and
+        end the background threads (also at the end of the iteration; when the reader is
+        garbage-collected, without waiting). The current (unacknowledged) step is left in place,
+        not acked."""
         self._done = True
+        acks = self._acks
+        if acks is not None and self._pid == os.getpid():
+            acks.flush()
+        self._stop_threads()
+
+    def __del__(self) -> None:
+        # not close(): garbage collection may run this on any thread, the ack thread included
+        if hasattr(self, "_acks"):  # not if __init__ raised
+            self._done = True
+            self._stop_threads()
+
+    def _stop_threads(self) -> None:
         self._drop_read_ahead()
         for thread in (self._reads, self._acks):
             if thread is not None:
                 thread.stop()
         self._reads = self._acks = None
 
-    def __del__(self) -> None:
-        if hasattr(self, "_acks"):  # not if __init__ raised
-            self.close()
+    def _after_fork(self) -> None:
+        """In a forked child: the parent's background threads did not come along; start over
+        (the acks the parent handed over are the parent's to write)."""
+        self._pid = os.getpid()
+        self._ahead = self._reads = self._acks = None
 
     # ------------------------------------------------------------------ internals
     def _start(self, t_request: float) -> None:
@@ -734,11 +791,17 @@ class BatchReader:
 
     def _flush_acks(self) -> None:
         """Wait for the acks handed to the background thread, so a later one cannot overtake
-        them; raise what writing one raised."""
-        if self._acks is not None:
-            self._acks.flush()
-            if self._acks.error is not None:
-                raise self._acks.error
+        them (what writing one raised is raised by :meth:`_raise_ack_error`)."""
+        acks = self._acks
+        if acks is not None:
+            acks.flush()
+
+    def _raise_ack_error(self) -> None:
+        """Raise, once, what writing an ack on the background thread raised."""
+        acks = self._acks
+        error = None if acks is None else acks.take_error()
+        if error is not None:
+            raise error
 
     def _write_ack(self, rank_dir: Path, step: int, t_request: float) -> None:
         self._flush_acks()
@@ -749,24 +812,25 @@ class BatchReader:
         """Ack the step returned last and unlink its file: with ``background``, on the ack
         thread (the syscalls, milliseconds when unlinking a large file frees its pages, are
         then off the request; an error writing an ack is raised by a later request), else
-        right here."""
-        if self._pending_ack is None:
-            return
-        step, path = self._pending_ack
-        self._pending_ack = None
-        task = functools.partial(_ack_step, path.parent, self._ack_content(step, t_request))
-        if background:
-            if self._acks is None:
-                self._acks = _BackgroundThread(f"stoker-ack-rank-{self.rank}")
-            elif self._acks.error is not None:
-                raise self._acks.error
-            self._acks.submit(task)
-        else:
-            self._flush_acks()
-            if not task():
-                return
-        self.last_acked_step = step
-        self.steps_acked += 1
+        right here. Then raise, once, what writing an earlier ack on the thread raised (this
+        ack is handed over or written all the same)."""
+        if self._pending_ack is not None:
+            step, path = self._pending_ack
+            self._pending_ack = None
+            task = functools.partial(_ack_step, path.parent, self._ack_content(step, t_request))
+            if background:
+                if self._acks is None:
+                    self._acks = _BackgroundThread(f"stoker-ack-rank-{self.rank}")
+                    _ACK_THREADS.add(self._acks)
+                self._acks.submit(task)
+                written = True
+            else:
+                self._flush_acks()
+                written = task()
+            if written:
+                self.last_acked_step = step
+                self.steps_acked += 1
+        self._raise_ack_error()
 
     def _stat_manifest(self) -> tuple[int, int, int] | None:
         try:
@@ -784,7 +848,6 @@ class BatchReader:
         sig = self._stat_manifest()
         if sig is None or sig == self._manifest_sig:
             return False
-        self._manifest_sig = sig
         path = self.root / "manifest.json"
         try:
             m = Manifest.load(path)
@@ -794,6 +857,7 @@ class BatchReader:
             raise
         old = self.manifest
         if m.generation == old.generation:
+            self._manifest_sig = sig
             return False  # rewritten by another sink subtask or after a failover
         if (m.world_size, m.micro_batch_size) != (old.world_size, old.micro_batch_size):
             raise BatchFormatError(
@@ -810,7 +874,9 @@ class BatchReader:
                 f"{self._next_step} next; {_resume_fix(self._next_step)}"
             )
         self._adopt(m, self._next_step, t_request, announce=True)
-        self._manifest = m
+        # only now: a switch that failed half-way (an ack that could not be written, an
+        # interrupt) is tried again by the next request instead of being lost
+        self._manifest, self._manifest_sig = m, sig
         self.generation_switches += 1
         return True
 
