@@ -11,6 +11,7 @@ import os
 import shlex
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -324,3 +325,13 @@ def shm_root():
         yield d / "job"
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+def eventually(condition, timeout_s=5.0, interval_s=0.005):
+    """Whether ``condition()`` became true within ``timeout_s`` (for background-thread work)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval_s)
+    return True

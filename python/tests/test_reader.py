@@ -13,6 +13,7 @@ from conftest import (
     PATCH_DIM,
     SCHEMA_JSON,
     build_record_batch,
+    eventually,
     make_job,
     make_samples,
     rank_dir,
@@ -100,16 +101,6 @@ def test_arrays_are_zero_copy_views_of_the_mapping(shm_root):
         assert np.shares_memory(a, whole), name
 
 
-def _eventually(condition, timeout_s=5.0):
-    """Whether ``condition()`` became true within ``timeout_s`` (for background-thread work)."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.005)
-    return True
-
-
 @pytest.mark.parametrize("read_ahead", [False, True])
 def test_ack_written_and_file_unlinked_only_when_next_step_requested(shm_root, read_ahead):
     make_job(shm_root, world_size=1, num_steps=3)
@@ -124,7 +115,7 @@ def test_ack_written_and_file_unlinked_only_when_next_step_requested(shm_root, r
     b1 = next(reader)
     step0 = rdir / "step-0000000000.arrow"
     if read_ahead:  # acked and unlinked by the background thread
-        assert _eventually(lambda: ack.exists() and not step0.exists())
+        assert eventually(lambda: ack.exists() and not step0.exists())
     else:
         assert ack.exists() and not step0.exists()
     assert (rdir / "step-0000000001.arrow").exists()
@@ -186,7 +177,7 @@ def test_read_ahead_maps_a_file_published_while_the_trainer_computes(shm_root):
     later = threading.Timer(0.1, lambda: written.update(write_steps(shm_root, [1], world_size=1)))
     later.start()
     later.join()
-    assert _eventually(lambda: reader._ahead is not None and reader._ahead.wait(0))
+    assert eventually(lambda: reader._ahead is not None and reader._ahead.wait(0))
     b1 = next(reader)
     assert (b1.step, reader.batches_read_ahead) == (1, 1)
     exp = _expected_arrays(written[(1, 0)])
@@ -202,7 +193,7 @@ def test_read_ahead_format_error_is_raised_by_the_request_for_that_step(shm_root
     (rank_dir(shm_root, 0) / "step-0000000001.arrow").write_bytes(b"not arrow at all" * 10)
     reader = BatchReader(shm_root, 0, timeout_s=5)
     assert next(reader).step == 0  # the background thread's failure is not this request's
-    assert _eventually(lambda: reader._ahead.wait(0))
+    assert eventually(lambda: reader._ahead.wait(0))
     for _ in range(2):  # and it repeats, as a failure read in the request does
         with pytest.raises(BatchFormatError, match=r"step-0000000001\.arrow.*not an Arrow IPC"):
             next(reader)
@@ -218,7 +209,7 @@ def test_close_ends_the_background_thread(shm_root):
     (thread,) = set(threading.enumerate()) - before
     assert thread.name == "stoker-read-ahead-rank-0" and thread.daemon
     reader.close()
-    assert _eventually(lambda: not thread.is_alive(), timeout_s=2)
+    assert eventually(lambda: not thread.is_alive(), timeout_s=2)
     with pytest.raises(StopIteration):
         next(reader)
 
@@ -650,7 +641,7 @@ def test_generation_switch_mid_iteration_continues_at_the_next_step(shm_root):
     write_steps(shm_root, [1], world_size=1, generation="g2")
     assert next(reader).step == 3
     files = ["step-0000000003.arrow", "step-0000000004.arrow", "step-0000000005.arrow"]
-    assert _eventually(lambda: _step_files(g2) == files)  # on the ack thread
+    assert eventually(lambda: _step_files(g2) == files)  # on the ack thread
     assert [b.step for b in reader] == [4, 5]
     assert _ack(shm_root, 0, "g2")["consumed_step"] == 5
     assert reader.batches_read == 6

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import (
     GEN,
+    eventually,
     make_job,
     rank_dir,
     write_manifest,
@@ -28,15 +29,6 @@ from stoker import BatchFormatError, BatchReader
 #: A small patch dimension keeps the batch files (and these tests) small and fast.
 D = 8
 BOTH = pytest.mark.parametrize("read_ahead", [False, True], ids=["sync", "read_ahead"])
-
-
-def _eventually(cond, timeout_s=5.0, interval_s=0.005):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(interval_s)
-    return cond()
 
 
 def _consumed(root, generation=GEN, rank=0):
@@ -123,7 +115,7 @@ def test_producer_gated_by_the_acks_never_deadlocks_and_acks_never_go_back(
     assert seen == sorted(seen) and producer.seen == sorted(producer.seen)
     assert _consumed(shm_root) == n - 1
     assert sorted(os.listdir(rank_dir(shm_root, 0))) == ["ack.json"]
-    assert _eventually(lambda: not _reader_threads(before), 2)
+    assert eventually(lambda: not _reader_threads(before), 2)
 
 
 @BOTH
@@ -156,7 +148,7 @@ def test_switch_after_the_read_ahead_mapped_the_old_generations_file(shm_root, r
     )
     assert next(reader).step == 0
     if read_ahead:
-        assert _eventually(lambda: reader._ahead.wait(0) and reader._ahead.result() is not None)
+        assert eventually(lambda: reader._ahead.wait(0) and reader._ahead.result() is not None)
     _publish(shm_root, "g2", 1, 4)
     shutil.rmtree(shm_root / f"gen-{GEN}")  # the new sink removes the old generation
     time.sleep(0.03)  # past the manifest poll interval: the request checks it first
@@ -286,10 +278,10 @@ def test_an_ack_error_does_not_drop_the_ack_of_the_request_that_raises_it(shm_ro
     monkeypatch.setattr(stoker.reader, "_write_json_atomic", fail_first)
     reader = BatchReader(shm_root, 0, timeout_s=5)
     assert [next(reader).step, next(reader).step] == [0, 1]  # ack 0 fails on the thread
-    assert _eventually(lambda: calls == [0])
+    assert eventually(lambda: calls == [0])
     with pytest.raises(OSError, match="I/O error"):
         next(reader)  # hands over ack 1, raises ack 0's error
-    assert _eventually(lambda: _consumed(shm_root) == 1)  # ack 1 was written nonetheless
+    assert eventually(lambda: _consumed(shm_root) == 1)  # ack 1 was written nonetheless
     assert [b.step for b in reader] == [2, 3] and _consumed(shm_root) == 3
 
 
@@ -335,8 +327,8 @@ def test_close_from_del_does_not_wait(shm_root, monkeypatch):
     del reader
     assert time.monotonic() - t0 < 4.0  # not the 5 s the gate holds the ack thread
     gate.set()
-    assert _eventually(lambda: _consumed(shm_root) == 0)
-    assert _eventually(lambda: not _reader_threads(before), 2)
+    assert eventually(lambda: _consumed(shm_root) == 0)
+    assert eventually(lambda: not _reader_threads(before), 2)
 
 
 def test_abandoned_readers_end_their_threads(shm_root):
@@ -350,7 +342,7 @@ def test_abandoned_readers_end_their_threads(shm_root):
         next(reader)  # both threads started; the read-ahead waits for step 3 (never comes)
         del reader  # no close(): __del__
         assert len(_reader_threads(before)) <= 4  # this reader's, and the last one's, ending
-    assert _eventually(lambda: not _reader_threads(before), 2)
+    assert eventually(lambda: not _reader_threads(before), 2)
 
 
 def test_readers_that_failed_end_their_threads_without_gc(shm_root):
@@ -365,13 +357,13 @@ def test_readers_that_failed_end_their_threads_without_gc(shm_root):
         (rank_dir(root, 0) / "step-0000000001.arrow").write_bytes(b"not arrow" * 10)
         reader = BatchReader(root, 0, timeout_s=5)
         next(reader)
-        assert _eventually(lambda r=reader: r._ahead.wait(0))
+        assert eventually(lambda r=reader: r._ahead.wait(0))
         with pytest.raises(BatchFormatError):
             next(reader)
         with pytest.raises(BatchFormatError):
             next(reader)  # sticky
         del reader
-    assert _eventually(lambda: not _reader_threads(before), 2), _reader_threads(before)
+    assert eventually(lambda: not _reader_threads(before), 2), _reader_threads(before)
 
 
 _ABANDON = """
@@ -431,7 +423,7 @@ def test_keyboard_interrupt_while_waiting_leaves_the_reader_usable(shm_root, rea
     threading.Timer(0.05, _thread.interrupt_main).start()
     with pytest.raises(KeyboardInterrupt):
         next(reader)  # waits for step 1
-    assert _eventually(lambda: _consumed(shm_root) == 0)
+    assert eventually(lambda: _consumed(shm_root) == 0)
     write_steps(shm_root, [1, 2], world_size=1, patch_dim=D)
     assert [b.step for b in reader] == [1, 2]
     assert _consumed(shm_root) == 2 and reader.batches_read == 3
