@@ -41,7 +41,12 @@ final class ArrowBatchWriter implements SinkWriter<SlotResult> {
     private final long firstStep;
     private final BatchFileWriter files;
     private final SlotStager stager;
-    private final BufferAllocator allocator = new RootAllocator();
+    private final ArrowMemoryPool memory = new ArrowMemoryPool();
+    private final BufferAllocator allocator =
+            Boolean.getBoolean("stoker.nopool")
+                    ? new RootAllocator()
+                    : new RootAllocator(
+                            RootAllocator.configBuilder().allocationManagerFactory(memory).build());
     private final MetricGroup metrics;
     private final Counter bytesWritten;
     private final Counter slotsStaged;
@@ -185,5 +190,6 @@ final class ArrowBatchWriter implements SinkWriter<SlotResult> {
     @Override
     public void close() {
         allocator.close();
+        memory.close();
     }
 }

@@ -281,6 +281,55 @@ class ArrowBatchWriterTest {
         assertThat(Acks.lastStepConsumedByAllRanks(jobDir)).hasValue(4);
     }
 
+    /**
+     * Batches with MB-sized pixel_values reuse the writer's pooled Arrow memory ({@link
+     * ArrowMemoryPool}); each file holds exactly its own samples' values, also when a smaller batch
+     * follows a larger one in the same block.
+     */
+    @Test
+    void consecutiveLargeBatchesHoldExactlyTheirOwnPixels() throws Exception {
+        BatchPlan plan = new BatchPlan(8, 2, 2, 1);
+        // 21.6 MB, then 18 MB of float32: above Arrow's 16 MiB chunk, where sizes are not rounded
+        int[][] patches = {{500_000, 400_000}, {450_000, 300_000}};
+        try (ArrowBatchWriter w = writer(plan)) {
+            for (int step = 0; step < 2; step++) {
+                for (int k = 0; k < 2; k++) {
+                    w.write(
+                            SlotResult.of(sample(4L * step + k, 3, patches[step][k], 1, 2, 2)),
+                            null);
+                }
+            }
+        }
+        for (int step = 0; step < 2; step++) {
+            Path file = jobDir.resolve("gen-g1/rank-0/step-000000000" + step + ".arrow");
+            try (RootAllocator allocator = new RootAllocator();
+                    Closer open = new Closer()) {
+                ListVector pixels =
+                        (ListVector) read(file, allocator, open).getVector("pixel_values");
+                Float4Vector floats =
+                        (Float4Vector)
+                                ((FixedSizeListVector) pixels.getDataVector()).getDataVector();
+                int first = patches[step][0] * PATCH_DIM;
+                assertThat(floats.getValueCount()).isEqualTo(first + patches[step][1] * PATCH_DIM);
+                for (int i = 0; i < floats.getValueCount(); i++) {
+                    long index = 4L * step + (i < first ? 0 : 1);
+                    float expected = index + (i < first ? i : i - first) / 1000f;
+                    if (floats.get(i) != expected) {
+                        throw new AssertionError(
+                                "step "
+                                        + step
+                                        + " value "
+                                        + i
+                                        + ": "
+                                        + floats.get(i)
+                                        + " != "
+                                        + expected);
+                    }
+                }
+            }
+        }
+    }
+
     @Test
     void schemaMatchesTheSharedSchemaDocument() throws IOException {
         JsonNode doc = new ObjectMapper().readTree(Path.of("../schema/batch-schema.json").toFile());
