@@ -8,10 +8,13 @@ import dev.stoker.operators.batch.BatchPlan;
 import java.io.IOException;
 import java.nio.channels.FileChannel;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.FileVisitResult;
 import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
+import java.nio.file.SimpleFileVisitor;
+import java.nio.file.attribute.BasicFileAttributes;
 import java.util.ArrayList;
-import java.util.Comparator;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
@@ -198,14 +201,44 @@ final class JobRun {
         return Files.createTempDirectory(Path.of("/dev/shm"), "stoker-job-itcase-");
     }
 
-    /** Deletes an output root made by {@link #createOutputRoot()}. */
+    /**
+     * Deletes an output root made by {@link #createOutputRoot()}. Files that vanish during the walk
+     * are skipped: Flink may still be discarding a subsumed checkpoint's directory in the
+     * background after the job has finished.
+     */
     static void deleteOutputRoot(Path root) throws IOException {
         if (root == null || !Files.exists(root)) {
             return;
         }
-        try (Stream<Path> walk = Files.walk(root)) {
-            walk.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
-        }
+        Files.walkFileTree(
+                root,
+                new SimpleFileVisitor<>() {
+                    @Override
+                    public FileVisitResult visitFile(Path file, BasicFileAttributes attrs)
+                            throws IOException {
+                        Files.deleteIfExists(file);
+                        return FileVisitResult.CONTINUE;
+                    }
+
+                    @Override
+                    public FileVisitResult visitFileFailed(Path file, IOException e)
+                            throws IOException {
+                        if (e instanceof NoSuchFileException) {
+                            return FileVisitResult.CONTINUE;
+                        }
+                        throw e;
+                    }
+
+                    @Override
+                    public FileVisitResult postVisitDirectory(Path dir, IOException e)
+                            throws IOException {
+                        if (e != null && !(e instanceof NoSuchFileException)) {
+                            throw e;
+                        }
+                        Files.deleteIfExists(dir);
+                        return FileVisitResult.CONTINUE;
+                    }
+                });
     }
 
     /**

@@ -10,28 +10,31 @@ import org.apache.arrow.memory.unsafe.UnsafeAllocationManager;
 import org.apache.arrow.memory.util.MemoryUtil;
 
 /**
- * Off-heap memory for the sink's Arrow buffers that keeps the large blocks of one batch for the
- * next, instead of giving them back to the OS.
+ * Off-heap memory for the sink's Arrow buffers that keeps the large block of one batch for the
+ * next, instead of giving it back to the OS.
  *
  * <p>A batch's {@code pixel_values} buffer is tens of MB (8 samples of 1024 patches x 1176 float32
  * = 38.5 MB). {@code malloc} serves such a size with a fresh {@code mmap}, so without a pool every
  * batch pays a page fault and a kernel zeroing per 4 KiB page before Arrow even writes a value, and
- * an {@code munmap} after; on the bench machine that was half the time of encoding a batch (a batch
- * of 8 x 4.8 MB: 30 ms to encode with fresh memory, 15 ms with reused memory). Blocks of at least
- * {@value #MIN_POOLED_BYTES} bytes are pooled: a request takes the smallest free block that is at
- * least as large and at most twice as large, else allocates a new block of the requested size; a
- * released block goes back to the pool, which keeps at most {@value #MAX_FREE_BLOCKS} blocks (the
- * smallest are freed first). Smaller requests are allocated and freed as by Arrow's {@link
- * UnsafeAllocationManager}. Memory comes from {@link MemoryUtil#allocateMemory} and is not zeroed
- * (Arrow's vectors zero what they allocate). Thread-safe; {@link #close} frees the pooled blocks,
- * and a block released after that is freed at once.
+ * an {@code munmap} after: on the 2-core bench machine encoding such a batch took 22 ms with fresh
+ * memory and 8.5 ms with reused memory (bench/README.md). Blocks of at least {@value
+ * #MIN_POOLED_BYTES} bytes are pooled: a request takes the smallest free block that is at least as
+ * large and at most twice as large, else allocates a new block of the requested size (Arrow
+ * accounts the requested size either way); a released block goes back to the pool, which keeps at
+ * most {@value #MAX_FREE_BLOCKS} (the larger; smaller ones are freed). So a sink writer holds at
+ * most one batch-sized block of native memory between batches, besides what it is writing; like all
+ * of Arrow's memory it is outside Flink's managed memory and JVM heap, in the TaskManager process's
+ * overhead. Smaller requests are allocated and freed as by Arrow's {@link UnsafeAllocationManager}.
+ * Memory comes from {@link MemoryUtil#allocateMemory} and is not zeroed (Arrow's vectors zero what
+ * they allocate). Thread-safe; {@link #close} frees the pooled block, and a block released after
+ * that is freed at once.
  */
 final class ArrowMemoryPool implements AllocationManager.Factory, AutoCloseable {
     /** Smallest block size that is pooled, in bytes (1 MiB). */
     static final long MIN_POOLED_BYTES = 1L << 20;
 
-    /** Most free blocks kept. */
-    static final int MAX_FREE_BLOCKS = 2;
+    /** Most free blocks kept: the last batch's, for the next batch. */
+    static final int MAX_FREE_BLOCKS = 1;
 
     /** Free blocks: size in bytes -> their addresses. */
     private final TreeMap<Long, ArrayDeque<Long>> free = new TreeMap<>();

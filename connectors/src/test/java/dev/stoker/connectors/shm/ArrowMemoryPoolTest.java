@@ -71,19 +71,22 @@ class ArrowMemoryPoolTest {
             assertThat(small.memoryAddress()).isNotEqualTo(large);
             assertThat(pool.freeBytes()).isEqualTo(8 * MIB);
         }
-        assertThat(pool.freeBytes()).isEqualTo(10 * MIB);
+        assertThat(pool.freeBytes()).as("one free block: the larger stays").isEqualTo(8 * MIB);
     }
 
     @Test
-    void keepsAtMostTwoFreeBlocksAndFreesTheSmallestFirst() {
+    void keepsOneFreeBlockAndFreesTheSmallerOnes() {
         ArrowBuf a = allocator.buffer(2 * MIB);
-        ArrowBuf b = allocator.buffer(4 * MIB);
-        ArrowBuf c = allocator.buffer(8 * MIB);
+        ArrowBuf b = allocator.buffer(8 * MIB);
+        ArrowBuf c = allocator.buffer(4 * MIB);
         a.close();
         b.close();
         c.close();
-        assertThat(ArrowMemoryPool.MAX_FREE_BLOCKS).isEqualTo(2);
-        assertThat(pool.freeBytes()).isEqualTo(12 * MIB);
+        assertThat(ArrowMemoryPool.MAX_FREE_BLOCKS).isEqualTo(1);
+        assertThat(pool.freeBytes()).isEqualTo(8 * MIB);
+        try (ArrowBuf next = allocator.buffer(6 * MIB)) {
+            assertThat(pool.freeBytes()).as("the 8 MiB block serves 6 MiB").isZero();
+        }
     }
 
     @Test
