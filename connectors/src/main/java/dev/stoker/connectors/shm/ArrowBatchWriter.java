@@ -43,10 +43,8 @@ final class ArrowBatchWriter implements SinkWriter<SlotResult> {
     private final SlotStager stager;
     private final ArrowMemoryPool memory = new ArrowMemoryPool();
     private final BufferAllocator allocator =
-            Boolean.getBoolean("stoker.nopool")
-                    ? new RootAllocator()
-                    : new RootAllocator(
-                            RootAllocator.configBuilder().allocationManagerFactory(memory).build());
+            new RootAllocator(
+                    RootAllocator.configBuilder().allocationManagerFactory(memory).build());
     private final MetricGroup metrics;
     private final Counter bytesWritten;
     private final Counter slotsStaged;

@@ -1,8 +1,5 @@
 package dev.stoker.connectors.shm;
 
-import java.util.ArrayDeque;
-import java.util.Map;
-import java.util.TreeMap;
 import org.apache.arrow.memory.AllocationManager;
 import org.apache.arrow.memory.ArrowBuf;
 import org.apache.arrow.memory.BufferAllocator;
@@ -18,28 +15,24 @@ import org.apache.arrow.memory.util.MemoryUtil;
  * batch pays a page fault and a kernel zeroing per 4 KiB page before Arrow even writes a value, and
  * an {@code munmap} after: on the 2-core bench machine encoding such a batch took 22 ms with fresh
  * memory and 8.5 ms with reused memory (bench/README.md). Blocks of at least {@value
- * #MIN_POOLED_BYTES} bytes are pooled: a request takes the smallest free block that is at least as
- * large and at most twice as large, else allocates a new block of the requested size (Arrow
- * accounts the requested size either way); a released block goes back to the pool, which keeps at
- * most {@value #MAX_FREE_BLOCKS} (the larger; smaller ones are freed). So a sink writer holds at
- * most one batch-sized block of native memory between batches, besides what it is writing; like all
- * of Arrow's memory it is outside Flink's managed memory and JVM heap, in the TaskManager process's
- * overhead. Smaller requests are allocated and freed as by Arrow's {@link UnsafeAllocationManager}.
- * Memory comes from {@link MemoryUtil#allocateMemory} and is not zeroed (Arrow's vectors zero what
- * they allocate). Thread-safe; {@link #close} frees the pooled block, and a block released after
- * that is freed at once.
+ * #MIN_POOLED_BYTES} bytes are pooled: the pool keeps one free block (of two, the larger; the
+ * smaller is freed), and a request takes it if it is at least as large and at most twice as large,
+ * else allocates a new block of the requested size (Arrow accounts the requested size either way).
+ * So a sink writer holds at most one batch-sized block of native memory between batches, besides
+ * what it is writing; like all of Arrow's memory it is outside Flink's managed memory and JVM heap,
+ * in the TaskManager process's overhead. Smaller requests are allocated and freed as by Arrow's
+ * {@link UnsafeAllocationManager}. Memory comes from {@link MemoryUtil#allocateMemory} and is not
+ * zeroed (Arrow's vectors zero what they allocate). Thread-safe; {@link #close} frees the pooled
+ * block, and a block released after that is freed at once.
  */
 final class ArrowMemoryPool implements AllocationManager.Factory, AutoCloseable {
     /** Smallest block size that is pooled, in bytes (1 MiB). */
     static final long MIN_POOLED_BYTES = 1L << 20;
 
-    /** Most free blocks kept: the last batch's, for the next batch. */
-    static final int MAX_FREE_BLOCKS = 1;
+    /** The free block's address and capacity in bytes; capacity 0 when there is none. */
+    private long freeAddress;
 
-    /** Free blocks: size in bytes -> their addresses. */
-    private final TreeMap<Long, ArrayDeque<Long>> free = new TreeMap<>();
-
-    private int freeBlocks;
+    private long freeCapacity;
     private boolean closed;
 
     @Override
@@ -58,53 +51,43 @@ final class ArrowMemoryPool implements AllocationManager.Factory, AutoCloseable 
         return UnsafeAllocationManager.FACTORY.empty();
     }
 
-    /** Frees the pooled blocks; blocks still in use are freed when they are released. */
+    /** Frees the pooled block; blocks still in use are freed when they are released. */
     @Override
     public synchronized void close() {
         closed = true;
-        while (!free.isEmpty()) {
-            MemoryUtil.freeMemory(removeOne(free.firstKey()));
+        if (freeCapacity > 0) {
+            MemoryUtil.freeMemory(freeAddress);
+            freeCapacity = 0;
         }
     }
 
-    /** Bytes held in free blocks. */
+    /** Bytes held in the free block (0 when there is none). */
     synchronized long freeBytes() {
-        long bytes = 0;
-        for (Map.Entry<Long, ArrayDeque<Long>> e : free.entrySet()) {
-            bytes += e.getKey() * e.getValue().size();
-        }
-        return bytes;
+        return freeCapacity;
     }
 
-    /** A free block of {@code size..2*size} bytes, or null. */
+    /** The free block if it holds {@code size..2*size} bytes, or null. */
     private synchronized Block take(BufferAllocator accountingAllocator, long size) {
-        Long fit = free.ceilingKey(size);
-        if (fit == null || fit > 2 * size) {
+        if (freeCapacity < size || freeCapacity > 2 * size) {
             return null;
         }
-        return new Block(accountingAllocator, removeOne(fit), fit, size);
+        Block block = new Block(accountingAllocator, freeAddress, freeCapacity, size);
+        freeCapacity = 0;
+        return block;
     }
 
-    /** Removes one free block of {@code size} bytes; returns its address. */
-    private long removeOne(long size) {
-        ArrayDeque<Long> addresses = free.get(size);
-        long address = addresses.pop();
-        if (addresses.isEmpty()) {
-            free.remove(size);
-        }
-        freeBlocks--;
-        return address;
-    }
-
-    private synchronized void give(long address, long size) {
-        if (closed || size < MIN_POOLED_BYTES) {
+    /** Keeps the larger of the released block and the free one; frees the other. */
+    private synchronized void give(long address, long capacity) {
+        if (closed || capacity < MIN_POOLED_BYTES) {
             MemoryUtil.freeMemory(address);
-            return;
-        }
-        free.computeIfAbsent(size, s -> new ArrayDeque<>()).push(address);
-        freeBlocks++;
-        while (freeBlocks > MAX_FREE_BLOCKS) {
-            MemoryUtil.freeMemory(removeOne(free.firstKey()));
+        } else if (capacity <= freeCapacity) {
+            MemoryUtil.freeMemory(address);
+        } else {
+            if (freeCapacity > 0) {
+                MemoryUtil.freeMemory(freeAddress);
+            }
+            freeAddress = address;
+            freeCapacity = capacity;
         }
     }
 

@@ -82,7 +82,6 @@ class ArrowMemoryPoolTest {
         a.close();
         b.close();
         c.close();
-        assertThat(ArrowMemoryPool.MAX_FREE_BLOCKS).isEqualTo(1);
         assertThat(pool.freeBytes()).isEqualTo(8 * MIB);
         try (ArrowBuf next = allocator.buffer(6 * MIB)) {
             assertThat(pool.freeBytes()).as("the 8 MiB block serves 6 MiB").isZero();
