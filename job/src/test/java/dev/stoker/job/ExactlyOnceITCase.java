@@ -292,7 +292,12 @@ class ExactlyOnceITCase {
             assertThat(counts.get("completed").asInt()).isGreaterThanOrEqualTo(5);
             // Only the end of the bounded input, when tasks finish one by one while the trainer
             // consumes the last batches, may decline a checkpoint; backpressure never does.
-            assertThat(failures).allMatch(m -> m.contains("task is closing"), "end-of-input only");
+            // A task declines ("task is closing"), or its TaskManager does when the task finished
+            // between the trigger and the request ("... for unknown task ...").
+            assertThat(failures)
+                    .allMatch(
+                            m -> m.contains("task is closing") || m.contains("for unknown task"),
+                            "end-of-input only");
             long maxDurationMs =
                     stats.get("summary").get("end_to_end_duration").get("max").asLong();
             long maxSizeBytes = stats.get("summary").get("checkpointed_size").get("max").asLong();

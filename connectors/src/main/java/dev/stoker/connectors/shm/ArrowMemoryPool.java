@@ -13,8 +13,8 @@ import org.apache.arrow.memory.util.MemoryUtil;
  * <p>A batch's {@code pixel_values} buffer is tens of MB (8 samples of 1024 patches x 1176 float32
  * = 38.5 MB). {@code malloc} serves such a size with a fresh {@code mmap}, so without a pool every
  * batch pays a page fault and a kernel zeroing per 4 KiB page before Arrow even writes a value, and
- * an {@code munmap} after: on the 2-core bench machine encoding such a batch took 22 ms with fresh
- * memory and 8.5 ms with reused memory (bench/README.md). Blocks of at least {@value
+ * an {@code munmap} after: on the 2-core bench machine encoding such a batch took 27 ms with fresh
+ * memory and 11-12 ms with reused memory ({@code bench/sink-encode.sh}). Blocks of at least {@value
  * #MIN_POOLED_BYTES} bytes are pooled: the pool keeps one free block (of two, the larger; the
  * smaller is freed), and a request takes it if it is at least as large and at most twice as large,
  * else allocates a new block of the requested size (Arrow accounts the requested size either way).

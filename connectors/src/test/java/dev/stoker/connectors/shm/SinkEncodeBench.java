@@ -1,0 +1,105 @@
+package dev.stoker.connectors.shm;
+
+import dev.stoker.operators.model.RecordRef;
+import dev.stoker.operators.model.TokenizedSample;
+import dev.stoker.operators.model.TrainingBatch;
+import java.lang.management.ManagementFactory;
+import java.lang.management.ThreadMXBean;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.Arrays;
+import java.util.Comparator;
+import java.util.Locale;
+import java.util.Random;
+import java.util.stream.Stream;
+import org.apache.arrow.memory.BufferAllocator;
+import org.apache.arrow.memory.RootAllocator;
+import org.apache.arrow.vector.VectorSchemaRoot;
+
+/**
+ * Cost of turning one batch into its Arrow file in {@code /dev/shm}, with the sink's pooled Arrow
+ * memory ({@link ArrowMemoryPool}, mode {@code pooled}) or Arrow's default allocator (mode {@code
+ * unpooled}). Run by {@code bench/sink-encode.sh}; see bench/README.md.
+ *
+ * <p>Each of {@code <batches>} batches of {@code <samples>} samples, each {@code <patches>} patch
+ * rows of 1176 float32 (Qwen2-VL; 1024 rows = a 448x448 image, 4.8 MB), is encoded once and closed
+ * ({@link ArrowBatchEncoder#encode}), then encoded and written as a file ({@link
+ * BatchFileWriter#write}), and the file deleted. Output: {@code RESULT mode=<m> encode_ms=<median
+ * wall ms per encode> encode_write_ms=<median wall ms per encode + write> cpu_ms=<median CPU ms of
+ * the thread for both>}.
+ *
+ * <p>Arguments: {@code <mode> <batches> <samples> <patches>}.
+ */
+public final class SinkEncodeBench {
+    private static final int PATCH_DIM = 1176;
+
+    private SinkEncodeBench() {}
+
+    public static void main(String[] args) throws Exception {
+        boolean pooled = args[0].equals("pooled");
+        int batches = Integer.parseInt(args[1]);
+        int samples = Integer.parseInt(args[2]);
+        int patches = Integer.parseInt(args[3]);
+        Random random = new Random(1);
+        TokenizedSample[] batch = new TokenizedSample[samples];
+        for (int i = 0; i < samples; i++) {
+            float[] px = new float[patches * PATCH_DIM];
+            for (int j = 0; j < px.length; j++) {
+                px[j] = random.nextFloat();
+            }
+            batch[i] =
+                    new TokenizedSample(
+                            new RecordRef("bench.jsonl", i + 1, i, "r" + i),
+                            new long[400],
+                            new long[400],
+                            px,
+                            new long[] {1, 32, patches / 32});
+        }
+        Path jobDir = Files.createTempDirectory(Path.of("/dev/shm"), "stoker-sink-bench-");
+        ShmLayout layout = new ShmLayout(jobDir.toString(), "g1");
+        ArrowBatchEncoder encoder = new ArrowBatchEncoder(PATCH_DIM, 0, PixelDtype.FLOAT32);
+        BatchFileWriter files = new BatchFileWriter(layout, encoder);
+        ThreadMXBean threads = ManagementFactory.getThreadMXBean();
+        double[] encodeMs = new double[batches];
+        double[] encodeWriteMs = new double[batches];
+        double[] cpuMs = new double[batches];
+        try (ArrowMemoryPool pool = new ArrowMemoryPool();
+                BufferAllocator allocator =
+                        pooled
+                                ? new RootAllocator(
+                                        RootAllocator.configBuilder()
+                                                .allocationManagerFactory(pool)
+                                                .build())
+                                : new RootAllocator()) {
+            for (int step = 0; step < batches; step++) {
+                TrainingBatch b = new TrainingBatch(step, 0, samples, batch, new int[0]);
+                long cpu0 = threads.getCurrentThreadCpuTime();
+                long t0 = System.nanoTime();
+                try (VectorSchemaRoot root = encoder.encode(b, allocator)) {
+                    encodeMs[step] = (System.nanoTime() - t0) / 1e6;
+                }
+                long t1 = System.nanoTime();
+                files.write(b, allocator);
+                encodeWriteMs[step] = (System.nanoTime() - t1) / 1e6;
+                cpuMs[step] = (threads.getCurrentThreadCpuTime() - cpu0) / 1e6;
+                Files.delete(layout.batchFile(step, 0));
+            }
+        }
+        System.out.printf(
+                Locale.ROOT,
+                "RESULT mode=%s encode_ms=%.2f encode_write_ms=%.2f cpu_ms=%.2f%n",
+                args[0],
+                median(encodeMs),
+                median(encodeWriteMs),
+                median(cpuMs));
+        try (Stream<Path> walk = Files.walk(jobDir)) {
+            walk.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
+        }
+    }
+
+    private static double median(double[] values) {
+        double[] sorted = values.clone();
+        Arrays.sort(sorted);
+        return sorted[sorted.length / 2];
+    }
+}
