@@ -15,6 +15,7 @@ import org.apache.flink.api.common.functions.OpenContext;
 import org.apache.flink.dropwizard.metrics.DropwizardHistogramWrapper;
 import org.apache.flink.metrics.Counter;
 import org.apache.flink.metrics.Histogram;
+import org.apache.flink.metrics.ThreadSafeSimpleCounter;
 import org.apache.flink.streaming.api.functions.async.ResultFuture;
 import org.apache.flink.streaming.api.functions.async.RichAsyncFunction;
 import org.apache.flink.types.Either;
@@ -53,8 +54,14 @@ public final class ImageFetchFunction
         executor =
                 Executors.newFixedThreadPool(
                         threads, new ExecutorThreadFactory("stoker-image-fetch"));
-        bytesFetched = getRuntimeContext().getMetricGroup().counter("imageBytesFetched");
-        imagesFetched = getRuntimeContext().getMetricGroup().counter("imagesFetched");
+        bytesFetched =
+                getRuntimeContext()
+                        .getMetricGroup()
+                        .counter("imageBytesFetched", new ThreadSafeSimpleCounter());
+        imagesFetched =
+                getRuntimeContext()
+                        .getMetricGroup()
+                        .counter("imagesFetched", new ThreadSafeSimpleCounter());
         // the counterpart of the S3 path's s3.getLatencyMs: one image read, last 10,000 reads
         readLatencyMs =
                 getRuntimeContext()

@@ -12,6 +12,7 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import org.apache.flink.api.common.functions.OpenContext;
 import org.apache.flink.metrics.Counter;
+import org.apache.flink.metrics.ThreadSafeSimpleCounter;
 import org.apache.flink.streaming.api.functions.async.ResultFuture;
 import org.apache.flink.streaming.api.functions.async.RichAsyncFunction;
 import org.apache.flink.types.Either;
@@ -82,8 +83,14 @@ public final class S3ImageFetchFunction
                         metrics,
                         settings.getsPerSecondPerPrefix,
                         settings.hedgeAfter);
-        bytesFetched = getRuntimeContext().getMetricGroup().counter("imageBytesFetched");
-        imagesFetched = getRuntimeContext().getMetricGroup().counter("imagesFetched");
+        bytesFetched =
+                getRuntimeContext()
+                        .getMetricGroup()
+                        .counter("imageBytesFetched", new ThreadSafeSimpleCounter());
+        imagesFetched =
+                getRuntimeContext()
+                        .getMetricGroup()
+                        .counter("imagesFetched", new ThreadSafeSimpleCounter());
     }
 
     @Override
