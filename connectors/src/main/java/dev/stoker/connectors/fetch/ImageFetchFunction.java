@@ -13,9 +13,7 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import org.apache.flink.api.common.functions.OpenContext;
 import org.apache.flink.dropwizard.metrics.DropwizardHistogramWrapper;
-import org.apache.flink.metrics.Counter;
 import org.apache.flink.metrics.Histogram;
-import org.apache.flink.metrics.ThreadSafeSimpleCounter;
 import org.apache.flink.streaming.api.functions.async.ResultFuture;
 import org.apache.flink.streaming.api.functions.async.RichAsyncFunction;
 import org.apache.flink.types.Either;
@@ -39,8 +37,7 @@ public final class ImageFetchFunction
     private final Duration timeout;
     private transient ExecutorService executor;
     private transient volatile boolean closed;
-    private transient Counter bytesFetched;
-    private transient Counter imagesFetched;
+    private transient FetchCounters fetched;
     private transient Histogram readLatencyMs;
 
     public ImageFetchFunction(ImageStore store, int threads, Duration timeout) {
@@ -54,14 +51,7 @@ public final class ImageFetchFunction
         executor =
                 Executors.newFixedThreadPool(
                         threads, new ExecutorThreadFactory("stoker-image-fetch"));
-        bytesFetched =
-                getRuntimeContext()
-                        .getMetricGroup()
-                        .counter("imageBytesFetched", new ThreadSafeSimpleCounter());
-        imagesFetched =
-                getRuntimeContext()
-                        .getMetricGroup()
-                        .counter("imagesFetched", new ThreadSafeSimpleCounter());
+        fetched = new FetchCounters(getRuntimeContext().getMetricGroup());
         // the counterpart of the S3 path's s3.getLatencyMs: one image read, last 10,000 reads
         readLatencyMs =
                 getRuntimeContext()
@@ -93,8 +83,7 @@ public final class ImageFetchFunction
             } finally {
                 readLatencyMs.update((System.nanoTime() - start) / 1_000_000);
             }
-            bytesFetched.inc(bytes[i].length);
-            imagesFetched.inc();
+            fetched.fetched(bytes[i].length);
         }
         return Either.Right(new FetchedRecord(record, bytes));
     }

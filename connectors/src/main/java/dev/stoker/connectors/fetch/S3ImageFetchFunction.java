@@ -11,8 +11,6 @@ import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import org.apache.flink.api.common.functions.OpenContext;
-import org.apache.flink.metrics.Counter;
-import org.apache.flink.metrics.ThreadSafeSimpleCounter;
 import org.apache.flink.streaming.api.functions.async.ResultFuture;
 import org.apache.flink.streaming.api.functions.async.RichAsyncFunction;
 import org.apache.flink.types.Either;
@@ -49,8 +47,7 @@ public final class S3ImageFetchFunction
     private transient S3ImageStore store;
     private transient S3FetchMetrics metrics;
     private transient volatile boolean closed;
-    private transient Counter bytesFetched;
-    private transient Counter imagesFetched;
+    private transient FetchCounters fetched;
 
     /**
      * @param root dataset root {@code s3://bucket/prefix}
@@ -83,14 +80,7 @@ public final class S3ImageFetchFunction
                         metrics,
                         settings.getsPerSecondPerPrefix,
                         settings.hedgeAfter);
-        bytesFetched =
-                getRuntimeContext()
-                        .getMetricGroup()
-                        .counter("imageBytesFetched", new ThreadSafeSimpleCounter());
-        imagesFetched =
-                getRuntimeContext()
-                        .getMetricGroup()
-                        .counter("imagesFetched", new ThreadSafeSimpleCounter());
+        fetched = new FetchCounters(getRuntimeContext().getMetricGroup());
     }
 
     @Override
@@ -130,8 +120,7 @@ public final class S3ImageFetchFunction
             }
         }
         for (byte[] b : bytes) {
-            bytesFetched.inc(b.length);
-            imagesFetched.inc();
+            fetched.fetched(b.length);
         }
         return Either.Right(new FetchedRecord(record, bytes));
     }
