@@ -7,6 +7,7 @@ import dev.stoker.connectors.shm.PrefetchGate;
 import dev.stoker.connectors.shm.ShmLayout;
 import dev.stoker.connectors.source.DatasetListing;
 import dev.stoker.operators.batch.BatchPlan;
+import dev.stoker.operators.image.QwenVisionConfig;
 import dev.stoker.operators.tokenize.ChatTokenizer;
 import java.nio.file.Path;
 import org.apache.flink.api.common.JobExecutionResult;
@@ -121,7 +122,7 @@ public final class StokerJob {
                         conf.get(StokerOptions.PREFETCH_DEPTH),
                         generation.firstStep());
         StokerPipeline.Outputs outputs = StokerPipeline.build(env, conf, listing, plan, gate);
-        int patchDim = StokerPipeline.visionConfig(conf).patchDim();
+        QwenVisionConfig vision = StokerPipeline.visionConfig(conf);
         Manifest manifest =
                 new Manifest(
                         conf.get(StokerOptions.JOB_NAME),
@@ -131,7 +132,7 @@ public final class StokerJob {
                         conf.get(StokerOptions.SHUFFLE)
                                 ? conf.get(StokerOptions.SHUFFLE_SEED)
                                 : null,
-                        patchDim);
+                        vision.patchDim());
         outputs.slotsByRank
                 .sinkTo(
                         new ArrowBatchSink(
@@ -139,7 +140,7 @@ public final class StokerJob {
                                 manifest,
                                 plan,
                                 generation.firstStep(),
-                                patchDim,
+                                vision,
                                 padTokenId,
                                 conf.get(StokerOptions.PIXEL_DTYPE)))
                 .name("arrow-shm-sink")

@@ -1,5 +1,8 @@
 package dev.stoker.connectors.shm;
 
+import dev.stoker.operators.image.Patchifier;
+import dev.stoker.operators.image.Patchifier.PatchRows;
+import dev.stoker.operators.image.QwenVisionConfig;
 import dev.stoker.operators.model.TokenizedSample;
 import dev.stoker.operators.model.TrainingBatch;
 import java.nio.ByteBuffer;
@@ -24,29 +27,39 @@ import org.apache.arrow.vector.complex.ListVector;
  * Turns a {@link TrainingBatch} into a {@link VectorSchemaRoot} of the {@link BatchSchema}.
  *
  * <p>Token columns are right-padded to the longest sample: {@code input_ids} with the pad token id,
- * {@code labels} with -100, {@code attention_mask} with 0. {@code pixel_values} are copied into the
- * Arrow buffer in bulk, as float32 or converted to bfloat16 ({@link PixelDtype}). The caller owns
+ * {@code labels} with -100, {@code attention_mask} with 0. {@code pixel_values} are the samples'
+ * resized RGB bytes normalised and patchified ({@link Patchifier}) patch row by patch row straight
+ * into the Arrow buffer, as float32 or converted to bfloat16 ({@link PixelDtype}). The caller owns
  * and closes the root.
+ *
+ * <p>Not thread-safe (the patchifier reuses a row buffer); one instance per sink writer.
  */
 public final class ArrowBatchEncoder {
+    private final Patchifier patchifier;
     private final int patchDim;
     private final long padTokenId;
     private final PixelDtype pixelDtype;
+    private final short[] bf16Row;
 
     /**
-     * @param patchDim values per patch row (1176 for Qwen2-VL)
+     * @param vision the vision settings the images were resized with (patch, merge and temporal
+     *     patch sizes, mean and std); {@code pixel_values} rows have {@link
+     *     QwenVisionConfig#patchDim()} values
      * @param padTokenId token id used to pad {@code input_ids}
      * @param pixelDtype element type of the {@code pixel_values} column
      */
-    public ArrowBatchEncoder(int patchDim, long padTokenId, PixelDtype pixelDtype) {
-        this.patchDim = patchDim;
+    public ArrowBatchEncoder(QwenVisionConfig vision, long padTokenId, PixelDtype pixelDtype) {
+        this.patchifier = new Patchifier(vision);
+        this.patchDim = vision.patchDim();
         this.padTokenId = padTokenId;
         this.pixelDtype = pixelDtype;
+        this.bf16Row = new short[patchDim];
     }
 
     /**
      * @throws IllegalArgumentException if a sample's arrays are inconsistent (labels length differs
-     *     from input_ids, pixel_values not a multiple of the patch width)
+     *     from input_ids, image_grid_thw not {@code (n, 3)} with grid_t 1 and grid sides multiples
+     *     of merge_size, resized RGB bytes not exactly those of the grids)
      */
     public VectorSchemaRoot encode(TrainingBatch batch, BufferAllocator allocator) {
         int rows = batch.samples.length;
@@ -127,7 +140,7 @@ public final class ArrowBatchEncoder {
         BaseFixedWidthVector values = (BaseFixedWidthVector) patches.getDataVector();
         int totalPatches = 0;
         for (TokenizedSample s : batch.samples) {
-            totalPatches += s.pixelValues.length / patchDim;
+            totalPatches += numPatches(s);
         }
         list.allocateNew();
         patches.setInitialCapacity(totalPatches);
@@ -135,10 +148,11 @@ public final class ArrowBatchEncoder {
         int patch = 0;
         long offset = 0;
         for (int r = 0; r < batch.samples.length; r++) {
-            float[] px = batch.samples[r].pixelValues;
+            TokenizedSample s = batch.samples[r];
+            int n = numPatches(s);
             list.startNewValue(r);
-            offset = putPixels(values.getDataBuffer(), offset, px);
-            int n = px.length / patchDim;
+            putPixels(values.getDataBuffer(), offset, n, s);
+            offset += (long) n * patchDim * pixelDtype.bytes;
             for (int i = 0; i < n; i++) {
                 patches.setNotNull(patch++);
             }
@@ -153,25 +167,46 @@ public final class ArrowBatchEncoder {
     }
 
     /**
-     * Writes {@code px} at byte {@code offset} of {@code data} in the column's element type (one
-     * bulk copy for float32); returns the offset after it.
+     * Writes the {@code patches} rows of {@code s}'s images at byte {@code offset} of {@code data}
+     * in the column's element type.
      */
-    private long putPixels(ArrowBuf data, long offset, float[] px) {
-        if (px.length == 0) {
-            return offset;
+    private void putPixels(ArrowBuf data, long offset, int patches, TokenizedSample s) {
+        if (patches == 0) {
+            return;
         }
-        int width = pixelDtype == PixelDtype.BFLOAT16 ? Short.BYTES : Float.BYTES;
-        int bytes = px.length * width;
-        ByteBuffer view = data.nioBuffer(offset, bytes).order(ByteOrder.LITTLE_ENDIAN);
+        ByteBuffer view =
+                data.nioBuffer(offset, Math.multiplyExact(patches * patchDim, pixelDtype.bytes))
+                        .order(ByteOrder.LITTLE_ENDIAN);
+        PatchRows out;
         if (pixelDtype == PixelDtype.BFLOAT16) {
-            ShortBuffer out = view.asShortBuffer();
-            for (float v : px) {
-                out.put(PixelDtype.toBfloat16(v));
-            }
+            ShortBuffer shorts = view.asShortBuffer();
+            out =
+                    row -> {
+                        for (int i = 0; i < patchDim; i++) {
+                            bf16Row[i] = PixelDtype.toBfloat16(row[i]);
+                        }
+                        shorts.put(bf16Row);
+                    };
         } else {
-            view.asFloatBuffer().put(px);
+            out = view.asFloatBuffer()::put;
         }
-        return offset + bytes;
+        long[] thw = s.imageGridThw;
+        int rgbOffset = 0;
+        for (int i = 0; i < thw.length; i += 3) {
+            int gridH = (int) thw[i + 1];
+            int gridW = (int) thw[i + 2];
+            patchifier.patchify(s.resizedRgb, rgbOffset, gridH, gridW, out);
+            rgbOffset += patchifier.rgbLength(gridH, gridW);
+        }
+    }
+
+    private static int numPatches(TokenizedSample s) {
+        long[] thw = s.imageGridThw;
+        int patches = 0;
+        for (int i = 0; i < thw.length; i += 3) {
+            patches += (int) (thw[i] * thw[i + 1] * thw[i + 2]);
+        }
+        return patches;
     }
 
     private static void fillGrids(ListVector list, TrainingBatch batch) {
@@ -210,14 +245,35 @@ public final class ArrowBatchEncoder {
                             + " != input_ids length "
                             + s.inputIds.length);
         }
-        if (s.pixelValues.length % patchDim != 0 || s.imageGridThw.length % 3 != 0) {
+        long[] thw = s.imageGridThw;
+        if (thw == null || thw.length % 3 != 0) {
+            throw new IllegalArgumentException(s.ref + ": image_grid_thw is not (n, 3)");
+        }
+        long rgbBytes = 0;
+        for (int i = 0; i < thw.length; i += 3) {
+            if (thw[i] != 1 || thw[i + 1] < 1 || thw[i + 2] < 1) {
+                throw new IllegalArgumentException(
+                        s.ref
+                                + ": image "
+                                + i / 3
+                                + " has grid_thw ("
+                                + thw[i]
+                                + ", "
+                                + thw[i + 1]
+                                + ", "
+                                + thw[i + 2]
+                                + "); still images have grid_t 1 and positive sides");
+            }
+            rgbBytes += patchifier.rgbLength((int) thw[i + 1], (int) thw[i + 2]);
+        }
+        int length = s.resizedRgb == null ? 0 : s.resizedRgb.length;
+        if (length != rgbBytes) {
             throw new IllegalArgumentException(
                     s.ref
-                            + ": pixel_values length "
-                            + s.pixelValues.length
-                            + " is not a multiple of "
-                            + patchDim
-                            + " or image_grid_thw is not (n, 3)");
+                            + ": "
+                            + length
+                            + " resized RGB bytes, but image_grid_thw needs "
+                            + rgbBytes);
         }
     }
 }

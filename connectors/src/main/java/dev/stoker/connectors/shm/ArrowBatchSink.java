@@ -1,6 +1,7 @@
 package dev.stoker.connectors.shm;
 
 import dev.stoker.operators.batch.BatchPlan;
+import dev.stoker.operators.image.QwenVisionConfig;
 import dev.stoker.operators.model.SlotResult;
 import java.io.IOException;
 import org.apache.flink.api.connector.sink2.Sink;
@@ -20,13 +21,13 @@ import org.apache.flink.api.connector.sink2.WriterInitContext;
  * again.
  */
 public final class ArrowBatchSink implements Sink<SlotResult> {
-    private static final long serialVersionUID = 3L;
+    private static final long serialVersionUID = 4L;
 
     private final ShmLayout layout;
     private final Manifest manifest;
     private final BatchPlan plan;
     private final long firstStep;
-    private final int patchDim;
+    private final QwenVisionConfig vision;
     private final long padTokenId;
     private final PixelDtype pixelDtype;
 
@@ -35,7 +36,8 @@ public final class ArrowBatchSink implements Sink<SlotResult> {
      * @param manifest the manifest to publish (names the generation)
      * @param plan the batch plan (world size, micro-batch size, steps)
      * @param firstStep the first step of this generation
-     * @param patchDim floats per {@code pixel_values} row
+     * @param vision the vision settings the images were resized with; the sink normalises and
+     *     patchifies with them
      * @param padTokenId token id used to pad {@code input_ids}
      * @param pixelDtype element type of the {@code pixel_values} column
      */
@@ -44,14 +46,14 @@ public final class ArrowBatchSink implements Sink<SlotResult> {
             Manifest manifest,
             BatchPlan plan,
             long firstStep,
-            int patchDim,
+            QwenVisionConfig vision,
             long padTokenId,
             PixelDtype pixelDtype) {
         this.layout = layout;
         this.manifest = manifest;
         this.plan = plan;
         this.firstStep = firstStep;
-        this.patchDim = patchDim;
+        this.vision = vision;
         this.padTokenId = padTokenId;
         this.pixelDtype = pixelDtype;
     }
@@ -67,8 +69,7 @@ public final class ArrowBatchSink implements Sink<SlotResult> {
                 layout,
                 plan,
                 firstStep,
-                new BatchFileWriter(
-                        layout, new ArrowBatchEncoder(patchDim, padTokenId, pixelDtype)),
+                new BatchFileWriter(layout, new ArrowBatchEncoder(vision, padTokenId, pixelDtype)),
                 new SlotStager(layout),
                 context.metricGroup());
     }

@@ -2,24 +2,29 @@ package dev.stoker.connectors.shm;
 
 /**
  * Element type of the {@code pixel_values} column in batch files (schema metadata {@code
- * stoker.pixel_dtype}). The image stage always computes float32; the sink converts on write.
+ * stoker.pixel_dtype}). The sink computes float32 values ({@code Patchifier}) and converts them as
+ * it writes.
  */
 public enum PixelDtype {
     /** IEEE 754 float32: {@code list<fixed_size_list<float32>[D]>}, 4 bytes per value. */
-    FLOAT32("float32"),
+    FLOAT32("float32", Float.BYTES),
     /**
      * bfloat16, 2 bytes per value, stored as its raw bits in {@code
      * list<fixed_size_list<uint16>[D]>} (Arrow has no bfloat16 type): each float32 rounded to
      * nearest, ties to even, as PyTorch's {@code tensor.to(torch.bfloat16)} rounds; infinities stay
      * infinite, values beyond the bfloat16 range become infinite, NaN becomes {@code 0x7FC0}.
      */
-    BFLOAT16("bfloat16");
+    BFLOAT16("bfloat16", Short.BYTES);
 
     /** The value of the {@code stoker.pixel_dtype} metadata. */
     public final String metadataName;
 
-    PixelDtype(String metadataName) {
+    /** Bytes per value. */
+    public final int bytes;
+
+    PixelDtype(String metadataName, int bytes) {
         this.metadataName = metadataName;
+        this.bytes = bytes;
     }
 
     /**

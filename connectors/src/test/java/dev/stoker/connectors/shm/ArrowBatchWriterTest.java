@@ -5,6 +5,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.stoker.operators.batch.BatchPlan;
+import dev.stoker.operators.image.QwenVisionConfig;
 import dev.stoker.operators.model.RecordRef;
 import dev.stoker.operators.model.SlotResult;
 import dev.stoker.operators.model.TokenizedSample;
@@ -50,6 +51,29 @@ class ArrowBatchWriterTest {
         }
     }
 
+    /**
+     * The vision config of these tests: one-pixel patches, two frames, no merging, mean 0 and std
+     * 1, so a {@code pixel_values} row is {@code (R, R, G, G, B, B) / 255} of one pixel.
+     */
+    static QwenVisionConfig vision() {
+        QwenVisionConfig vision = new QwenVisionConfig();
+        vision.patchSize = 1;
+        vision.mergeSize = 1;
+        vision.imageMean = new double[] {0, 0, 0};
+        vision.imageStd = new double[] {1, 1, 1};
+        return vision;
+    }
+
+    /**
+     * {@code pixel_values[i]} (flat) of {@link #sample}{@code (index, ...)}: Hugging Face's rescale
+     * {@code u8 * (1/255.0)} in float32 of the pixel byte the value comes from.
+     */
+    static float pixelValue(long index, int i) {
+        int u = (int) ((index * 16 + i / 2) & 0xFF);
+        return (float) (u * (1 / 255.0));
+    }
+
+    /** A sample with {@code len} tokens and {@code patches} one-pixel patches in images thw. */
     private static TokenizedSample sample(long index, int len, int patches, long... thw) {
         long[] ids = new long[len];
         long[] labels = new long[len];
@@ -57,9 +81,9 @@ class ArrowBatchWriterTest {
             ids[i] = 1000 + index * 10 + i;
             labels[i] = i % 2 == 0 ? -100 : ids[i];
         }
-        float[] px = new float[patches * PATCH_DIM];
+        byte[] px = new byte[patches * 3];
         for (int i = 0; i < px.length; i++) {
-            px[i] = index + i / 1000f;
+            px[i] = (byte) (index * 16 + i);
         }
         return new TokenizedSample(
                 new RecordRef("file:/data/train.jsonl", index + 1, index, "id-" + index),
@@ -80,7 +104,7 @@ class ArrowBatchWriterTest {
                 plan,
                 0,
                 new BatchFileWriter(
-                        layout, new ArrowBatchEncoder(PATCH_DIM, PAD, PixelDtype.FLOAT32)),
+                        layout, new ArrowBatchEncoder(vision(), PAD, PixelDtype.FLOAT32)),
                 new SlotStager(layout),
                 UnregisteredMetricsGroup.createSinkWriterMetricGroup());
     }
@@ -163,7 +187,10 @@ class ArrowBatchWriterTest {
             Float4Vector floats =
                     (Float4Vector) ((FixedSizeListVector) pixels.getDataVector()).getDataVector();
             assertThat(floats.getValueCount()).isEqualTo(5 * PATCH_DIM);
-            assertThat(floats.get(3 * PATCH_DIM)).isEqualTo(7f); // first float of the second row
+            // the second sample starts at row 3 with its own first pixel
+            assertThat(floats.get(3 * PATCH_DIM)).isEqualTo(pixelValue(7, 0));
+            assertThat(floats.get(3 * PATCH_DIM + 5)).isEqualTo(pixelValue(7, 5));
+            assertThat(floats.get(2 * PATCH_DIM + 3)).isEqualTo(pixelValue(6, 2 * PATCH_DIM + 3));
             assertThat(pixels.getElementEndIndex(0)).isEqualTo(3);
 
             ListVector grids = (ListVector) root.getVector("image_grid_thw");
@@ -232,7 +259,7 @@ class ArrowBatchWriterTest {
                                                     .getDataVector())
                                     .getDataVector();
             assertThat(floats.getValueCount()).isEqualTo(3 * PATCH_DIM);
-            assertThat(floats.get(PATCH_DIM + 1)).isEqualTo(sample(0, 4, 2).pixelValues[7]);
+            assertThat(floats.get(PATCH_DIM + 1)).isEqualTo(pixelValue(0, PATCH_DIM + 1));
         }
     }
 
@@ -295,7 +322,14 @@ class ArrowBatchWriterTest {
             for (int step = 0; step < 2; step++) {
                 for (int k = 0; k < 2; k++) {
                     w.write(
-                            SlotResult.of(sample(4L * step + k, 3, patches[step][k], 1, 2, 2)),
+                            SlotResult.of(
+                                    sample(
+                                            4L * step + k,
+                                            3,
+                                            patches[step][k],
+                                            1,
+                                            1,
+                                            patches[step][k])),
                             null);
                 }
             }
@@ -313,7 +347,7 @@ class ArrowBatchWriterTest {
                 assertThat(floats.getValueCount()).isEqualTo(first + patches[step][1] * PATCH_DIM);
                 for (int i = 0; i < floats.getValueCount(); i++) {
                     long index = 4L * step + (i < first ? 0 : 1);
-                    float expected = index + (i < first ? i : i - first) / 1000f;
+                    float expected = pixelValue(index, i < first ? i : i - first);
                     if (floats.get(i) != expected) {
                         throw new AssertionError(
                                 "step "

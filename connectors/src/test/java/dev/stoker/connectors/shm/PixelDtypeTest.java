@@ -2,6 +2,8 @@ package dev.stoker.connectors.shm;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
+import dev.stoker.operators.image.Patchifier;
+import dev.stoker.operators.image.QwenVisionConfig;
 import dev.stoker.operators.model.RecordRef;
 import dev.stoker.operators.model.TokenizedSample;
 import dev.stoker.operators.model.TrainingBatch;
@@ -16,9 +18,22 @@ import org.apache.arrow.vector.complex.ListVector;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 
-/** bfloat16 rounding and the {@code pixel_values} column in both element types. */
+/**
+ * bfloat16 rounding and the {@code pixel_values} column in both element types: the sink's values
+ * are {@link Patchifier}'s (checked against Hugging Face's in HfPixelParityTest), as float32 bit
+ * for bit or rounded to bfloat16.
+ */
 class PixelDtypeTest {
-    private static final int PATCH_DIM = 4;
+    private static final QwenVisionConfig VISION = new QwenVisionConfig();
+
+    /** A 28x28 image (2x2 patches of Qwen2-VL) using every byte value. */
+    private static final byte[] RGB = new byte[28 * 28 * 3];
+
+    static {
+        for (int i = 0; i < RGB.length; i++) {
+            RGB[i] = (byte) (i * 11 + i / 256);
+        }
+    }
 
     private final BufferAllocator allocator = new RootAllocator();
 
@@ -54,9 +69,9 @@ class PixelDtypeTest {
     }
 
     @Test
-    void float32ColumnHoldsTheValuesBitForBit() {
-        float[] px = {1.5f, -0.25f, Float.NaN, 3e-8f, 7f, 8f, 9f, 10f};
-        try (VectorSchemaRoot root = encode(PixelDtype.FLOAT32, px)) {
+    void float32ColumnHoldsThePatchifiersValuesBitForBit() {
+        float[] px = new Patchifier(VISION).patchify(RGB, 0, 2, 2);
+        try (VectorSchemaRoot root = encode(PixelDtype.FLOAT32)) {
             BaseFixedWidthVector values = pixelItems(root);
             assertThat(values).isInstanceOf(Float4Vector.class);
             assertThat(values.getValueCount()).isEqualTo(px.length);
@@ -71,8 +86,8 @@ class PixelDtypeTest {
 
     @Test
     void bfloat16ColumnIsUint16BitsNamedInTheMetadata() {
-        float[] px = {1.5f, -0.25f, Float.NaN, 1.00390625f, 7f, 8f, 9f, 10f};
-        try (VectorSchemaRoot root = encode(PixelDtype.BFLOAT16, px)) {
+        float[] px = new Patchifier(VISION).patchify(RGB, 0, 2, 2);
+        try (VectorSchemaRoot root = encode(PixelDtype.BFLOAT16)) {
             BaseFixedWidthVector values = pixelItems(root);
             assertThat(values).isInstanceOf(UInt2Vector.class);
             assertThat(values.getValueCount()).isEqualTo(px.length);
@@ -86,25 +101,25 @@ class PixelDtypeTest {
         }
     }
 
-    private VectorSchemaRoot encode(PixelDtype dtype, float[] px) {
+    private VectorSchemaRoot encode(PixelDtype dtype) {
         TokenizedSample withImages =
                 new TokenizedSample(
                         new RecordRef("file:/d.jsonl", 1, 0, "a"),
                         new long[] {1, 2},
                         new long[] {-100, 2},
-                        px,
-                        new long[] {1, 1, 2});
+                        RGB,
+                        new long[] {1, 2, 2});
         TokenizedSample textOnly =
                 new TokenizedSample(
                         new RecordRef("file:/d.jsonl", 2, 1, "b"),
                         new long[] {3},
                         new long[] {3},
-                        new float[0],
+                        new byte[0],
                         new long[0]);
         TrainingBatch batch =
                 new TrainingBatch(
                         0, 0, 2, new TokenizedSample[] {textOnly, withImages}, new int[0]);
-        return new ArrowBatchEncoder(PATCH_DIM, 0, dtype).encode(batch, allocator);
+        return new ArrowBatchEncoder(VISION, 0, dtype).encode(batch, allocator);
     }
 
     private static BaseFixedWidthVector pixelItems(VectorSchemaRoot root) {

@@ -1,5 +1,6 @@
 package dev.stoker.connectors.shm;
 
+import dev.stoker.operators.image.QwenVisionConfig;
 import dev.stoker.operators.model.RecordRef;
 import dev.stoker.operators.model.TokenizedSample;
 import dev.stoker.operators.model.TrainingBatch;
@@ -21,18 +22,17 @@ import org.apache.arrow.vector.VectorSchemaRoot;
  * memory ({@link ArrowMemoryPool}, mode {@code pooled}) or Arrow's default allocator (mode {@code
  * unpooled}). Run by {@code bench/sink-encode.sh}; see bench/README.md.
  *
- * <p>Each of {@code <batches>} batches of {@code <samples>} samples, each {@code <patches>} patch
- * rows of 1176 float32 (Qwen2-VL; 1024 rows = a 448x448 image, 4.8 MB), is encoded once and closed
- * ({@link ArrowBatchEncoder#encode}), then encoded and written as a file ({@link
- * BatchFileWriter#write}), and the file deleted. Output: {@code RESULT mode=<m> encode_ms=<median
- * wall ms per encode> encode_write_ms=<median wall ms per encode + write> cpu_ms=<median CPU ms of
- * the thread for both>}.
+ * <p>Each of {@code <batches>} batches of {@code <samples>} samples, each one image of {@code
+ * <patches>} patches (a multiple of 64; 1024 = a 448x448 image, 602 KB of resized RGB that become
+ * 4.8 MB of float32 pixel_values with Qwen2-VL's 1176 values per patch; the encode normalises and
+ * patchifies them), is encoded once and closed ({@link ArrowBatchEncoder#encode}), then encoded and
+ * written as a file ({@link BatchFileWriter#write}), and the file deleted. Output: {@code RESULT
+ * mode=<m> encode_ms=<median wall ms per encode> encode_write_ms=<median wall ms per encode +
+ * write> cpu_ms=<median CPU ms of the thread for both>}.
  *
  * <p>Arguments: {@code <mode> <batches> <samples> <patches>}.
  */
 public final class SinkEncodeBench {
-    private static final int PATCH_DIM = 1176;
-
     private SinkEncodeBench() {}
 
     public static void main(String[] args) throws Exception {
@@ -43,10 +43,8 @@ public final class SinkEncodeBench {
         Random random = new Random(1);
         TokenizedSample[] batch = new TokenizedSample[samples];
         for (int i = 0; i < samples; i++) {
-            float[] px = new float[patches * PATCH_DIM];
-            for (int j = 0; j < px.length; j++) {
-                px[j] = random.nextFloat();
-            }
+            byte[] px = new byte[patches * 14 * 14 * 3];
+            random.nextBytes(px);
             batch[i] =
                     new TokenizedSample(
                             new RecordRef("bench.jsonl", i + 1, i, "r" + i),
@@ -57,7 +55,8 @@ public final class SinkEncodeBench {
         }
         Path jobDir = Files.createTempDirectory(Path.of("/dev/shm"), "stoker-sink-bench-");
         ShmLayout layout = new ShmLayout(jobDir.toString(), "g1");
-        ArrowBatchEncoder encoder = new ArrowBatchEncoder(PATCH_DIM, 0, PixelDtype.FLOAT32);
+        ArrowBatchEncoder encoder =
+                new ArrowBatchEncoder(new QwenVisionConfig(), 0, PixelDtype.FLOAT32);
         BatchFileWriter files = new BatchFileWriter(layout, encoder);
         ThreadMXBean threads = ManagementFactory.getThreadMXBean();
         double[] encodeMs = new double[batches];

@@ -16,8 +16,9 @@ import org.apache.flink.types.Either;
 import org.apache.flink.util.Collector;
 
 /**
- * The CPU-heavy image stage: decodes, resizes, normalises and patchifies every image of a fetched
- * record with {@link QwenImageProcessor}.
+ * The CPU-heavy image stage: decodes and resizes every image of a fetched record with {@link
+ * QwenImageProcessor} (normalisation and patchification, a few percent of the work, happen in the
+ * sink: {@link Patchifier}).
  *
  * <p>Input: {@code Either.Left} dead letters from the fetch stage, forwarded unchanged to {@link
  * DeadLetters#TAG}; {@code Either.Right} fetched records. Output: one {@link PreprocessedRecord}

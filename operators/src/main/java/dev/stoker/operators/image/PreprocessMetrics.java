@@ -12,9 +12,9 @@ import org.apache.flink.metrics.MetricGroup;
  * <ul>
  *   <li>{@code imageMegapixels} (counter): megapixels of model input produced, i.e. resized pixels
  *       ({@code patches x patch_size^2}), summed over images;
- *   <li>{@code preprocessMsPerMegapixel} (gauge): milliseconds of decode + resize + normalize +
- *       patchify per megapixel of model input since the subtask started (-1 before the first
- *       image). Divide an image budget by it to size preprocessing parallelism.
+ *   <li>{@code preprocessMsPerMegapixel} (gauge): milliseconds of decode + resize per megapixel of
+ *       model input since the subtask started (-1 before the first image). Divide an image budget
+ *       by it to size preprocessing parallelism.
  *   <li>{@code jpegDecoderNative} (gauge): 1 when JPEGs are decoded with libjpeg-turbo, 0 when it
  *       is not installed and they go through the slower ImageIO decoder.
  * </ul>

@@ -1,22 +1,23 @@
 package dev.stoker.operators.model;
 
 /**
- * One image after Qwen-VL preprocessing.
+ * One image after Qwen-VL resizing, before normalisation and patchification.
  *
- * <p>{@code pixelValues} is row-major float32 of shape {@code (gridT*gridH*gridW,
- * channels*temporalPatchSize*patchSize*patchSize)}, i.e. {@code (grid_t*grid_h*grid_w, 1176)} for
- * Qwen2-VL, in the Hugging Face {@code Qwen2VLImageProcessor} patch order.
+ * <p>{@code resizedRgb} is interleaved uint8 RGB, row-major, of shape {@code (gridH * patchSize,
+ * gridW * patchSize, 3)}: exactly that many bytes. {@code gridT}, {@code gridH}, {@code gridW} are
+ * the image's {@code image_grid_thw} row ({@code gridT} is 1 for a still image). Its {@code
+ * pixel_values} are {@code Patchifier}'s output for these bytes.
  */
 public class PreprocessedImage {
-    public float[] pixelValues;
+    public byte[] resizedRgb;
     public int gridT;
     public int gridH;
     public int gridW;
 
     public PreprocessedImage() {}
 
-    public PreprocessedImage(float[] pixelValues, int gridT, int gridH, int gridW) {
-        this.pixelValues = pixelValues;
+    public PreprocessedImage(byte[] resizedRgb, int gridT, int gridH, int gridW) {
+        this.resizedRgb = resizedRgb;
         this.gridT = gridT;
         this.gridH = gridH;
         this.gridW = gridW;

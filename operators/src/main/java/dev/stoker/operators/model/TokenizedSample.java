@@ -4,7 +4,8 @@ import org.apache.flink.api.common.typeinfo.TypeInfo;
 
 /**
  * A training sample ready for batching, named as the Hugging Face Qwen-VL processor names its
- * outputs. Flink serializes it with {@link TokenizedSampleSerializer} (bulk array copies).
+ * outputs, with its images still as resized RGB bytes. Flink serializes it with {@link
+ * TokenizedSampleSerializer} (bulk array copies).
  */
 @TypeInfo(TokenizedSampleTypeInfo.Factory.class)
 public class TokenizedSample {
@@ -20,10 +21,12 @@ public class TokenizedSample {
     public long[] labels;
 
     /**
-     * All images' patches concatenated in image order: float32, row-major, shape {@code (sum of
-     * grid_t*grid_h*grid_w, patchDim)}.
+     * All images' resized pixels concatenated in image order: each image interleaved uint8 RGB,
+     * row-major, shape {@code (grid_h * patch_size, grid_w * patch_size, 3)}. The sink turns them
+     * into the batch's {@code pixel_values} ({@code Patchifier}); they travel as bytes because they
+     * are 8x smaller than the float32 patches of Qwen2-VL.
      */
-    public float[] pixelValues;
+    public byte[] resizedRgb;
 
     /** Flattened {@code (num_images, 3)} int64 array of (grid_t, grid_h, grid_w) per image. */
     public long[] imageGridThw;
@@ -31,15 +34,11 @@ public class TokenizedSample {
     public TokenizedSample() {}
 
     public TokenizedSample(
-            RecordRef ref,
-            long[] inputIds,
-            long[] labels,
-            float[] pixelValues,
-            long[] imageGridThw) {
+            RecordRef ref, long[] inputIds, long[] labels, byte[] resizedRgb, long[] imageGridThw) {
         this.ref = ref;
         this.inputIds = inputIds;
         this.labels = labels;
-        this.pixelValues = pixelValues;
+        this.resizedRgb = resizedRgb;
         this.imageGridThw = imageGridThw;
     }
 

@@ -1,9 +1,6 @@
 package dev.stoker.operators.model;
 
 import java.io.IOException;
-import java.nio.ByteBuffer;
-import java.nio.ByteOrder;
-import java.nio.FloatBuffer;
 import org.apache.flink.api.common.typeutils.SimpleTypeSerializerSnapshot;
 import org.apache.flink.api.common.typeutils.TypeSerializer;
 import org.apache.flink.api.common.typeutils.TypeSerializerSnapshot;
@@ -12,30 +9,21 @@ import org.apache.flink.core.memory.DataOutputView;
 import org.apache.flink.types.StringValue;
 
 /**
- * Flink serializer of {@link TokenizedSample} that moves {@code pixel_values} as bulk byte copies
- * instead of value by value (Flink's {@code FloatPrimitiveArraySerializer} writes each of the ~10^6
- * floats of a sample with its own call).
+ * Flink serializer of {@link TokenizedSample} that moves the resized RGB bytes in one bulk copy.
  *
  * <p>Format version {@value #VERSION}: a version byte; the {@link RecordRef} (file and record id as
  * nullable {@link StringValue}s, line and sample index as int64); then {@code input_ids}, {@code
- * labels} (int64), {@code pixel_values} (float32) and {@code image_grid_thw} (int64), each as an
- * int32 length ({@code -1} for null) followed by its elements (the int64s big-endian, as Flink
- * writes them; the float32s little-endian, copied in bulk). Used for the samples on their way to
- * the sink and for the slots the sink stages in shared memory.
- *
- * <p>Not thread-safe (it reuses a 64 KiB copy buffer); Flink {@linkplain #duplicate() duplicates}
- * it per thread.
+ * labels} (int64), the resized RGB (uint8) and {@code image_grid_thw} (int64), each as an int32
+ * length ({@code -1} for null) followed by its elements (the int64s big-endian, as Flink writes
+ * them). Used for the samples on their way to the sink and for the slots the sink stages in shared
+ * memory. Version 1 (Stoker before the sink patchified) carried float32 {@code pixel_values}
+ * instead and is not read: the normalised values cannot be turned back into the bytes.
  */
 public final class TokenizedSampleSerializer extends TypeSerializer<TokenizedSample> {
     private static final long serialVersionUID = 1L;
 
     /** The format version written by this serializer. */
-    static final int VERSION = 1;
-
-    private static final int CHUNK_BYTES = 64 * 1024;
-
-    private transient ByteBuffer chunk;
-    private transient FloatBuffer chunkFloats;
+    static final int VERSION = 2;
 
     @Override
     public boolean isImmutableType() {
@@ -59,7 +47,7 @@ public final class TokenizedSampleSerializer extends TypeSerializer<TokenizedSam
                 r == null ? null : new RecordRef(r.file, r.line, r.sampleIndex, r.recordId),
                 clone(from.inputIds),
                 clone(from.labels),
-                from.pixelValues == null ? null : from.pixelValues.clone(),
+                from.resizedRgb == null ? null : from.resizedRgb.clone(),
                 clone(from.imageGridThw));
     }
 
@@ -87,7 +75,7 @@ public final class TokenizedSampleSerializer extends TypeSerializer<TokenizedSam
         StringValue.writeString(ref.recordId, target);
         writeLongs(sample.inputIds, target);
         writeLongs(sample.labels, target);
-        writeFloats(sample.pixelValues, target);
+        writeBytes(sample.resizedRgb, target);
         writeLongs(sample.imageGridThw, target);
     }
 
@@ -103,6 +91,12 @@ public final class TokenizedSampleSerializer extends TypeSerializer<TokenizedSam
                             + version
                             + " (this Stoker reads version "
                             + VERSION
+                            + (version == 1
+                                    ? "; version 1 was written by a Stoker that sent float32"
+                                            + " pixel_values to the sink: resume such a job with"
+                                            + " the Stoker that took the savepoint, or start it"
+                                            + " afresh"
+                                    : "")
                             + ")");
         }
         RecordRef ref = new RecordRef();
@@ -112,8 +106,8 @@ public final class TokenizedSampleSerializer extends TypeSerializer<TokenizedSam
         ref.recordId = StringValue.readString(source);
         long[] inputIds = readLongs(source);
         long[] labels = readLongs(source);
-        float[] pixelValues = readFloats(source);
-        return new TokenizedSample(ref, inputIds, labels, pixelValues, readLongs(source));
+        byte[] resizedRgb = readBytes(source);
+        return new TokenizedSample(ref, inputIds, labels, resizedRgb, readLongs(source));
     }
 
     @Override
@@ -142,36 +136,22 @@ public final class TokenizedSampleSerializer extends TypeSerializer<TokenizedSam
         return new Snapshot();
     }
 
-    private void writeFloats(float[] values, DataOutputView target) throws IOException {
+    private static void writeBytes(byte[] values, DataOutputView target) throws IOException {
         if (values == null) {
             target.writeInt(-1);
             return;
         }
         target.writeInt(values.length);
-        ensureChunk();
-        int perChunk = CHUNK_BYTES / Float.BYTES;
-        for (int off = 0; off < values.length; off += perChunk) {
-            int n = Math.min(perChunk, values.length - off);
-            chunkFloats.clear();
-            chunkFloats.put(values, off, n);
-            target.write(chunk.array(), 0, n * Float.BYTES);
-        }
+        target.write(values);
     }
 
-    private float[] readFloats(DataInputView source) throws IOException {
+    private static byte[] readBytes(DataInputView source) throws IOException {
         int length = readLength(source);
         if (length < 0) {
             return null;
         }
-        float[] values = new float[length];
-        ensureChunk();
-        int perChunk = CHUNK_BYTES / Float.BYTES;
-        for (int off = 0; off < length; off += perChunk) {
-            int n = Math.min(perChunk, length - off);
-            source.readFully(chunk.array(), 0, n * Float.BYTES);
-            chunkFloats.clear();
-            chunkFloats.get(values, off, n);
-        }
+        byte[] values = new byte[length];
+        source.readFully(values);
         return values;
     }
 
@@ -204,13 +184,6 @@ public final class TokenizedSampleSerializer extends TypeSerializer<TokenizedSam
             throw new IOException("corrupt TokenizedSample: array length " + length);
         }
         return length;
-    }
-
-    private void ensureChunk() {
-        if (chunk == null) {
-            chunk = ByteBuffer.allocate(CHUNK_BYTES).order(ByteOrder.LITTLE_ENDIAN);
-            chunkFloats = chunk.asFloatBuffer();
-        }
     }
 
     private static long[] clone(long[] values) {

@@ -9,10 +9,10 @@ import dev.stoker.operators.model.TokenizedSample;
 
 /**
  * Turns a {@link PreprocessedRecord} into a {@link TokenizedSample}: renders the chat with {@link
- * QwenChatTemplate}, encodes it with {@link ChatTokenizer}, and concatenates the images' {@code
- * pixel_values} (float32, {@code (sum of t*h*w, patchDim)} row-major) and {@code image_grid_thw}
- * (int64, {@code (num_images, 3)} flattened) in image order. The pixel array of a record with one
- * image is passed on as it is, not copied (the sample takes it over from the record).
+ * QwenChatTemplate}, encodes it with {@link ChatTokenizer}, and concatenates the images' resized
+ * RGB bytes and {@code image_grid_thw} (int64, {@code (num_images, 3)} flattened) in image order.
+ * The pixel array of a record with one image is passed on as it is, not copied (the sample takes it
+ * over from the record).
  */
 public final class SampleTokenizer {
     private final ChatTokenizer tokenizer;
@@ -29,8 +29,8 @@ public final class SampleTokenizer {
      * Tokenizes one record.
      *
      * @throws RejectedRecordException {@link RejectReason#TOKENIZATION_FAILED} when the images do
-     *     not match the record (count, grid not divisible by merge_size^2, pixel array size) or the
-     *     tokenizer fails
+     *     not match the record (count, grid not divisible by merge_size^2, pixel array size not the
+     *     same number of bytes per patch for all images) or the tokenizer fails
      */
     public TokenizedSample tokenize(PreprocessedRecord input) throws RejectedRecordException {
         SftRecord record = input.record;
@@ -45,8 +45,8 @@ public final class SampleTokenizer {
         }
         int[] pads = new int[images.length];
         long[] gridThw = new long[images.length * 3];
-        int totalFloats = 0;
-        int patchDim = -1;
+        int totalBytes = 0;
+        int bytesPerPatch = -1;
         for (int i = 0; i < images.length; i++) {
             PreprocessedImage image = images[i];
             try {
@@ -58,30 +58,28 @@ public final class SampleTokenizer {
                         "image " + i + " (" + record.images[i].path + "): " + e.getMessage(), e);
             }
             int rows = image.numPatches();
-            if (image.pixelValues == null) {
-                throw failed(
-                        "image " + i + " (" + record.images[i].path + ") has no pixel values",
-                        null);
+            if (image.resizedRgb == null) {
+                throw failed("image " + i + " (" + record.images[i].path + ") has no pixels", null);
             }
-            if (image.pixelValues.length % rows != 0
-                    || (patchDim >= 0 && image.pixelValues.length / rows != patchDim)) {
+            int length = image.resizedRgb.length;
+            if (length % rows != 0 || (bytesPerPatch >= 0 && length / rows != bytesPerPatch)) {
                 throw failed(
                         "image "
                                 + i
                                 + " ("
                                 + record.images[i].path
                                 + ") has "
-                                + image.pixelValues.length
-                                + " pixel values for "
+                                + length
+                                + " RGB bytes for "
                                 + rows
                                 + " patches; expected a multiple shared by all images",
                         null);
             }
-            patchDim = image.pixelValues.length / rows;
+            bytesPerPatch = length / rows;
             gridThw[3 * i] = image.gridT;
             gridThw[3 * i + 1] = image.gridH;
             gridThw[3 * i + 2] = image.gridW;
-            totalFloats = Math.addExact(totalFloats, image.pixelValues.length);
+            totalBytes = Math.addExact(totalBytes, length);
         }
         ChatTokenizer.Encoded encoded;
         try {
@@ -89,12 +87,12 @@ public final class SampleTokenizer {
         } catch (RuntimeException e) {
             throw failed("tokenizer failed: " + e, e);
         }
-        float[] pixels = images.length == 1 ? images[0].pixelValues : new float[totalFloats];
+        byte[] pixels = images.length == 1 ? images[0].resizedRgb : new byte[totalBytes];
         if (images.length > 1) {
             int offset = 0;
             for (PreprocessedImage image : images) {
-                System.arraycopy(image.pixelValues, 0, pixels, offset, image.pixelValues.length);
-                offset += image.pixelValues.length;
+                System.arraycopy(image.resizedRgb, 0, pixels, offset, image.resizedRgb.length);
+                offset += image.resizedRgb.length;
             }
         }
         return new TokenizedSample(

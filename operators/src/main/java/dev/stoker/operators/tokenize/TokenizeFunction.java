@@ -12,7 +12,7 @@ import org.apache.flink.util.Collector;
 
 /**
  * Flink operator that renders the model's Qwen-VL chat template, tokenizes it with label masking
- * and attaches the images' {@code pixel_values} and {@code image_grid_thw} (see {@link
+ * and attaches the images' resized RGB pixels and {@code image_grid_thw} (see {@link
  * SampleTokenizer}). The tokenizer is loaded in {@link #open(OpenContext)} from a directory holding
  * {@code tokenizer.json} and closed in {@link #close()}. Records that cannot be tokenized go to the
  * {@link DeadLetters#TAG} side output with {@code TOKENIZATION_FAILED}.

@@ -14,7 +14,7 @@ class BackfillTest {
                 new RecordRef("f.jsonl", index + 1, index, null),
                 new long[] {index},
                 new long[] {index},
-                new float[0],
+                new byte[0],
                 new long[0]);
     }
 

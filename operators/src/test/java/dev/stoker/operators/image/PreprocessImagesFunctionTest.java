@@ -49,7 +49,7 @@ class PreprocessImagesFunctionTest {
         // hopper.jpg and camera.png: 128x128 -> 140x140 and 512x512 -> 504x504 (reference table).
         assertThat(out.get(0).images[0].gridH).isEqualTo(10);
         assertThat(out.get(0).images[1].gridW).isEqualTo(36);
-        assertThat(out.get(0).images[1].pixelValues).hasSize(36 * 36 * 1176);
+        assertThat(out.get(0).images[1].resizedRgb).hasSize(504 * 504 * 3);
         assertThat(out.get(1).images).isEmpty();
 
         List<DeadLetter> dead =

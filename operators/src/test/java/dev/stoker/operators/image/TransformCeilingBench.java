@@ -1,6 +1,7 @@
 package dev.stoker.operators.image;
 
 import com.sun.management.OperatingSystemMXBean;
+import dev.stoker.operators.model.PreprocessedImage;
 import dev.stoker.operators.model.RejectedRecordException;
 import java.lang.management.ManagementFactory;
 import java.nio.file.Files;
@@ -19,10 +20,10 @@ import java.util.stream.Stream;
  *
  * <p>Modes: {@code tj-decode} (libjpeg-turbo decode to RGB only: the ceiling), {@code
  * tj-decode-dct} (the same at the DCT scale the fast mode picks), {@code imageio}, {@code tj},
- * {@code tj-dct} (the whole {@link QwenImageProcessor#process}: decode, resize, normalise,
- * patchify, with ImageIO, libjpeg-turbo, and libjpeg-turbo with DCT downscaling), {@code
- * resize-only} (the {@link BicubicResampler} on pre-decoded images), {@code patchify-only} ({@link
- * QwenImageProcessor#patchify} on pre-resized images). With N threads each thread has its own
+ * {@code tj-dct} (the whole transform, {@link QwenImageProcessor#process} then {@link Patchifier}:
+ * decode, resize, normalise, patchify, with ImageIO, libjpeg-turbo, and libjpeg-turbo with DCT
+ * downscaling), {@code resize-only} (the {@link BicubicResampler} on pre-decoded images), {@code
+ * patchify-only} ({@link Patchifier} on pre-resized images). With N threads each thread has its own
  * processor and runs whole passes; the figure is aggregate throughput.
  *
  * <p>Time is the process's CPU time (all threads, GC and JIT included), so that other tenants of a
@@ -209,11 +210,11 @@ public final class TransformCeilingBench {
                     };
                 }
             case "imageio":
-                return process(new QwenImageProcessor(base, new ImageDecoder(false)), images);
+                return process(new QwenImageProcessor(base, new ImageDecoder(false)), base, images);
             case "tj":
-                return process(new QwenImageProcessor(base, new ImageDecoder(true)), images);
+                return process(new QwenImageProcessor(base, new ImageDecoder(true)), base, images);
             case "tj-dct":
-                return process(new QwenImageProcessor(dct, new ImageDecoder(true)), images);
+                return process(new QwenImageProcessor(dct, new ImageDecoder(true)), dct, images);
             case "patchify-only":
                 {
                     ImageDecoder decoder = new ImageDecoder(false);
@@ -229,7 +230,13 @@ public final class TransformCeilingBench {
                                         r.height(),
                                         Arrays.copyOf(r.pixels(), r.width() * r.height() * 3)));
                     }
-                    return i -> processor.patchify(resized.get(i)).pixelValues.length;
+                    Patchifier patchifier = new Patchifier(base);
+                    int ps = base.patchSize;
+                    return i -> {
+                        RgbImage r = resized.get(i);
+                        return patchifier.patchify(r.pixels(), 0, r.height() / ps, r.width() / ps)
+                                .length;
+                    };
                 }
             case "resize-only":
                 {
@@ -254,8 +261,14 @@ public final class TransformCeilingBench {
         }
     }
 
-    private static Work process(QwenImageProcessor processor, List<byte[]> images) {
-        return i -> processor.process(images.get(i), null).pixelValues.length;
+    /** The whole transform: {@link QwenImageProcessor#process} then {@link Patchifier}. */
+    private static Work process(
+            QwenImageProcessor processor, QwenVisionConfig config, List<byte[]> images) {
+        Patchifier patchifier = new Patchifier(config);
+        return i -> {
+            PreprocessedImage p = processor.process(images.get(i), null);
+            return patchifier.patchify(p.resizedRgb, 0, p.gridH, p.gridW).length;
+        };
     }
 
     /**

@@ -4,6 +4,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 
 import dev.stoker.operators.SharedData;
 import dev.stoker.operators.image.ImageDecoder;
+import dev.stoker.operators.image.Patchifier;
 import dev.stoker.operators.image.QwenImageProcessor;
 import dev.stoker.operators.image.QwenVisionConfig;
 import dev.stoker.operators.image.RgbImage;
@@ -22,18 +23,18 @@ import org.junit.jupiter.params.provider.EnumSource;
 
 /**
  * Pixel parity with Hugging Face for every image of the three shared sample datasets and every
- * preset: {@link QwenImageProcessor#process} against the reference {@code pixel_values} of
- * transformers 5.23.0 {@code Qwen2VLImageProcessor} (the default "fast" torchvision backend, the
- * tolerance: mean |d| at most {@value #MEAN_TOLERANCE} and max |d| at most {@value #MAX_TOLERANCE}
- * per image, in normalised units) and the distance to {@code Qwen2VLImageProcessorPil} (the "slow"
- * Pillow backend, reported and held to the same tolerance).
+ * preset: {@link QwenImageProcessor#process} then {@link Patchifier} against the reference {@code
+ * pixel_values} of transformers 5.23.0 {@code Qwen2VLImageProcessor} (the default "fast"
+ * torchvision backend, the tolerance: mean |d| at most {@value #MEAN_TOLERANCE} and max |d| at most
+ * {@value #MAX_TOLERANCE} per image, in normalised units) and the distance to {@code
+ * Qwen2VLImageProcessorPil} (the "slow" Pillow backend, reported and held to the same tolerance).
  *
  * <p>{@code parity/pixels.arrow} holds each reference's resized uint8 RGB image (PNG, the slow one
  * as {@code slow - fast + 128}) at {@code max_pixels = min(preset, 200704)}: the golden script
  * checked that the processors' {@code pixel_values} are exactly {@code patchify((u8 / 255 - mean) /
  * std)} of it, and {@link #patchifyReproducesTheReferencePixelValues} checks here that {@link
- * QwenImageProcessor#patchify} is that function, against full reference {@code pixel_values} in
- * {@code parity/pixel_values.arrow}.
+ * Patchifier} is that function, against full reference {@code pixel_values} in {@code
+ * parity/pixel_values.arrow}.
  */
 class HfPixelParityTest {
     static final double MEAN_TOLERANCE = 0.02;
@@ -85,6 +86,7 @@ class HfPixelParityTest {
                             (Integer) row.get("min_pixels"),
                             (Integer) row.get("max_pixels"));
             QwenImageProcessor processor = new QwenImageProcessor(config);
+            Patchifier patchifier = new Patchifier(config);
             byte[] encoded = SharedData.bytes(name);
             PreprocessedImage stoker = processor.process(encoded, ref);
             RgbImage fast = decode((byte[]) row.get("fast_png"));
@@ -105,10 +107,11 @@ class HfPixelParityTest {
                                 + height);
                 continue;
             }
+            float[] ours = patchifier.patchify(stoker.resizedRgb, 0, stoker.gridH, stoker.gridW);
             Distance fastImage = new Distance();
-            fastImage.add(stoker.pixelValues, processor.patchify(fast).pixelValues);
+            fastImage.add(ours, patchify(patchifier, config, fast));
             Distance slowImage = new Distance();
-            slowImage.add(stoker.pixelValues, processor.patchify(slow).pixelValues);
+            slowImage.add(ours, patchify(patchifier, config, slow));
             toFast.merge(fastImage);
             toSlow.merge(slowImage);
             Double known = KNOWN_DECODE_DIFFERENCES.get(name);
@@ -151,9 +154,9 @@ class HfPixelParityTest {
     }
 
     /**
-     * {@link QwenImageProcessor#patchify} of the reference's resized image reproduces the
-     * reference's full {@code pixel_values} (float32 rounding only), so comparing against it is
-     * comparing against the processor's output.
+     * {@link Patchifier} of the reference's resized image reproduces the reference's full {@code
+     * pixel_values} (float32 rounding only), so comparing against it is comparing against the
+     * processor's output.
      */
     @Test
     void patchifyReproducesTheReferencePixelValues() {
@@ -164,9 +167,8 @@ class HfPixelParityTest {
             QwenVisionConfig config = preset.visionConfig();
             Map<String, Object> image = pixelRow(row, "f" + config.factor());
             float[] patched =
-                    new QwenImageProcessor(config)
-                            .patchify(decode((byte[]) image.get("fast_png")))
-                            .pixelValues;
+                    patchify(
+                            new Patchifier(config), config, decode((byte[]) image.get("fast_png")));
             List<?> reference = (List<?>) row.get("fast");
             int rows = (Integer) row.get("rows");
             assertThat(reference).as(preset.key()).hasSize(rows * config.patchDim());
@@ -190,6 +192,11 @@ class HfPixelParityTest {
             }
         }
         throw new AssertionError("no pixels.arrow row for " + full.get("path"));
+    }
+
+    private static float[] patchify(Patchifier patchifier, QwenVisionConfig config, RgbImage img) {
+        int ps = config.patchSize;
+        return patchifier.patchify(img.pixels(), 0, img.height() / ps, img.width() / ps);
     }
 
     private static RgbImage decode(byte[] png) {

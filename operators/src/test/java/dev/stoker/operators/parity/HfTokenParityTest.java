@@ -84,7 +84,7 @@ class HfTokenParityTest {
                 int[] hw = images.targetSize(size[0], size[1], ref);
                 int gh = hw[0] / config.patchSize;
                 int gw = hw[1] / config.patchSize;
-                pre[i] = new PreprocessedImage(new float[gh * gw], 1, gh, gw);
+                pre[i] = new PreprocessedImage(new byte[gh * gw], 1, gh, gw);
             }
             TokenizedSample sample = samples.tokenize(new PreprocessedRecord(record, pre));
             String where = dataset + ":" + line + " (" + golden.get("record_id") + ")";

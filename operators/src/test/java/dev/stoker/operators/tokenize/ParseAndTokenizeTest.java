@@ -42,7 +42,7 @@ class ParseAndTokenizeTest {
                 new SftRecordParser()
                         .parse(new JsonlLine(new RecordRef("lf", 1, 0, null), bytes, bytes.length));
         PreprocessedImage[] images = {
-            QwenChatTemplateTest.image(1, 2, 4, 1176), QwenChatTemplateTest.image(1, 2, 4, 1176)
+            QwenChatTemplateTest.image(1, 2, 4, 588), QwenChatTemplateTest.image(1, 2, 4, 588)
         };
         TokenizedSample sample =
                 new SampleTokenizer(tokenizer, new QwenChatTemplate(), 2)

@@ -65,7 +65,7 @@ class QwenChatTemplateTest {
         assertLabelsTrainExactly(sample, "A cat.<|im_end|>\n", "Grey.<|im_end|>\n");
         assertThat(sample.imageGridThw).containsExactly(1, 4, 6);
         // one image: its pixel array is taken over, not copied
-        assertThat(sample.pixelValues).isSameAs(image.pixelValues);
+        assertThat(sample.resizedRgb).isSameAs(image.resizedRgb);
     }
 
     @Test
@@ -90,7 +90,7 @@ class QwenChatTemplateTest {
             }
         }
         assertLabelsTrainExactly(sample, "Hello<|im_end|>\n", "See you<|im_end|>\n");
-        assertThat(sample.pixelValues).isEmpty();
+        assertThat(sample.resizedRgb).isEmpty();
         assertThat(sample.imageGridThw).isEmpty();
     }
 
@@ -164,11 +164,10 @@ class QwenChatTemplateTest {
                         + "<|vision_end|>Compare.<|im_end|>\n<|im_start|>assistant\nSame.<|im_end|>\n";
         assertThat(sample.inputIds).containsExactly(tokenizer.encode(expected));
         assertThat(sample.imageGridThw).containsExactly(1, 2, 2, 1, 4, 6);
-        assertThat(sample.pixelValues).hasSize((4 + 24) * 3);
-        assertThat(Arrays.copyOfRange(sample.pixelValues, 0, 12))
-                .containsExactly(first.pixelValues);
-        assertThat(Arrays.copyOfRange(sample.pixelValues, 12, 84))
-                .containsExactly(second.pixelValues);
+        assertThat(sample.resizedRgb).hasSize((4 + 24) * 3);
+        assertThat(Arrays.copyOfRange(sample.resizedRgb, 0, 12)).containsExactly(first.resizedRgb);
+        assertThat(Arrays.copyOfRange(sample.resizedRgb, 12, 84))
+                .containsExactly(second.resizedRgb);
     }
 
     @Test
@@ -241,10 +240,10 @@ class QwenChatTemplateTest {
         return new SftRecord(new RecordRef("test.jsonl", 1, 0, "r1"), messages, refs);
     }
 
-    static PreprocessedImage image(int t, int h, int w, int patchDim) {
-        float[] pixels = new float[t * h * w * patchDim];
+    static PreprocessedImage image(int t, int h, int w, int bytesPerPatch) {
+        byte[] pixels = new byte[t * h * w * bytesPerPatch];
         for (int i = 0; i < pixels.length; i++) {
-            pixels[i] = i * 0.5f + h;
+            pixels[i] = (byte) (i * 3 + h);
         }
         return new PreprocessedImage(pixels, t, h, w);
     }

@@ -32,11 +32,11 @@ class TokenizeFunctionTest {
                                             ContentPart.image(0),
                                             ContentPart.text("What is it?")),
                                     new ChatMessage("assistant", ContentPart.text("A cat."))),
-                            new PreprocessedImage[] {QwenChatTemplateTest.image(1, 4, 6, 1176)});
+                            new PreprocessedImage[] {QwenChatTemplateTest.image(1, 4, 6, 588)});
             PreprocessedRecord bad =
                     new PreprocessedRecord(
                             good.record,
-                            new PreprocessedImage[] {QwenChatTemplateTest.image(1, 5, 5, 1176)});
+                            new PreprocessedImage[] {QwenChatTemplateTest.image(1, 5, 5, 588)});
             harness.processElement(good, 0);
             harness.processElement(bad, 1);
 
@@ -45,7 +45,7 @@ class TokenizeFunctionTest {
             TokenizedSample sample = samples.get(0);
             assertThat(sample.ref.recordId).isEqualTo("r1");
             assertThat(sample.numImages()).isEqualTo(1);
-            assertThat(sample.pixelValues).hasSize(24 * 1176);
+            assertThat(sample.resizedRgb).hasSize(24 * 588);
             assertThat(sample.labels).hasSameSizeAs(sample.inputIds);
 
             List<DeadLetter> letters =
