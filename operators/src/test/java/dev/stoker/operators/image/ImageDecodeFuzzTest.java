@@ -10,12 +10,12 @@ import java.time.Duration;
 
 /**
  * Fuzzes the image path, {@link QwenImageProcessor#process} (decode with {@link ImageDecoder}, then
- * smart_resize, resize, normalise, patchify), with arbitrary bytes: it must return a consistent
- * result or throw {@link RejectedRecordException}, never anything else, and never hang. The source
- * pixel limit is small (64 Ki pixels) so the size guard, not the heap, bounds what a header can ask
- * for. Without {@code JAZZER_FUZZ} this runs over the seed corpus in {@code
- * ImageDecodeFuzzTestInputs/process} (small real JPEG, PNG, GIF, WebP and BMP files, animations,
- * bombs, truncated files); see docs/fuzzing.md.
+ * smart_resize and resize), with arbitrary bytes: it must return a consistent result or throw
+ * {@link RejectedRecordException}, never anything else, and never hang. The source pixel limit is
+ * small (64 Ki pixels) so the size guard, not the heap, bounds what a header can ask for. Without
+ * {@code JAZZER_FUZZ} this runs over the seed corpus in {@code ImageDecodeFuzzTestInputs/process}
+ * (small real JPEG, PNG, GIF, WebP and BMP files, animations, bombs, truncated files); see
+ * docs/fuzzing.md.
  */
 class ImageDecodeFuzzTest {
     private static final QwenImageProcessor PROCESSOR = new QwenImageProcessor(config());
