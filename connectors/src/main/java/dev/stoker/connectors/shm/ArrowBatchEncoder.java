@@ -175,7 +175,9 @@ public final class ArrowBatchEncoder {
             return;
         }
         ByteBuffer view =
-                data.nioBuffer(offset, Math.multiplyExact(patches * patchDim, pixelDtype.bytes))
+                data.nioBuffer(
+                                offset,
+                                Math.toIntExact((long) patches * patchDim * pixelDtype.bytes))
                         .order(ByteOrder.LITTLE_ENDIAN);
         PatchRows out;
         if (pixelDtype == PixelDtype.BFLOAT16) {

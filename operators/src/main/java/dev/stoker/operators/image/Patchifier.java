@@ -29,8 +29,8 @@ public final class Patchifier {
     @FunctionalInterface
     public interface PatchRows {
         /**
-         * @param row one patch row of {@link #patchDim()} float32 values; the array is reused for
-         *     the next row, so copy it before returning
+         * @param row one patch row of {@link Patchifier#patchDim()} float32 values; the array is
+         *     reused for the next row, so copy it before returning
          */
         void accept(float[] row);
     }
@@ -77,7 +77,7 @@ public final class Patchifier {
      * @throws ArithmeticException if that overflows an int
      */
     public int rgbLength(int gridH, int gridW) {
-        return Math.multiplyExact(Math.multiplyExact(gridH * patchSize, gridW * patchSize), 3);
+        return Math.toIntExact((long) gridH * patchSize * gridW * patchSize * 3);
     }
 
     /**
@@ -135,7 +135,7 @@ public final class Patchifier {
      */
     public float[] patchify(byte[] rgb, int offset, int gridH, int gridW) {
         check(rgb, offset, gridH, gridW);
-        float[] values = new float[Math.multiplyExact(gridH * gridW, patchDim)];
+        float[] values = new float[Math.toIntExact((long) gridH * gridW * patchDim)];
         int[] next = {0};
         patchify(
                 rgb,
