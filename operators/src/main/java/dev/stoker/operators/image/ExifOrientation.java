@@ -2,18 +2,24 @@ package dev.stoker.operators.image;
 
 import com.drew.imaging.ImageMetadataReader;
 import com.drew.imaging.ImageProcessingException;
+import com.drew.imaging.jpeg.JpegMetadataReader;
 import com.drew.metadata.Metadata;
 import com.drew.metadata.MetadataException;
 import com.drew.metadata.exif.ExifIFD0Directory;
+import com.drew.metadata.exif.ExifReader;
 import java.io.ByteArrayInputStream;
 import java.io.IOException;
+import java.util.List;
 
 /**
  * Reads the EXIF Orientation tag (0x0112, values 1..8) with metadata-extractor (JPEG APP1, PNG
  * {@code eXIf}, WebP {@code EXIF}) and applies it to a decoded image the way Pillow's {@code
  * ImageOps.exif_transpose} does.
  *
- * <p>Malformed or missing EXIF data means orientation 1 (no change); it never rejects an image.
+ * <p>Malformed or missing EXIF data means orientation 1 (no change); it never rejects an image. For
+ * a JPEG only the EXIF segment is parsed, not the XMP, ICC, IPTC and other segments that
+ * metadata-extractor reads by default (an XMP packet is parsed as XML: measurable CPU and JIT work
+ * per image, and its orientation is not used).
  */
 final class ExifOrientation {
     private ExifOrientation() {}
@@ -21,8 +27,11 @@ final class ExifOrientation {
     /** The orientation (1..8) found in the encoded image {@code data}, or 1. */
     static int read(byte[] data) {
         try {
+            ByteArrayInputStream in = new ByteArrayInputStream(data);
             Metadata metadata =
-                    ImageMetadataReader.readMetadata(new ByteArrayInputStream(data), data.length);
+                    isJpeg(data)
+                            ? JpegMetadataReader.readMetadata(in, List.of(new ExifReader()))
+                            : ImageMetadataReader.readMetadata(in, data.length);
             for (ExifIFD0Directory dir : metadata.getDirectoriesOfType(ExifIFD0Directory.class)) {
                 if (dir.containsTag(ExifIFD0Directory.TAG_ORIENTATION)) {
                     return dir.getInt(ExifIFD0Directory.TAG_ORIENTATION);
@@ -32,6 +41,10 @@ final class ExifOrientation {
             // unreadable metadata: keep the stored orientation
         }
         return 1;
+    }
+
+    private static boolean isJpeg(byte[] data) {
+        return data.length > 2 && (data[0] & 0xFF) == 0xFF && (data[1] & 0xFF) == 0xD8;
     }
 
     /** Whether {@code orientation} (5..8) swaps width and height. */
