@@ -30,9 +30,10 @@ public final class TokenizedSampleSerializer extends TypeSerializer<TokenizedSam
         return false;
     }
 
+    /** Stateless: one instance serves every thread. */
     @Override
     public TypeSerializer<TokenizedSample> duplicate() {
-        return new TokenizedSampleSerializer();
+        return this;
     }
 
     @Override
