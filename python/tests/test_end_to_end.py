@@ -30,7 +30,7 @@ IMAGE_PAD = 151655
 VISION_START = 151652
 WORLD_SIZE = 2
 MICRO_BATCH = 4
-PREFETCH_DEPTH = 4  # the job's default stoker.prefetch-depth
+PREFETCH_DEPTH = 3  # stoker.prefetch-depth of the first run, below its number of steps
 RESUME_STEP = 2
 JOB_TIMEOUT_S = 600
 
@@ -121,6 +121,7 @@ def _check_prefetch_gate(reader: BatchReader, hold_s: float) -> None:
     ``PREFETCH_DEPTH`` steps for any rank: steps <= first_step - 1 + depth."""
     first = reader.manifest.first_step
     last_allowed = first - 1 + PREFETCH_DEPTH
+    assert last_allowed < reader.num_steps - 1, "the run must have steps beyond the gate"
     gen_dir = reader.rank_dir.parent
     deadline = time.monotonic() + 120
     want = reader.rank_dir / f"step-{min(last_allowed, reader.num_steps - 1):010d}.arrow"
@@ -203,7 +204,13 @@ def runs():
         pytest.fail(f"{SHARED} is missing; tests need ../shared beside the repository")
     out_root = Path(tempfile.mkdtemp(prefix="stoker-e2e-", dir="/dev/shm"))
     try:
-        first = _run_job(out_root, out_root / "job-1.log", hold_first_s=1.0)
+        first = _run_job(
+            out_root,
+            out_root / "job-1.log",
+            "--stoker.prefetch-depth",
+            str(PREFETCH_DEPTH),
+            hold_first_s=1.0,
+        )
         manifest1 = json.loads((out_root / "e2e" / "manifest.json").read_text())
         # the trainer restarted from its checkpoint at RESUME_STEP; the job is resubmitted
         resumed = _run_job(

@@ -13,7 +13,9 @@ import java.nio.file.Path;
 import org.apache.flink.api.common.JobExecutionResult;
 import org.apache.flink.configuration.CheckpointingOptions;
 import org.apache.flink.configuration.Configuration;
+import org.apache.flink.configuration.MemorySize;
 import org.apache.flink.configuration.PipelineOptions;
+import org.apache.flink.configuration.TaskManagerOptions;
 import org.apache.flink.core.fs.FileSystem;
 import org.apache.flink.core.plugin.PluginUtils;
 import org.apache.flink.streaming.api.environment.LocalStreamEnvironment;
@@ -31,6 +33,7 @@ import org.slf4j.LoggerFactory;
 public final class StokerJob {
     private static final Logger LOG = LoggerFactory.getLogger(StokerJob.class);
     private static final long DEFAULT_CHECKPOINT_INTERVAL_MS = 10_000;
+    private static final MemorySize EMBEDDED_SEGMENT_SIZE = MemorySize.parse("128kb");
 
     private StokerJob() {}
 
@@ -60,6 +63,13 @@ public final class StokerJob {
                                 "stoker-checkpoints",
                                 conf.get(StokerOptions.JOB_NAME));
                 conf.set(CheckpointingOptions.CHECKPOINTS_DIRECTORY, dir.toUri().toString());
+            }
+            if (!conf.contains(TaskManagerOptions.MEMORY_SEGMENT_SIZE)) {
+                // As flink-conf/config.yaml sets for the cluster: a sample (hundreds of KB of
+                // resized RGB) then spans a few network buffers instead of ~20 of Flink's default
+                // 32 KB, which more than fill a channel's quota and stall the producing subtask
+                // until the sink has taken each one.
+                conf.set(TaskManagerOptions.MEMORY_SEGMENT_SIZE, EMBEDDED_SEGMENT_SIZE);
             }
             // Flink filesystem plugins (e.g. s3-fs-presto for s3:// datasets and checkpoints) from
             // FLINK_PLUGINS_DIR (default ./plugins), configured with this configuration's s3.*

@@ -110,11 +110,15 @@ public final class StokerOptions {
     public static final ConfigOption<Integer> PREFETCH_DEPTH =
             ConfigOptions.key("stoker.prefetch-depth")
                     .intType()
-                    .defaultValue(4)
+                    .defaultValue(8)
                     .withDescription(
                             "Batches each rank may have written but not yet consumed; beyond that the source"
                                     + " waits for the trainer's acks (Flink backpressure, checkpoints keep"
-                                    + " completing). 0 = unbounded (no trainer feedback).");
+                                    + " completing). The steps still in the pipeline count too, so the"
+                                    + " depth must cover the time a step spends in the job (fetch latency"
+                                    + " plus B samples' preprocessing on one subtask) at the trainer's step"
+                                    + " time, or the pipeline runs dry. Memory: up to this many batch files"
+                                    + " per rank in /dev/shm. 0 = unbounded (no trainer feedback).");
 
     public static final ConfigOption<Long> RESUME_STEP =
             ConfigOptions.key("stoker.resume-step")
