@@ -124,7 +124,7 @@ def _check_prefetch_gate(reader: BatchReader, hold_s: float) -> None:
     assert last_allowed < reader.num_steps - 1, "the run must have steps beyond the gate"
     gen_dir = reader.rank_dir.parent
     deadline = time.monotonic() + 120
-    want = reader.rank_dir / f"step-{min(last_allowed, reader.num_steps - 1):010d}.arrow"
+    want = reader.rank_dir / f"step-{last_allowed:010d}.arrow"
     while not want.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(hold_s)  # give the job time to (wrongly) run ahead
