@@ -24,12 +24,12 @@ import java.util.List;
 final class ExifOrientation {
     private ExifOrientation() {}
 
-    /** The orientation (1..8) found in the encoded image {@code data}, or 1. */
-    static int read(byte[] data) {
+    /** The orientation (1..8) found in the encoded image {@code data} of {@code format}, or 1. */
+    static int read(byte[] data, ImageFormat format) {
         try {
             ByteArrayInputStream in = new ByteArrayInputStream(data);
             Metadata metadata =
-                    isJpeg(data)
+                    format == ImageFormat.JPEG
                             ? JpegMetadataReader.readMetadata(in, List.of(new ExifReader()))
                             : ImageMetadataReader.readMetadata(in, data.length);
             for (ExifIFD0Directory dir : metadata.getDirectoriesOfType(ExifIFD0Directory.class)) {
@@ -41,10 +41,6 @@ final class ExifOrientation {
             // unreadable metadata: keep the stored orientation
         }
         return 1;
-    }
-
-    private static boolean isJpeg(byte[] data) {
-        return data.length > 2 && (data[0] & 0xFF) == 0xFF && (data[1] & 0xFF) == 0xD8;
     }
 
     /** Whether {@code orientation} (5..8) swaps width and height. */

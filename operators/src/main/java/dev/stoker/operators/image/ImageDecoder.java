@@ -170,7 +170,7 @@ public final class ImageDecoder {
             checkWarnings(format, size, warnings);
             BufferedImage img = (BufferedImage) frame.getRenderedImage();
             RgbImage rgb = toCanvas(img, frame.getMetadata(), format, canvasW, canvasH);
-            return ExifOrientation.apply(rgb, ExifOrientation.read(encoded));
+            return ExifOrientation.apply(rgb, ExifOrientation.read(encoded, format));
         } catch (IOException | RuntimeException e) {
             throw new RejectedRecordException(
                     RejectReason.CORRUPT_IMAGE, "corrupt " + format + size + ": " + e, e);
@@ -194,7 +194,7 @@ public final class ImageDecoder {
         if (!turbo.decodesToRgb()) {
             return null;
         }
-        int orientation = ExifOrientation.read(encoded);
+        int orientation = ExifOrientation.read(encoded, ImageFormat.JPEG);
         int denominator = 1;
         if (scaleTo != null) {
             boolean swap = ExifOrientation.swapsSides(orientation);
