@@ -143,7 +143,6 @@ public final class ShuffledJsonlSource
     private static final class Reader
             extends SingleThreadMultiplexSourceReaderBase<
                     JsonlLine, JsonlLine, StepSplit, SplitProgress> {
-
         private final String generation;
 
         Reader(
@@ -163,8 +162,10 @@ public final class ShuffledJsonlSource
 
         @Override
         public void start() {
-            // a restored reader first finishes the splits it was given back
-            if (getNumberOfCurrentlyAssignedSplits() == 0) {
+            // a restored reader holds the splits it was given back and tops them up
+            for (int i = getNumberOfCurrentlyAssignedSplits();
+                    i < StepEnumerator.SPLITS_HELD;
+                    i++) {
                 context.sendSplitRequest();
             }
         }

@@ -5,11 +5,12 @@ import dev.stoker.operators.batch.BatchPlan;
 import dev.stoker.operators.batch.SampleOrder;
 import dev.stoker.operators.model.JsonlLine;
 import java.io.IOException;
-import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.Collections;
+import java.util.Comparator;
 import java.util.List;
 import java.util.Map;
+import java.util.PriorityQueue;
 import java.util.Queue;
 import java.util.Set;
 import org.apache.flink.connector.base.source.reader.RecordsBySplits;
@@ -18,7 +19,8 @@ import org.apache.flink.connector.base.source.reader.splitreader.SplitReader;
 import org.apache.flink.connector.base.source.reader.splitreader.SplitsChange;
 
 /**
- * Reads the records of one {@link StepSplit} at a time, on the source's fetcher thread.
+ * Reads the records of one {@link StepSplit} at a time, the lowest step it holds first, on the
+ * source's fetcher thread.
  *
  * <p>Before a step's records are read, the {@link PrefetchGate} must allow the step; while it does
  * not, {@link #fetch()} waits on the fetcher thread (polling the readers' acks), never on the task
@@ -34,7 +36,14 @@ final class StepSplitReader implements SplitReader<JsonlLine, StepSplit> {
     private final long seed;
     private final PrefetchGate gate;
     private final RecordLineReader lines;
-    private final Queue<StepSplit> splits = new ArrayDeque<>();
+
+    /**
+     * The splits held, lowest step first: the lowest step held by any reader is always within the
+     * gate, so reading in step order cannot wait on a later step while an earlier one is held.
+     */
+    private final Queue<StepSplit> splits =
+            new PriorityQueue<>(Comparator.comparingLong((StepSplit s) -> s.step));
+
     private final Object wakeLock = new Object();
     private boolean wokenUp;
     private int orderEpoch = -1;
