@@ -17,6 +17,13 @@ class StepEnumeratorTest {
         return new StepEnumerator(context, "g1", 0, endStep, new TreeSet<>());
     }
 
+    /** {@code times} split requests from {@code reader}. */
+    private static void ask(StepEnumerator e, int reader, int times) {
+        for (int i = 0; i < times; i++) {
+            e.handleSplitRequest(reader, "localhost");
+        }
+    }
+
     private List<Long> steps(int reader) {
         var state = context.getSplitAssignments().get(reader);
         return state == null
@@ -33,8 +40,8 @@ class StepEnumeratorTest {
     void handsOutStepsLowestFirstToWhoeverAsks() {
         StepEnumerator e = enumerator(10);
         for (int i = 0; i < StepEnumerator.SPLITS_HELD; i++) {
-            e.handleSplitRequest(0, "localhost");
-            e.handleSplitRequest(1, "localhost");
+            ask(e, 0, 1);
+            ask(e, 1, 1);
         }
         assertThat(steps(0)).containsExactly(0L, 2L);
         assertThat(steps(1)).containsExactly(1L, 3L);
@@ -43,18 +50,15 @@ class StepEnumeratorTest {
     @Test
     void endIsSignalledOnlyWhenNoReaderHoldsASplit() {
         StepEnumerator e = enumerator(3);
-        e.handleSplitRequest(0, "localhost");
-        e.handleSplitRequest(0, "localhost");
-        e.handleSplitRequest(1, "localhost");
-        e.handleSplitRequest(1, "localhost"); // no step left for this one: reader 1 holds step 2
+        ask(e, 0, 2);
+        ask(e, 1, 2); // no step left for the second: reader 1 holds step 2
         // reader 0 finishes steps 0 and 1 and asks twice: it holds nothing, reader 1 still does
-        e.handleSplitRequest(0, "localhost");
-        e.handleSplitRequest(0, "localhost");
+        ask(e, 0, 2);
         assertThat(steps(0)).containsExactly(0L, 1L);
         assertThat(steps(1)).containsExactly(2L);
         assertThat(ended(0)).as("reader 0 stays up while reader 1 holds step 2").isFalse();
         // reader 1 finishes step 2
-        e.handleSplitRequest(1, "localhost");
+        ask(e, 1, 1);
         assertThat(ended(0)).isTrue();
         assertThat(ended(1)).isTrue();
     }
@@ -62,23 +66,18 @@ class StepEnumeratorTest {
     @Test
     void stepsOfAFailedReaderGoToAWaitingReaderFirst() {
         StepEnumerator e = enumerator(4);
-        e.handleSplitRequest(0, "localhost");
-        e.handleSplitRequest(0, "localhost");
-        e.handleSplitRequest(1, "localhost");
-        e.handleSplitRequest(1, "localhost");
+        ask(e, 0, 2);
+        ask(e, 1, 2);
         // reader 0 finishes steps 0 and 1; no step is left for it
-        e.handleSplitRequest(0, "localhost");
-        e.handleSplitRequest(0, "localhost");
+        ask(e, 0, 2);
         // reader 1 fails holding steps 2 and 3: reader 0 takes them back, lowest first
         e.addSplitsBack(List.of(new StepSplit("g1", 3, 0), new StepSplit("g1", 2, 1)), 1);
         assertThat(steps(0)).containsExactly(0L, 1L, 2L, 3L);
         assertThat(ended(0)).isFalse();
         // reader 1 comes back and asks for its two splits: none left, but reader 0 holds two
-        e.handleSplitRequest(1, "localhost");
-        e.handleSplitRequest(1, "localhost");
+        ask(e, 1, 2);
         assertThat(ended(1)).isFalse();
-        e.handleSplitRequest(0, "localhost");
-        e.handleSplitRequest(0, "localhost");
+        ask(e, 0, 2);
         assertThat(ended(0)).isTrue();
         assertThat(ended(1)).isTrue();
     }
