@@ -379,6 +379,8 @@ class _BackgroundThread:
 
     def take_error(self) -> Exception | None:
         """The first exception a task raised since the last call, or ``None``; clears it."""
+        if self._error is None:  # the common case, without the lock
+            return None
         with self._lock:
             error, self._error = self._error, None
         return error
@@ -418,48 +420,78 @@ def _flush_acks_at_exit() -> None:
 class _ReadAhead:
     """One step's batch file, mapped and checked on the reader's background thread.
 
-    :meth:`run` waits for ``path`` to appear (a ``stat`` every ``poll_interval_s``, for at most
-    ``give_up_s``, or until :meth:`cancel`), then runs :func:`read_batch_file` with the reader's
-    checks, so the trainer's next request finds the batch mapped and validated. The
-    :class:`BatchReader` still decides whether to use it (same generation, same step) and
-    reads the file itself when the read-ahead gave up, was cancelled or saw the file vanish.
+    :meth:`run` waits for the file of ``step`` in ``rank_dir`` to appear (a ``stat`` every
+    ``poll_interval_s``, for at most ``give_up_s``, or until :meth:`cancel`), then runs
+    :func:`read_batch_file` with the checks that ``manifest`` implies, so the trainer's next
+    request finds the batch mapped and validated. The :class:`BatchReader` still decides whether
+    to use it (same generation, same step) and reads the file itself when the read-ahead gave
+    up, was cancelled or saw the file vanish.
+
+    What the trainer's request does with it is kept to attribute reads and calls into C (no
+    ``pathlib``, no ``threading.Event``): the request runs right after the trainer's compute,
+    on a core whose caches that compute evicted, where each further piece of Python code it
+    touches costs a tenth of a millisecond or more.
     """
 
     def __init__(
-        self, path: Path, checks: dict[str, int | None], poll_interval_s: float, give_up_s: float
+        self,
+        manifest: Manifest,
+        rank: int,
+        rank_dir: Path,
+        step: int,
+        poll_interval_s: float,
+        give_up_s: float,
     ) -> None:
-        self.path = path
-        self._checks = checks
+        self.manifest = manifest
+        self.rank = rank
+        self.rank_dir = rank_dir
+        self.step = step
         self._poll_interval_s = poll_interval_s
         self._give_up_s = give_up_s
-        self._cancelled = threading.Event()
-        self._finished = threading.Event()
+        self._cancelled = False
+        self._running = threading.Lock()  # held until run() finished
+        self._running.acquire()
         self._batch: Batch | None = None
         self._error: Exception | None = None
 
     def run(self) -> None:
         """Wait for the file and map it (on the background thread)."""
+        path = self.rank_dir / _step_name(self.step)
         give_up = time.monotonic() + self._give_up_s
         try:
-            while not self._cancelled.is_set() and time.monotonic() < give_up:
-                if self.path.exists():
-                    self._batch = read_batch_file(self.path, **self._checks)
+            while not self._cancelled and time.monotonic() < give_up:
+                if path.exists():
+                    self._batch = read_batch_file(
+                        path,
+                        expected_step=self.step,
+                        expected_rank=self.rank,
+                        patch_dim=self.manifest.patch_dim,
+                        micro_batch_size=self.manifest.micro_batch_size,
+                    )
                     return
-                self._cancelled.wait(self._poll_interval_s)
+                time.sleep(self._poll_interval_s)
         except FileNotFoundError:
             pass  # removed between the check and the mapping: the reader reads it itself
         except Exception as e:  # noqa: BLE001 - raised in the trainer's request, as if read there
             self._error = e
         finally:
-            self._finished.set()
+            self._running.release()
+
+    @property
+    def finished(self) -> bool:
+        """Whether :meth:`run` finished (without waiting)."""
+        return not self._running.locked()
 
     def wait(self, timeout_s: float) -> bool:
         """Whether :meth:`run` finished, waiting at most ``timeout_s``."""
-        return self._finished.wait(timeout_s)
+        if not self._running.acquire(timeout=timeout_s):
+            return False
+        self._running.release()
+        return True
 
     def result(self) -> Batch | None:
-        """The mapped batch, or ``None`` (gave up, cancelled, file vanished); call after
-        :meth:`wait` returned ``True``.
+        """The mapped batch, or ``None`` (gave up, cancelled, file vanished); call once
+        :attr:`finished`.
 
         Raises:
             BatchFormatError: the file did not pass :func:`read_batch_file`'s checks.
@@ -469,8 +501,9 @@ class _ReadAhead:
         return self._batch
 
     def cancel(self) -> None:
-        """Stop waiting for the file (a mapping already made is dropped with this object)."""
-        self._cancelled.set()
+        """Stop waiting for the file, within a poll interval (a mapping already made is dropped
+        with this object)."""
+        self._cancelled = True
 
 
 class BatchReader:
@@ -544,6 +577,7 @@ class BatchReader:
         if stop_after_step is not None and stop_after_step < -1:
             raise ValueError(f"stop_after_step must be >= -1, got {stop_after_step}")
         self.root = Path(root)
+        self._manifest_path = str(self.root / "manifest.json")  # a str: stat'ed every request
         self.rank = rank
         self.poll_interval_s = poll_interval_s
         self.timeout_s = timeout_s
@@ -559,7 +593,8 @@ class BatchReader:
         self._manifest_sig: tuple[int, int, int] | None = None
         self._next_manifest_check = 0.0
         self._next_step: int | None = None  # resolved on the first request
-        self._pending_ack: tuple[int, Path] | None = None
+        self._pending_ack: tuple[int, Path] | None = None  # (step, its rank directory)
+        self._rank_dir: tuple[Manifest, Path] | None = None  # rank_dir of that manifest
         self._failure: Exception | None = None
         self._t0: float | None = None
         self._done = False
@@ -615,7 +650,10 @@ class BatchReader:
     @property
     def rank_dir(self) -> Path:
         """``<root>/gen-<generation>/rank-<rank>``, the directory being read."""
-        return self.root / f"gen-{self.manifest.generation}" / f"rank-{self.rank}"
+        m = self.manifest
+        if self._rank_dir is None or self._rank_dir[0] is not m:
+            self._rank_dir = (m, self.root / f"gen-{m.generation}" / f"rank-{self.rank}")
+        return self._rank_dir[1]
 
     @property
     def num_steps(self) -> int:
@@ -686,20 +724,28 @@ class BatchReader:
             if self._next_step is None:
                 self._start(t_start)
             assert self._next_step is not None
-            last = self._done or self._next_step >= self.end_step
-            self._ack_pending(t_start, background=self.read_ahead and not last)
-            if last:
+            if self._done or self._next_step >= self.end_step:
+                self._ack_pending(t_start, background=False)
                 self.close()
                 raise StopIteration
             step = self._next_step
             try:
-                batch = self._wait_and_read(step, t_start)
+                mapped = self._take_mapped(step, t_start)
+                if mapped is None:
+                    # the job may be waiting for this ack (its prefetch bound) to write the step
+                    self._ack_pending(t_start, background=self.read_ahead)
+                    batch, rank_dir = self._wait_and_read(step, t_start), self.rank_dir
+                else:
+                    batch, rank_dir = mapped
+                    # only now: a woken background thread contends with the request for the GIL
+                    self._ack_pending(t_start, background=True)
+                    self.batches_read_ahead += 1
             except (ResumeError, BatchFormatError) as e:
                 self._failure = e
                 self._stop_threads()  # the error repeats on every later request
                 raise
             self._next_step += 1
-            self._pending_ack = (step, Path(batch.path))
+            self._pending_ack = (step, rank_dir)
             if self.read_ahead and self._next_step < self.end_step:
                 self._start_read_ahead(self._next_step)
             self.batches_read += 1
@@ -815,9 +861,9 @@ class BatchReader:
         right here. Then raise, once, what writing an earlier ack on the thread raised (this
         ack is handed over or written all the same)."""
         if self._pending_ack is not None:
-            step, path = self._pending_ack
+            step, rank_dir = self._pending_ack
             self._pending_ack = None
-            task = functools.partial(_ack_step, path.parent, self._ack_content(step, t_request))
+            task = functools.partial(_ack_step, rank_dir, self._ack_content(step, t_request))
             if background:
                 if self._acks is None:
                     self._acks = _BackgroundThread(f"stoker-ack-rank-{self.rank}")
@@ -834,7 +880,7 @@ class BatchReader:
 
     def _stat_manifest(self) -> tuple[int, int, int] | None:
         try:
-            st = os.stat(self.root / "manifest.json")
+            st = os.stat(self._manifest_path)
         except FileNotFoundError:
             return None
         return (st.st_ino, st.st_mtime_ns, st.st_size)
@@ -893,7 +939,7 @@ class BatchReader:
         self._drop_read_ahead()
         give_up_s = _READ_AHEAD_GIVE_UP_S if self.timeout_s is None else self.timeout_s
         self._ahead = _ReadAhead(
-            self.rank_dir / _step_name(step), self._checks(step), self.poll_interval_s, give_up_s
+            self.manifest, self.rank, self.rank_dir, step, self.poll_interval_s, give_up_s
         )
         if self._reads is None:
             self._reads = _BackgroundThread(f"stoker-read-ahead-rank-{self.rank}")
@@ -904,16 +950,37 @@ class BatchReader:
             self._ahead.cancel()
             self._ahead = None
 
-    def _take_read_ahead(self, path: Path) -> tuple[bool, Batch | None]:
-        """``(True, batch)`` when the read-ahead of ``path`` finished with a batch, ``(True,
+    def _take_mapped(self, step: int, t_request: float) -> tuple[Batch, Path] | None:
+        """``(batch, its rank directory)`` when the read-ahead has already mapped ``step`` of the
+        generation being read (after following a new generation, if any), without waiting;
+        ``None`` otherwise.
+
+        Raises:
+            BatchFormatError: the read-ahead's file did not pass the checks, or the new
+                generation's manifest is invalid or changed the batch shape.
+            ResumeError: the new generation will not produce ``step``.
+        """
+        ahead = self._ahead
+        if ahead is None or not ahead.finished:
+            return None
+        self._check_generation(t_request)
+        # a Manifest object is replaced only when the reader follows a new generation
+        if ahead.manifest is not self._manifest or ahead.step != step:
+            return None
+        self._ahead = None
+        batch = ahead.result()
+        return None if batch is None else (batch, ahead.rank_dir)
+
+    def _take_read_ahead(self, step: int) -> tuple[bool, Batch | None]:
+        """``(True, batch)`` when the read-ahead of ``step`` finished with a batch, ``(True,
         None)`` when there is none to wait for (or it ended without one: read it here),
         ``(False, None)`` when it is still waiting for the file (after up to one poll
         interval)."""
         ahead = self._ahead
         if ahead is None:
             return True, None
-        if ahead.path != path:  # a new generation: its directory is read here
-            self._drop_read_ahead()
+        if ahead.manifest is not self._manifest or ahead.step != step:
+            self._drop_read_ahead()  # a new generation: its directory is read here
             return True, None
         if not ahead.wait(self.poll_interval_s):
             return False, None
@@ -929,7 +996,7 @@ class BatchReader:
             if self._check_generation(t_request) and self.timeout_s is not None:
                 deadline = time.monotonic() + self.timeout_s
             path = self.rank_dir / _step_name(step)
-            settled, ready = self._take_read_ahead(path)
+            settled, ready = self._take_read_ahead(step)
             if ready is not None:
                 return ready
             if settled and path.exists():

@@ -187,6 +187,42 @@ def test_read_ahead_maps_a_file_published_while_the_trainer_computes(shm_root):
         next(reader)
 
 
+@pytest.mark.parametrize("depth", [1, 2])
+def test_a_job_gated_by_the_acks_is_read_to_the_end(shm_root, depth):
+    """The job writes step s only once step s - depth is acked (its prefetch gate). A request
+    whose file is not there yet hands over its ack before it waits, one whose batch the
+    read-ahead had mapped at its end; either way neither side waits for the other. Depth 1
+    gives the read-ahead nothing to map ahead, depth 2 the next step while the trainer
+    computes."""
+    write_manifest(shm_root, world_size=1, num_steps=6)
+    ack = rank_dir(shm_root, 0) / "ack.json"
+
+    def job():
+        for step in range(6):
+            if not eventually(lambda s=step: s <= _consumed_step(ack) + depth, timeout_s=5):
+                return
+            write_steps(shm_root, [step], world_size=1)
+
+    t = threading.Thread(target=job)
+    t.start()
+    reader = BatchReader(shm_root, 0, timeout_s=5)
+    steps = []
+    for b in reader:
+        steps.append(b.step)
+        time.sleep(0.05)  # the trainer computes
+    t.join()
+    assert steps == list(range(6))
+    assert _consumed_step(ack) == 5
+
+
+def _consumed_step(ack):
+    """``consumed_step`` of ``ack.json``, or -1 while there is none."""
+    try:
+        return json.loads(ack.read_text())["consumed_step"]
+    except (OSError, ValueError):
+        return -1
+
+
 def test_read_ahead_format_error_is_raised_by_the_request_for_that_step(shm_root):
     write_manifest(shm_root, world_size=1, num_steps=3)
     write_steps(shm_root, [0], world_size=1)
