@@ -63,6 +63,7 @@ def start_job(cfg: Config, job: str) -> subprocess.Popen[bytes]:
         cmd = [
             "java",
             *JVM_OPENS,
+            "-XX:+UseParallelGC",  # as ./stoker demo (EMBEDDED_JVM_OPTS)
             "-Daws.java.v1.disableDeprecationAnnouncement=true",
             f"-Dlog4j.configurationFile=file:{REPO}/flink-conf/log4j-console.properties",
             f"-Dlog.file={Path(cfg.result).with_suffix('.flink.log')}",

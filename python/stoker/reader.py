@@ -448,18 +448,19 @@ class _ReadAhead:
         self.step = step
         self._poll_interval_s = poll_interval_s
         self._give_up_s = give_up_s
-        self._cancelled = False
         self._running = threading.Lock()  # held until run() finished
         self._running.acquire()
+        self._waiting = threading.Lock()  # held until cancel()
+        self._waiting.acquire()
         self._batch: Batch | None = None
         self._error: Exception | None = None
 
     def run(self) -> None:
         """Wait for the file and map it (on the background thread)."""
-        path = self.rank_dir / _step_name(self.step)
-        give_up = time.monotonic() + self._give_up_s
         try:
-            while not self._cancelled and time.monotonic() < give_up:
+            path = self.rank_dir / _step_name(self.step)
+            give_up = time.monotonic() + self._give_up_s
+            while self._waiting.locked() and time.monotonic() < give_up:
                 if path.exists():
                     self._batch = read_batch_file(
                         path,
@@ -469,7 +470,8 @@ class _ReadAhead:
                         micro_batch_size=self.manifest.micro_batch_size,
                     )
                     return
-                time.sleep(self._poll_interval_s)
+                if self._waiting.acquire(timeout=self._poll_interval_s):
+                    return  # cancelled
         except FileNotFoundError:
             pass  # removed between the check and the mapping: the reader reads it itself
         except Exception as e:  # noqa: BLE001 - raised in the trainer's request, as if read there
@@ -501,9 +503,11 @@ class _ReadAhead:
         return self._batch
 
     def cancel(self) -> None:
-        """Stop waiting for the file, within a poll interval (a mapping already made is dropped
-        with this object)."""
-        self._cancelled = True
+        """Stop waiting for the file (a mapping already made is dropped with this object)."""
+        try:
+            self._waiting.release()
+        except RuntimeError:
+            pass  # cancelled before
 
 
 class BatchReader:
@@ -742,7 +746,10 @@ class BatchReader:
                     self.batches_read_ahead += 1
             except (ResumeError, BatchFormatError) as e:
                 self._failure = e
-                self._stop_threads()  # the error repeats on every later request
+                # a request that raises still acks the step returned before (and the threads
+                # end after writing it); the error repeats on every later request
+                self._hand_over_ack(t_start, background=self.read_ahead)
+                self._stop_threads()
                 raise
             self._next_step += 1
             self._pending_ack = (step, rank_dir)
@@ -855,11 +862,16 @@ class BatchReader:
         self.last_acked_step = step
 
     def _ack_pending(self, t_request: float, *, background: bool) -> None:
+        """:meth:`_hand_over_ack`, then raise, once, what writing an earlier ack on the thread
+        raised (this ack is handed over or written all the same)."""
+        self._hand_over_ack(t_request, background=background)
+        self._raise_ack_error()
+
+    def _hand_over_ack(self, t_request: float, *, background: bool) -> None:
         """Ack the step returned last and unlink its file: with ``background``, on the ack
         thread (the syscalls, milliseconds when unlinking a large file frees its pages, are
         then off the request; an error writing an ack is raised by a later request), else
-        right here. Then raise, once, what writing an earlier ack on the thread raised (this
-        ack is handed over or written all the same)."""
+        right here."""
         if self._pending_ack is not None:
             step, rank_dir = self._pending_ack
             self._pending_ack = None
@@ -876,7 +888,6 @@ class BatchReader:
             if written:
                 self.last_acked_step = step
                 self.steps_acked += 1
-        self._raise_ack_error()
 
     def _stat_manifest(self) -> tuple[int, int, int] | None:
         try:

@@ -234,16 +234,25 @@ def test_read_ahead_format_error_is_raised_by_the_request_for_that_step(shm_root
         with pytest.raises(BatchFormatError, match=r"step-0000000001\.arrow.*not an Arrow IPC"):
             next(reader)
     assert reader.batches_read == 1
+    # the request that raised still acked step 0
+    rdir = rank_dir(shm_root, 0)
+    assert eventually(
+        lambda: (
+            _consumed_step(rdir / "ack.json") == 0 and not (rdir / "step-0000000000.arrow").exists()
+        )
+    )
 
 
 def test_close_ends_the_background_thread(shm_root):
     write_manifest(shm_root, world_size=1, num_steps=5)
     write_steps(shm_root, [0], world_size=1)
-    reader = BatchReader(shm_root, 0, timeout_s=60)
+    # close() stops the read-ahead at once, not after its poll interval
+    reader = BatchReader(shm_root, 0, timeout_s=60, poll_interval_s=10)
     before = set(threading.enumerate())
     next(reader)  # its read-ahead now waits for step 1, which never comes
     (thread,) = set(threading.enumerate()) - before
     assert thread.name == "stoker-read-ahead-rank-0" and thread.daemon
+    time.sleep(0.2)  # the read-ahead is in its poll wait by now
     reader.close()
     assert eventually(lambda: not thread.is_alive(), timeout_s=2)
     with pytest.raises(StopIteration):
