@@ -2,9 +2,9 @@
 
     .venv/bin/python bench/reader_wait.py [PYTHON_DIR ...] [--rounds 2] [--steps 60] [--step-ms 135]
 
-A producer process publishes batch files as the job's sink does (B = 8 rows of 1000 patches of
-D = 1176 float32, ~38 MB per file, written at most 8 steps ahead of the last ack, as the
-prefetch gate does), and a trainer reads them with ``BatchReader`` and sleeps ``--step-ms`` per
+A producer process publishes batch files per docs/batch-protocol.md with the tests' writer
+(``python/tests/conftest.py``; B = 8 rows of 1000 patches of D = 1176 float32, ~38 MB per file,
+at most 8 steps ahead of the last ack, as the job's prefetch gate allows), and a trainer reads them with ``BatchReader`` and sleeps ``--step-ms`` per
 step, so every file is mapped before it is asked for. Prints the time per ``next()`` (the first
 10 steps left out) for each ``PYTHON_DIR`` holding a ``stoker`` package (default: this
 checkout's ``python/``), alternating them ``--rounds`` times, so that two versions of the reader

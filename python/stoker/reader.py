@@ -975,11 +975,7 @@ class BatchReader:
         if ahead is None or not ahead.finished:
             return None
         self._check_generation(t_request)
-        # a Manifest object is replaced only when the reader follows a new generation
-        if ahead.manifest is not self._manifest or ahead.step != step:
-            return None
-        self._ahead = None
-        batch = ahead.result()
+        _, batch = self._take_read_ahead(step)
         return None if batch is None else (batch, ahead.rank_dir)
 
     def _take_read_ahead(self, step: int) -> tuple[bool, Batch | None]:
@@ -990,16 +986,14 @@ class BatchReader:
         ahead = self._ahead
         if ahead is None:
             return True, None
+        # a Manifest object is replaced only when the reader follows a new generation
         if ahead.manifest is not self._manifest or ahead.step != step:
             self._drop_read_ahead()  # a new generation: its directory is read here
             return True, None
         if not ahead.wait(self.poll_interval_s):
             return False, None
         self._ahead = None
-        batch = ahead.result()
-        if batch is not None:
-            self.batches_read_ahead += 1
-        return True, batch
+        return True, ahead.result()
 
     def _wait_and_read(self, step: int, t_request: float) -> Batch:
         deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
@@ -1009,6 +1003,7 @@ class BatchReader:
             path = self.rank_dir / _step_name(step)
             settled, ready = self._take_read_ahead(step)
             if ready is not None:
+                self.batches_read_ahead += 1
                 return ready
             if settled and path.exists():
                 try:

@@ -258,9 +258,18 @@ def test_a_transient_ack_error_is_raised_once_and_later_acks_are_written(shm_roo
         except IsADirectoryError as e:
             errors.append(e)
     ack.rmdir()  # the cause is gone
-    steps += [b.step for b in reader]
-    assert steps == [1, 2, 3, 4, 5][: len(steps)] and steps[-1] == 5
-    assert len(errors) == 1
+    # on the ack thread, the ack the raising request handed over may have run before the rmdir:
+    # its error is raised once too
+    late = []
+    while True:
+        try:
+            steps.append(next(reader).step)
+        except StopIteration:
+            break
+        except IsADirectoryError as e:
+            late.append(e)
+    assert steps == [1, 2, 3, 4, 5]
+    assert len(errors) == 1 and len(late) <= (1 if read_ahead else 0)
     assert _consumed(shm_root) == 5
 
 
