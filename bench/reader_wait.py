@@ -36,7 +36,7 @@ def produce(root: Path, steps: int) -> None:
     write_manifest(root, world_size=1, num_steps=steps, micro_batch_size=B, patch_dim=D)
     ack = rank_dir(root, 0) / "ack.json"
     for step in range(steps):
-        while step > _consumed(ack) + DEPTH:
+        while step > DEPTH + _consumed(ack):
             time.sleep(0.002)
         samples = [
             {
@@ -52,10 +52,11 @@ def produce(root: Path, steps: int) -> None:
 
 
 def _consumed(ack: Path) -> int:
-    try:
-        return int(json.loads(ack.read_text())["consumed_step"])
-    except (OSError, ValueError, KeyError):
-        return -1
+    """The acked step, or -1 before the first ack."""
+    from stoker.reader import _read_consumed_step
+
+    consumed = _read_consumed_step(ack)
+    return -1 if consumed is None else consumed
 
 
 def consume(root: Path, step_s: float) -> dict[str, float]:

@@ -288,6 +288,17 @@ def bfloat16_to_float32(bits: np.ndarray) -> np.ndarray:
     return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
+def _checks(manifest: Manifest, rank: int, step: int) -> dict[str, int | None]:
+    """:func:`read_batch_file`'s checks for the file of (``step``, ``rank``) of ``manifest``'s
+    generation."""
+    return {
+        "expected_step": step,
+        "expected_rank": rank,
+        "patch_dim": manifest.patch_dim,
+        "micro_batch_size": manifest.micro_batch_size,
+    }
+
+
 def _step_name(step: int) -> str:
     return f"step-{step:010d}.arrow"
 
@@ -463,11 +474,7 @@ class _ReadAhead:
             while self._waiting.locked() and time.monotonic() < give_up:
                 if path.exists():
                     self._batch = read_batch_file(
-                        path,
-                        expected_step=self.step,
-                        expected_rank=self.rank,
-                        patch_dim=self.manifest.patch_dim,
-                        micro_batch_size=self.manifest.micro_batch_size,
+                        path, **_checks(self.manifest, self.rank, self.step)
                     )
                     return
                 if self._waiting.acquire(timeout=self._poll_interval_s):
@@ -937,15 +944,6 @@ class BatchReader:
         self.generation_switches += 1
         return True
 
-    def _checks(self, step: int) -> dict[str, int | None]:
-        m = self.manifest
-        return {
-            "expected_step": step,
-            "expected_rank": self.rank,
-            "patch_dim": m.patch_dim,
-            "micro_batch_size": m.micro_batch_size,
-        }
-
     def _start_read_ahead(self, step: int) -> None:
         self._drop_read_ahead()
         give_up_s = _READ_AHEAD_GIVE_UP_S if self.timeout_s is None else self.timeout_s
@@ -1007,7 +1005,7 @@ class BatchReader:
                 return ready
             if settled and path.exists():
                 try:
-                    return read_batch_file(path, **self._checks(step))
+                    return read_batch_file(path, **_checks(self.manifest, self.rank, step))
                 except FileNotFoundError:
                     pass  # removed since: its generation was replaced; the check will follow
             if deadline is not None and time.monotonic() >= deadline:
