@@ -2,6 +2,7 @@ package dev.stoker.connectors.fetch;
 
 import dev.stoker.operators.model.RejectReason;
 import dev.stoker.operators.model.RejectedRecordException;
+import java.io.IOException;
 import java.net.URI;
 import java.time.Duration;
 import java.util.List;
@@ -239,11 +240,18 @@ public final class S3ImageStore implements AutoCloseable {
                 true);
     }
 
-    /** Whether {@code t} or one of its causes is the SDK's call or attempt timeout. */
+    /**
+     * Whether {@code t} or one of its causes is the SDK's call or attempt timeout, or the Netty
+     * client's {@code IOException("Request cancelled")}: its {@code FutureCancelHandler} raises
+     * that, without a cause, when the SDK cancels an attempt on its timeout, and now and then it
+     * reaches the caller instead of the {@link ApiCallAttemptTimeoutException} (this store cancels
+     * a request only after the GET has settled: a hedged request that lost).
+     */
     private static boolean isTimeout(Throwable t) {
         for (Throwable c = t; c != null; c = c.getCause()) {
             if (c instanceof ApiCallTimeoutException
-                    || c instanceof ApiCallAttemptTimeoutException) {
+                    || c instanceof ApiCallAttemptTimeoutException
+                    || (c instanceof IOException && "Request cancelled".equals(c.getMessage()))) {
                 return true;
             }
         }
