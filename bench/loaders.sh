@@ -19,11 +19,7 @@ if [ ! -f job/target/stoker-job.jar ] || [ ! -f job/target/runtime-classpath.txt
     || [ ! -f connectors/target/test-classpath.txt ] || [ ! -d connectors/target/test-classes ] \
     || [ ! -f operators/target/test-classpath.txt ]; then
   echo "[loaders] building the job jar (mvn -o package)" >&2
-  mvn -o -q -B package -DskipTests
-  mvn -o -q -B -pl job dependency:build-classpath -Dmdep.includeScope=compile \
-    -Dmdep.outputFile="$PWD/job/target/runtime-classpath.txt"
-  mvn -o -q -B -pl connectors dependency:build-classpath -Dmdep.includeScope=test \
-    -Dmdep.outputFile="$PWD/connectors/target/test-classpath.txt"
+  mvn -o -q -B package -DskipTests  # also writes the job's and connectors' classpath files
   mvn -o -q -B -pl operators dependency:build-classpath -Dmdep.includeScope=test \
     -Dmdep.outputFile="$PWD/operators/target/test-classpath.txt"
 fi
