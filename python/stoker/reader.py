@@ -238,12 +238,44 @@ class Batch:
         """
         return memoryview(self._keepalive[1])
 
+    @property
+    def image_token_id(self) -> int:
+        """Token id of ``<|image_pad|>`` (metadata ``stoker.image_token_id``; 151655).
+
+        Raises:
+            BatchFormatError: the file's metadata lacks it or it is not an integer.
+        """
+        v = self.metadata.get("stoker.image_token_id")
+        try:
+            return int(v)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise BatchFormatError(
+                f"{self.path}: metadata stoker.image_token_id={v!r} is not a token id"
+            ) from None
+
+    @property
+    def mm_token_type_ids(self) -> np.ndarray:
+        """``(B, L)`` int64: 1 where ``input_ids`` is the image token, 0 elsewhere (text and
+        padding). A new array, not a view of the file.
+
+        Matches what the Hugging Face Qwen-VL processors return under this name
+        (``ProcessorMixin.create_mm_token_type_ids``, transformers 5.23.0: 0 text, 1 image,
+        2 video; Stoker batches hold no video). transformers 5's Qwen2-VL, Qwen2.5-VL and
+        Qwen3-VL models need it to compute M-RoPE positions: Qwen2-VL raises without it,
+        Qwen2.5-VL silently falls back to 1-D positions.
+        """
+        return (self.input_ids == self.image_token_id).astype(np.int64)
+
     def arrays(self) -> dict[str, np.ndarray]:
-        """The model inputs as numpy arrays, named as Hugging Face names them."""
+        """The model inputs as numpy arrays, named and typed as the Hugging Face Qwen-VL
+        processors return them: ``input_ids``, ``labels``, ``attention_mask``,
+        ``mm_token_type_ids`` (B, L) int64, ``pixel_values`` (P, D), ``image_grid_thw`` (I, 3)
+        int64. All but ``mm_token_type_ids`` are views of the file."""
         return {
             "input_ids": self.input_ids,
             "labels": self.labels,
             "attention_mask": self.attention_mask,
+            "mm_token_type_ids": self.mm_token_type_ids,
             "pixel_values": self.pixel_values,
             "image_grid_thw": self.image_grid_thw,
         }
@@ -251,12 +283,14 @@ class Batch:
     def to_torch(self) -> dict[str, Any]:
         """Return ``{name: torch.Tensor}`` sharing memory with the mapping (``torch.from_numpy``).
 
-        Keys: ``input_ids``, ``labels``, ``attention_mask`` (B, L) int64; ``pixel_values``
-        (P, D) float32, or torch.bfloat16 when :attr:`pixel_dtype` is ``"bfloat16"`` (a view of
-        the same bytes, still no copy); ``image_grid_thw`` (I, 3) int64; ``sample_index`` (B,)
-        int64.
-        The tensors are backed by read-only memory: do not write to them in place (move them
-        to the GPU with ``.to(device, non_blocking=True)`` or clone them first).
+        Keys: ``input_ids``, ``labels``, ``attention_mask``, ``mm_token_type_ids`` (B, L)
+        int64; ``pixel_values`` (P, D) float32, or torch.bfloat16 when :attr:`pixel_dtype` is
+        ``"bfloat16"`` (a view of the same bytes, still no copy); ``image_grid_thw`` (I, 3)
+        int64. These are exactly the keyword arguments of the transformers Qwen-VL models'
+        ``forward``, so ``model(**batch.to_torch())`` works; provenance (``sample_index``,
+        ``source``) stays on the :class:`Batch`.
+        The tensors over the file are backed by read-only memory: do not write to them in place
+        (move them to the GPU with ``.to(device, non_blocking=True)`` or clone them first).
 
         Raises:
             ImportError: torch is not installed.
@@ -268,7 +302,7 @@ class Batch:
                 "Batch.to_torch() needs PyTorch, which is not installed; "
                 "install torch or use Batch.arrays() for numpy arrays"
             ) from e
-        out = dict(self.arrays(), sample_index=self.sample_index)
+        out = self.arrays()
         with warnings.catch_warnings():
             # from_numpy warns about non-writable arrays; sharing read-only memory is the point.
             warnings.simplefilter("ignore", UserWarning)

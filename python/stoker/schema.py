@@ -65,6 +65,7 @@ METADATA_KEYS: tuple[str, ...] = (
     "stoker.slots",
     "stoker.backfilled_slots",
     "stoker.pad_token_id",
+    "stoker.image_token_id",
     "stoker.pixel_dtype",
 )
 

@@ -29,6 +29,7 @@ DATASET = SHARED / "llava-style"
 TOKENIZER_DIR = SHARED / "tokenizers" / "qwen3"
 PATCH_DIM = 1176
 PAD = 151643
+IMAGE_PAD = 151655
 GEN = "g1"
 
 
@@ -203,6 +204,7 @@ def write_batch(
         "stoker.slots": str(slots),
         "stoker.backfilled_slots": "",
         "stoker.pad_token_id": str(PAD),
+        "stoker.image_token_id": str(IMAGE_PAD),
     }
     if metadata is not None:
         meta.update(metadata)

@@ -473,6 +473,43 @@ def test_to_torch_shares_memory_or_raises_clear_import_error(shm_root):
     t = b.to_torch()
     assert t["input_ids"].dtype == torch.int64 and tuple(t["input_ids"].shape) == b.input_ids.shape
     assert t["pixel_values"].data_ptr() == b.pixel_values.ctypes.data
+    # exactly the HF processor's names: model(**batch.to_torch()) takes every key
+    assert sorted(t) == sorted(
+        [
+            "input_ids",
+            "labels",
+            "attention_mask",
+            "mm_token_type_ids",
+            "pixel_values",
+            "image_grid_thw",
+        ]
+    )
+    assert t["mm_token_type_ids"].dtype == torch.int64
+
+
+def test_mm_token_type_ids_mark_the_image_pads(shm_root):
+    """mm_token_type_ids is 1 exactly at <|image_pad|> ids (HF create_mm_token_type_ids), 0 on
+    text, vision start/end tokens and padding; the id comes from the file's metadata."""
+    ids = [151644, 872, 198, 151652, 151655, 151655, 151655, 151653, 9707, 151645, 198]
+    samples = make_samples(0, 0, 2)
+    samples[0]["ids"] = ids
+    samples[1]["ids"] = ids[:4] + [151655] + ids[7:]
+    write_manifest(shm_root, world_size=1, num_steps=1, micro_batch_size=2)
+    write_batch(shm_root, 0, 0, build_record_batch(samples), slots=2)
+    b = next(BatchReader(shm_root, 0, timeout_s=5))
+    expected = np.zeros(b.input_ids.shape, np.int64)
+    expected[0, 4:7] = 1
+    expected[1, 4] = 1
+    assert b.image_token_id == 151655
+    np.testing.assert_array_equal(b.mm_token_type_ids, expected)
+    assert b.mm_token_type_ids.dtype == np.int64
+    np.testing.assert_array_equal(b.arrays()["mm_token_type_ids"], expected)
+
+    write_batch(
+        shm_root, 0, 0, build_record_batch(samples), slots=2, metadata={"stoker.image_token_id": ""}
+    )
+    with pytest.raises(BatchFormatError, match="stoker.image_token_id"):
+        read_batch_file(rank_dir(shm_root, 0) / "step-0000000000.arrow").arrays()
 
 
 # ------------------------------------------------------------------ bfloat16 pixel_values

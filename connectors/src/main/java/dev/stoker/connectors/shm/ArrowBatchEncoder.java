@@ -5,6 +5,7 @@ import dev.stoker.operators.image.Patchifier.PatchRows;
 import dev.stoker.operators.image.QwenVisionConfig;
 import dev.stoker.operators.model.TokenizedSample;
 import dev.stoker.operators.model.TrainingBatch;
+import dev.stoker.operators.tokenize.ChatTokenizer;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.ShortBuffer;
@@ -80,6 +81,7 @@ public final class ArrowBatchEncoder {
                         .mapToObj(String::valueOf)
                         .collect(Collectors.joining(",")));
         metadata.put("stoker.pad_token_id", String.valueOf(padTokenId));
+        metadata.put("stoker.image_token_id", String.valueOf(ChatTokenizer.IMAGE_PAD));
         metadata.put(BatchSchema.PIXEL_DTYPE_KEY, pixelDtype.metadataName);
         VectorSchemaRoot root =
                 VectorSchemaRoot.create(

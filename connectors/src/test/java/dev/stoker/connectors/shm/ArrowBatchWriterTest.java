@@ -158,7 +158,16 @@ class ArrowBatchWriterTest {
                     .containsEntry("stoker.step", "1")
                     .containsEntry("stoker.rank", "1")
                     .containsEntry("stoker.backfilled_slots", "")
-                    .containsEntry("stoker.pad_token_id", String.valueOf(PAD));
+                    .containsEntry("stoker.pad_token_id", String.valueOf(PAD))
+                    .containsEntry("stoker.image_token_id", "151655");
+            List<String> documented = new ArrayList<>();
+            new ObjectMapper()
+                    .readTree(Path.of("../schema/batch-schema.json").toFile())
+                    .get("metadata")
+                    .fieldNames()
+                    .forEachRemaining(documented::add);
+            assertThat(root.getSchema().getCustomMetadata().keySet())
+                    .containsExactlyInAnyOrderElementsOf(documented);
             assertThat(((BigIntVector) root.getVector("sample_index")).get(0)).isEqualTo(6);
             assertThat(root.getVector("source").getObject(1).toString())
                     .isEqualTo("file:/data/train.jsonl:8");
