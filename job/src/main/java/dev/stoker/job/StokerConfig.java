@@ -133,7 +133,7 @@ final class StokerConfig {
         if (value.isEmpty() || S3ImageStore.isS3(value.get())) {
             return;
         }
-        Path root = new Path(imageRootUri(value.get()));
+        Path root = new Path(URI.create(imageRootUri(value.get())));
         try {
             FileSystem fs = root.getFileSystem();
             if (!fs.exists(root) || !fs.getFileStatus(root).isDir()) {
@@ -156,6 +156,9 @@ final class StokerConfig {
                             : java.nio.file.Path.of(value).toAbsolutePath().normalize().toUri();
         } catch (URISyntaxException | InvalidPathException e) {
             throw badImageRoot(value, "is not a valid URI or path: " + e.getMessage());
+        }
+        if (uri.isOpaque()) {
+            throw badImageRoot(value, "is not a directory URI (scheme://authority/path) or path");
         }
         if (uri.getQuery() != null || uri.getFragment() != null) {
             throw badImageRoot(value, "has a query or fragment; give a directory");

@@ -37,7 +37,9 @@ public final class StokerOptions {
                                     + " Default: the dataset root. A path that leaves it (absolute, a URL"
                                     + " scheme, '..' above it, a symbolic link out of it) is dead-lettered"
                                     + " UNSAFE_PATH before any request. Paths are used as written (no Unicode"
-                                    + " normalization: NFC and NFD spellings are different names).");
+                                    + " normalization: NFC and NFD spellings are different names). Checked at"
+                                    + " start-up: a valid URI, a bucket for s3://, an existing directory"
+                                    + " otherwise.");
 
     public static final ConfigOption<String> DATASET_GLOB =
             ConfigOptions.key("stoker.dataset.glob")
