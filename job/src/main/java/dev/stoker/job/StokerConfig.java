@@ -1,18 +1,28 @@
 package dev.stoker.job;
 
+import dev.stoker.connectors.fetch.S3ImageStore;
+import java.io.IOException;
+import java.net.URI;
+import java.net.URISyntaxException;
+import java.nio.file.InvalidPathException;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Optional;
 import java.util.Set;
 import java.util.TreeSet;
+import java.util.regex.Pattern;
 import java.util.stream.Collectors;
 import org.apache.flink.configuration.ConfigOption;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.IllegalConfigurationException;
+import org.apache.flink.core.fs.FileSystem;
+import org.apache.flink.core.fs.Path;
 import org.apache.flink.util.ParameterTool;
 
 /** Reads the job configuration from program arguments and checks it. */
 final class StokerConfig {
     private static final List<ConfigOption<?>> OPTIONS = declaredOptions();
+    private static final Pattern URI_SCHEME = Pattern.compile("^[A-Za-z][A-Za-z0-9+.-]*:");
 
     private StokerConfig() {}
 
@@ -75,6 +85,7 @@ final class StokerConfig {
                             + conf.get(StokerOptions.FETCH_TIMEOUT)
                             + ")");
         }
+        conf.getOptional(StokerOptions.IMAGE_ROOT).ifPresent(StokerConfig::imageRootUri);
         if (!conf.get(StokerOptions.JOB_NAME).matches("[A-Za-z0-9._-]+")) {
             throw new IllegalConfigurationException(
                     StokerOptions.JOB_NAME.key()
@@ -97,6 +108,70 @@ final class StokerConfig {
     static String deadLetterDir(Configuration conf) {
         return conf.getOptional(StokerOptions.DEAD_LETTER_PATH)
                 .orElse(jobDir(conf) + "/dead-letters");
+    }
+
+    /**
+     * The root image paths resolve against: {@link StokerOptions#IMAGE_ROOT} (a local path made an
+     * absolute {@code file:} URI, so every TaskManager resolves it the same way) or, unset, {@code
+     * datasetRoot} as listed.
+     */
+    static String imageRoot(Configuration conf, String datasetRoot) {
+        return conf.getOptional(StokerOptions.IMAGE_ROOT)
+                .map(StokerConfig::imageRootUri)
+                .orElse(datasetRoot);
+    }
+
+    /**
+     * Checks at start-up that a configured {@link StokerOptions#IMAGE_ROOT} outside S3 is a
+     * directory its filesystem can read (S3 prefixes are not objects; a wrong bucket shows in the
+     * first fetches' dead letters). Does nothing when the option is unset.
+     *
+     * @throws IllegalConfigurationException naming the option and its value
+     */
+    static void checkImageRoot(Configuration conf) {
+        Optional<String> value = conf.getOptional(StokerOptions.IMAGE_ROOT);
+        if (value.isEmpty() || S3ImageStore.isS3(value.get())) {
+            return;
+        }
+        Path root = new Path(URI.create(imageRootUri(value.get())));
+        try {
+            FileSystem fs = root.getFileSystem();
+            if (!fs.exists(root) || !fs.getFileStatus(root).isDir()) {
+                throw badImageRoot(value.get(), "is not an existing directory");
+            }
+        } catch (IOException e) {
+            throw badImageRoot(value.get(), "cannot be read: " + e.getMessage());
+        }
+    }
+
+    private static String imageRootUri(String value) {
+        if (value.isBlank()) {
+            throw badImageRoot(value, "is empty");
+        }
+        URI uri;
+        try {
+            uri =
+                    URI_SCHEME.matcher(value).find()
+                            ? new URI(value)
+                            : java.nio.file.Path.of(value).toAbsolutePath().normalize().toUri();
+        } catch (URISyntaxException | InvalidPathException e) {
+            throw badImageRoot(value, "is not a valid URI or path: " + e.getMessage());
+        }
+        if (uri.isOpaque()) {
+            throw badImageRoot(value, "is not a directory URI (scheme://authority/path) or path");
+        }
+        if (uri.getQuery() != null || uri.getFragment() != null) {
+            throw badImageRoot(value, "has a query or fragment; give a directory");
+        }
+        if (S3ImageStore.isS3(value) && (uri.getAuthority() == null || uri.getPath() == null)) {
+            throw badImageRoot(value, "must name a bucket: s3://bucket/prefix");
+        }
+        return uri.toString();
+    }
+
+    private static IllegalConfigurationException badImageRoot(String value, String why) {
+        return new IllegalConfigurationException(
+                StokerOptions.IMAGE_ROOT.key() + " '" + value + "' " + why);
     }
 
     private static void require(Configuration conf, ConfigOption<String> option) {

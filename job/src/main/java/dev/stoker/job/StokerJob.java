@@ -103,6 +103,7 @@ public final class StokerJob {
                         new org.apache.flink.core.fs.Path(conf.get(StokerOptions.DATASET_PATH)),
                         conf.get(StokerOptions.DATASET_GLOB),
                         maxLine);
+        StokerConfig.checkImageRoot(conf);
         BatchPlan plan =
                 new BatchPlan(
                         listing.numRecords(),
@@ -116,9 +117,10 @@ public final class StokerJob {
             padTokenId = tokenizer.padTokenId();
         }
         LOG.info(
-                "Dataset {}: {} files; {}; generation {} produces steps {} .. {}",
+                "Dataset {}: {} files, images under {}; {}; generation {} produces steps {} .. {}",
                 listing.root(),
                 listing.files().size(),
+                StokerConfig.imageRoot(conf, listing.root()),
                 plan,
                 generation.stamp,
                 generation.firstStep(),

@@ -23,7 +23,23 @@ public final class StokerOptions {
                     .noDefaultValue()
                     .withDescription(
                             "Dataset root (any Flink filesystem URI or local path). JSONL files are found"
-                                    + " under it; image paths in records resolve relative to it.");
+                                    + " under it; image paths in records resolve relative to it unless"
+                                    + " stoker.image.root is set.");
+
+    public static final ConfigOption<String> IMAGE_ROOT =
+            ConfigOptions.key("stoker.image.root")
+                    .stringType()
+                    .noDefaultValue()
+                    .withDescription(
+                            "Root the image paths in records resolve against: a local directory, any Flink"
+                                    + " filesystem URI, or s3://bucket/prefix (fetched with the S3 client"
+                                    + " of the stoker.s3.* options, whatever the dataset's scheme)."
+                                    + " Default: the dataset root. A path that leaves it (absolute, a URL"
+                                    + " scheme, '..' above it, a symbolic link out of it) is dead-lettered"
+                                    + " UNSAFE_PATH before any request. Paths are used as written (no Unicode"
+                                    + " normalization: NFC and NFD spellings are different names). Checked at"
+                                    + " start-up: a valid URI, a bucket for s3://, an existing directory"
+                                    + " otherwise.");
 
     public static final ConfigOption<String> DATASET_GLOB =
             ConfigOptions.key("stoker.dataset.glob")

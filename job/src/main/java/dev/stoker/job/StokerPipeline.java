@@ -117,16 +117,17 @@ public final class StokerPipeline {
 
         long maxObjectBytes = conf.get(StokerOptions.MAX_OBJECT_SIZE).getBytes();
         long timeoutMs = conf.get(StokerOptions.FETCH_TIMEOUT).toMillis();
+        String imageRoot = StokerConfig.imageRoot(conf, listing.root());
         RichAsyncFunction<SftRecord, Either<DeadLetter, FetchedRecord>> fetch =
-                S3ImageStore.isS3(listing.root())
+                S3ImageStore.isS3(imageRoot)
                         ? new S3ImageFetchFunction(
-                                listing.root(),
+                                imageRoot,
                                 maxObjectBytes,
                                 s3Settings(conf),
                                 conf.get(StokerOptions.FETCH_TIMEOUT),
                                 conf.get(StokerOptions.FETCH_TRANSIENT_FAILURES))
                         : new ImageFetchFunction(
-                                new ImageStore(listing.root(), maxObjectBytes),
+                                new ImageStore(imageRoot, maxObjectBytes),
                                 conf.get(StokerOptions.FETCH_THREADS),
                                 conf.get(StokerOptions.FETCH_TIMEOUT));
         DataStream<Either<DeadLetter, FetchedRecord>> fetched =

@@ -26,6 +26,7 @@ import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Order;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.RegisterExtension;
+import org.junit.jupiter.api.io.TempDir;
 
 /**
  * Runs the whole job against a real S3 server (S3Proxy on 127.0.0.1): the JSONL through Flink's S3
@@ -51,12 +52,22 @@ class S3JobITCase {
     private Path outputRoot;
     private final Set<String> checkpointsSeen = ConcurrentHashMap.newKeySet();
 
+    /** Annotations apart from the images: {@code split/annotations/} and {@code split/media/}. */
+    private static final String SPLIT_ANNOTATIONS = "split/annotations";
+
+    private static final String SPLIT_IMAGE_ROOT = "s3://" + BUCKET + "/split/media";
+
+    @TempDir static Path split;
+
     @BeforeAll
     static void uploadAndInitializeS3FileSystem() throws IOException {
         Path local = SharedData.dataDir().resolve(DATASET);
         S3.uploadDirectory(local, BUCKET, "complete");
         S3.uploadDirectory(local, BUCKET, "missing-images");
         S3.uploadDirectory(local, BUCKET, "flaky");
+        StokerJobITCase.writeAnnotationsWithEscape(split);
+        S3.uploadDirectory(split.resolve("annotations"), BUCKET, SPLIT_ANNOTATIONS);
+        S3.uploadDirectory(local.resolve("images"), BUCKET, "split/media/images");
         S3FileSystems.use(S3);
     }
 
@@ -271,6 +282,59 @@ class S3JobITCase {
         assertThat(dl.get("message").asText())
                 .as("message of record %d", index)
                 .contains(messageParts);
+    }
+
+    /**
+     * {@code s3://sft/split/annotations/train.jsonl} referencing images under {@code
+     * s3://sft/split/media/} through {@code stoker.image.root}: the records are batched (their
+     * images exist only under the image root) and a path that leaves the image root is {@code
+     * UNSAFE_PATH} before any request, although an object exists where it points.
+     */
+    @Test
+    void jsonlUnderOnePrefixAndImagesUnderAnother() throws Exception {
+        Configuration options = new Configuration();
+        options.set(StokerOptions.IMAGE_ROOT, SPLIT_IMAGE_ROOT);
+        long getsBefore = S3.faults().gets();
+        JobRun.Result run = runJob(SPLIT_ANNOTATIONS, options);
+        StokerJobITCase.assertImageRootOutcome(run, split.resolve("annotations/train.jsonl"));
+        assertThat(S3.faults().gets() - getsBefore)
+                .as("GETs: JSONL and one per image fetched")
+                .isGreaterThanOrEqualTo(imagesBatched(run));
+    }
+
+    private static long imagesBatched(JobRun.Result run) {
+        return run.samples().stream().mapToLong(sample -> sample.gridThw().size()).sum();
+    }
+
+    /** Mixed schemes work: local JSONL with an {@code s3://} image root. */
+    @Test
+    void localJsonlWithAnS3ImageRoot() throws Exception {
+        Configuration extra = s3Config();
+        extra.set(StokerOptions.MAX_PIXELS, 1003520L);
+        extra.set(StokerOptions.IMAGE_ROOT, SPLIT_IMAGE_ROOT);
+        long getsBefore = S3.faults().gets();
+        JobRun.Result run =
+                JobRun.run(
+                        split.resolve("annotations"),
+                        outputRoot,
+                        WORLD_SIZE,
+                        MICRO_BATCH_SIZE,
+                        extra);
+        run.assertAccounted();
+        StokerJobITCase.assertImageRootOutcome(run, split.resolve("annotations/train.jsonl"));
+        assertThat(S3.faults().gets() - getsBefore)
+                .as("every batched image came from S3")
+                .isGreaterThanOrEqualTo(imagesBatched(run))
+                .isPositive();
+    }
+
+    /** Mixed schemes work: JSONL on S3 with a local image root. */
+    @Test
+    void s3JsonlWithALocalImageRoot() throws Exception {
+        Configuration options = new Configuration();
+        options.set(StokerOptions.IMAGE_ROOT, SharedData.dataDir().resolve(DATASET).toString());
+        JobRun.Result run = runJob(SPLIT_ANNOTATIONS, options);
+        StokerJobITCase.assertImageRootOutcome(run, split.resolve("annotations/train.jsonl"));
     }
 
     @Test

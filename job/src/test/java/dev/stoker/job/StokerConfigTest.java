@@ -3,9 +3,15 @@ package dev.stoker.job;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
+import java.net.URI;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.IllegalConfigurationException;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
 
 class StokerConfigTest {
 
@@ -77,5 +83,82 @@ class StokerConfigTest {
                                                 "--stoker.job-name",
                                                 "../x")))
                 .hasMessageContaining("stoker.job-name");
+    }
+
+    private static Configuration withImageRoot(String imageRoot) {
+        return args(
+                "--stoker.dataset.path",
+                "s3://b/annotations",
+                "--stoker.tokenizer.path",
+                "/t",
+                "--stoker.image.root",
+                imageRoot);
+    }
+
+    @Test
+    void imageRootDefaultsToTheDatasetRootAsListed() {
+        Configuration conf = args("--stoker.dataset.path", "/d", "--stoker.tokenizer.path", "/t");
+        StokerConfig.validate(conf);
+        StokerConfig.checkImageRoot(conf);
+        assertThat(StokerConfig.imageRoot(conf, "file:/d")).isEqualTo("file:/d");
+    }
+
+    /**
+     * Either scheme with either dataset: an s3:// root is kept as given (the image fetch has its
+     * own S3 client), a local path becomes an absolute file: URI.
+     */
+    @Test
+    void imageRootIsAnS3UriOrAnAbsoluteFileUri(@TempDir Path dir) throws Exception {
+        Configuration s3 = withImageRoot("s3://b/images");
+        StokerConfig.validate(s3);
+        StokerConfig.checkImageRoot(s3);
+        assertThat(StokerConfig.imageRoot(s3, "s3://b/annotations")).isEqualTo("s3://b/images");
+
+        Path images = Files.createDirectories(dir.resolve("my images"));
+        Configuration local = withImageRoot(images.toString());
+        StokerConfig.validate(local);
+        StokerConfig.checkImageRoot(local);
+        String root = StokerConfig.imageRoot(local, "s3://b/annotations");
+        assertThat(root).startsWith("file:/").endsWith("/my%20images/");
+        assertThat(Path.of(URI.create(root))).isEqualTo(images);
+
+        Path relative = Path.of("").toAbsolutePath().relativize(images);
+        assertThat(StokerConfig.imageRoot(withImageRoot(relative.toString()), "/d"))
+                .isEqualTo(root);
+    }
+
+    @ParameterizedTest
+    @CsvSource(
+            delimiter = '|',
+            value = {
+                "s3:///images | must name a bucket",
+                "s3:images | is not a directory URI",
+                "s3://b/images?versionId=1 | has a query or fragment",
+                "s3://b/im ages | is not a valid URI or path",
+                "' ' | is empty"
+            })
+    void badImageRootIsRejectedAtStartUpNamingOptionAndValue(String value, String why) {
+        assertThatThrownBy(() -> StokerConfig.validate(withImageRoot(value)))
+                .isInstanceOf(IllegalConfigurationException.class)
+                .hasMessageContaining("stoker.image.root '" + value + "' " + why);
+    }
+
+    @Test
+    void localImageRootMustBeAnExistingDirectory(@TempDir Path dir) throws Exception {
+        Path missing = dir.resolve("missing");
+        Path file = Files.writeString(dir.resolve("file.txt"), "x");
+        for (Path p : new Path[] {missing, file}) {
+            Configuration conf = withImageRoot(p.toString());
+            StokerConfig.validate(conf);
+            assertThatThrownBy(() -> StokerConfig.checkImageRoot(conf))
+                    .isInstanceOf(IllegalConfigurationException.class)
+                    .hasMessageContaining(
+                            "stoker.image.root '" + p + "' is not an existing directory");
+        }
+        Configuration unknownScheme = withImageRoot("nofs://host/images");
+        StokerConfig.validate(unknownScheme);
+        assertThatThrownBy(() -> StokerConfig.checkImageRoot(unknownScheme))
+                .isInstanceOf(IllegalConfigurationException.class)
+                .hasMessageContaining("stoker.image.root 'nofs://host/images' cannot be read");
     }
 }

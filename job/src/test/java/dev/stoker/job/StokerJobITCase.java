@@ -16,7 +16,9 @@ import org.apache.flink.configuration.Configuration;
 import org.apache.flink.test.junit5.MiniClusterExtension;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.RegisterExtension;
+import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
@@ -81,6 +83,86 @@ class StokerJobITCase {
         JsonNode manifest = JSON.readTree(jobDir.resolve("manifest.json").toFile());
         assertThat(manifest.get("num_records").asLong()).isEqualTo(numRecords);
         assertThat(manifest.get("num_steps").asLong()).isEqualTo(numSteps);
+    }
+
+    /**
+     * Annotations and images apart on the local filesystem: the JSONL (llava-style's records plus
+     * one whose image path leaves the image root) in a directory of its own, {@code
+     * stoker.image.root} the shared llava-style directory. Every plain photo record is batched
+     * (found only through the image root: the JSONL's directory holds no image) and the escaping
+     * record is {@code UNSAFE_PATH} at the parse stage, before any read.
+     */
+    @Test
+    void imagesResolveAgainstALocalImageRootApartFromTheJsonl(@TempDir Path dir) throws Exception {
+        Path annotations = writeAnnotationsWithEscape(dir);
+        Configuration conf = new Configuration();
+        conf.set(StokerOptions.MAX_PIXELS, 1003520L);
+        conf.set(StokerOptions.IMAGE_ROOT, SharedData.dataDir().resolve("llava-style").toString());
+        JobRun.Result run =
+                JobRun.run(annotations.getParent(), outputRoot, WORLD_SIZE, MICRO_BATCH_SIZE, conf);
+        run.assertAccounted();
+        assertImageRootOutcome(run, annotations);
+    }
+
+    /** An image path that leaves the image root (into the annotations' directory). */
+    static final String ESCAPING_IMAGE = "../annotations/escape.png";
+
+    /**
+     * Writes {@code dir/annotations/train.jsonl}: llava-style's records, then one record whose
+     * image is {@link #ESCAPING_IMAGE}, and an image at that place so that only the escape rule
+     * stops it.
+     *
+     * @return the JSONL file
+     */
+    static Path writeAnnotationsWithEscape(Path dir) throws IOException {
+        Path llava = SharedData.dataDir().resolve("llava-style");
+        Path annotations = Files.createDirectories(dir.resolve("annotations"));
+        Path jsonl = annotations.resolve("train.jsonl");
+        String escape =
+                "{\"id\": \"escape-1\", \"image\": \""
+                        + ESCAPING_IMAGE
+                        + "\", \"conversations\": [{\"from\": \"human\", \"value\":"
+                        + " \"<image>\\nWhat is this?\"}, {\"from\": \"gpt\", \"value\":"
+                        + " \"A file outside the image root.\"}]}\n";
+        Files.writeString(
+                jsonl,
+                Files.readString(llava.resolve("train.jsonl")).stripTrailing() + "\n" + escape);
+        Files.copy(llava.resolve("images/photos/coffee.png"), annotations.resolve("escape.png"));
+        return jsonl;
+    }
+
+    /**
+     * Every plain photo record of {@code jsonl} is batched, nothing fails to be found or fetched,
+     * and the escaping record is one {@code UNSAFE_PATH} dead letter of the parse stage.
+     */
+    static void assertImageRootOutcome(JobRun.Result run, Path jsonl) throws IOException {
+        Map<Long, String> records = readRecords(jsonl);
+        Set<Long> batched = run.samplesByIndex().keySet();
+        long escapeIndex = records.size() - 1;
+        assertThat(records.get(escapeIndex)).isEqualTo(ESCAPING_IMAGE);
+        records.forEach(
+                (index, images) -> {
+                    if (isPlainPhotoRecord("llava-style", images)) {
+                        assertThat(batched)
+                                .as("plain photo record %d (%s) is written", index, images)
+                                .contains(index);
+                    }
+                });
+        assertThat(run.deadLetters())
+                .extracting(dl -> dl.get("reason").asText())
+                .as("every image is under the image root")
+                .doesNotContain("IMAGE_NOT_FOUND", "FETCH_FAILED", "FETCH_TIMEOUT");
+        List<JsonNode> escapes =
+                run.deadLetters().stream()
+                        .filter(dl -> dl.get("sample_index").asLong() == escapeIndex)
+                        .toList();
+        assertThat(escapes).hasSize(1);
+        JsonNode escape = escapes.get(0);
+        assertThat(escape.get("reason").asText()).isEqualTo("UNSAFE_PATH");
+        assertThat(escape.get("stage").asText()).isEqualTo("parse");
+        assertThat(escape.get("record_id").asText()).isEqualTo("escape-1");
+        assertThat(escape.get("message").asText())
+                .contains("'" + ESCAPING_IMAGE + "'", "escapes the image root");
     }
 
     static boolean isPlainPhotoRecord(String dataset, String images) {

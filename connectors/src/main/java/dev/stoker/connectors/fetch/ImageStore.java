@@ -7,17 +7,22 @@ import java.io.IOException;
 import java.io.InputStream;
 import java.io.Serializable;
 import java.net.URI;
+import java.text.Normalizer;
+import java.util.ArrayList;
+import java.util.List;
 import org.apache.flink.core.fs.FileStatus;
 import org.apache.flink.core.fs.FileSystem;
 import org.apache.flink.core.fs.Path;
 
 /**
- * Reads image objects by path relative to the dataset root through Flink's {@link FileSystem}
- * (local files now; any Flink filesystem scheme works the same way).
+ * Reads image objects by path relative to the image root through Flink's {@link FileSystem} (local
+ * files now; any Flink filesystem scheme works the same way).
  *
- * <p>Paths are resolved against the root and normalised; a path that would leave the root is
- * rejected ({@link RejectReason#UNSAFE_PATH}) even if the parser let it through. Objects larger
- * than {@code maxObjectBytes} are rejected from their listed size before any byte is read.
+ * <p>Paths are resolved against the root and normalised ({@code .} and {@code ..} segments; no
+ * Unicode normalization: a name is looked up as written, and a not-found message names its NFC or
+ * NFD spelling when that one exists); a path that would leave the root is rejected ({@link
+ * RejectReason#UNSAFE_PATH}) even if the parser let it through. Objects larger than {@code
+ * maxObjectBytes} are rejected from their listed size before any byte is read.
  */
 public final class ImageStore implements Serializable {
     private static final long serialVersionUID = 1L;
@@ -26,7 +31,8 @@ public final class ImageStore implements Serializable {
     private final long maxObjectBytes;
 
     /**
-     * @param root dataset root URI (directory of the JSONL files)
+     * @param root image root URI: {@code stoker.image.root}, by default the dataset root (the
+     *     directory of the JSONL files)
      * @param maxObjectBytes largest accepted image object, in bytes
      */
     public ImageStore(String root, long maxObjectBytes) {
@@ -64,11 +70,51 @@ public final class ImageStore implements Serializable {
             }
         } catch (FileNotFoundException e) {
             throw new RejectedRecordException(
-                    RejectReason.IMAGE_NOT_FOUND, "'" + relativePath + "' not found under " + root);
+                    RejectReason.IMAGE_NOT_FOUND,
+                    "'" + relativePath + "' not found under " + root + variantHint(relativePath));
         } catch (IOException e) {
             throw new RejectedRecordException(
                     RejectReason.FETCH_FAILED, "reading '" + relativePath + "' failed: " + e, e);
         }
+    }
+
+    /**
+     * For a path not found: names its NFC or NFD spelling when that one exists, else empty. Costs a
+     * lookup only for names whose spellings differ (never for ASCII).
+     */
+    private String variantHint(String relativePath) {
+        for (String variant : normalizationVariants(relativePath)) {
+            try {
+                Path path = new Path(resolveUnderRoot(root, variant));
+                if (path.getFileSystem().exists(path)) {
+                    return normalizationHint(variant);
+                }
+            } catch (RejectedRecordException | IOException e) {
+                // no hint
+            }
+        }
+        return "";
+    }
+
+    /** The NFC and NFD spellings of {@code path} that differ from it (none for ASCII). */
+    static List<String> normalizationVariants(String path) {
+        List<String> variants = new ArrayList<>(2);
+        for (Normalizer.Form form :
+                new Normalizer.Form[] {Normalizer.Form.NFC, Normalizer.Form.NFD}) {
+            String variant = Normalizer.normalize(path, form);
+            if (!variant.equals(path) && !variants.contains(variant)) {
+                variants.add(variant);
+            }
+        }
+        return variants;
+    }
+
+    /** The not-found message's hint that {@code variant}, another spelling, exists. */
+    static String normalizationHint(String variant) {
+        return "; an object named '"
+                + variant
+                + "' (the same name in another Unicode normalization form) exists: paths are"
+                + " matched as written, without Unicode normalization";
     }
 
     private Path resolve(String relativePath) throws RejectedRecordException {
@@ -79,7 +125,7 @@ public final class ImageStore implements Serializable {
 
     /**
      * On a local filesystem, rejects a path that resolves through a symbolic link to a file outside
-     * the dataset root (compared as real paths, so a root that is itself a link is fine).
+     * the image root (compared as real paths, so a root that is itself a link is fine).
      */
     private void rejectSymlinkEscape(URI resolved, String relativePath)
             throws RejectedRecordException {
@@ -99,7 +145,8 @@ public final class ImageStore implements Serializable {
                         RejectReason.UNSAFE_PATH,
                         "image path '"
                                 + relativePath
-                                + "' is a symbolic link to a file outside the dataset root");
+                                + "' is a symbolic link to a file outside the image root "
+                                + root);
             }
         } catch (IOException e) {
             throw new RejectedRecordException(
@@ -131,7 +178,7 @@ public final class ImageStore implements Serializable {
                 || !java.util.Objects.equals(resolved.getAuthority(), rootUri.getAuthority())) {
             throw new RejectedRecordException(
                     RejectReason.UNSAFE_PATH,
-                    "image path '" + relativePath + "' leaves the dataset root");
+                    "image path '" + relativePath + "' leaves the image root " + root);
         }
         return resolved;
     }

@@ -16,8 +16,8 @@ import org.apache.flink.streaming.api.functions.async.RichAsyncFunction;
 import org.apache.flink.types.Either;
 
 /**
- * Async I/O operator that fetches all images of a record from an {@code s3://} dataset root with
- * one {@link software.amazon.awssdk.services.s3.S3AsyncClient} per subtask (non-blocking: no I/O
+ * Async I/O operator that fetches all images of a record from an {@code s3://} image root with one
+ * {@link software.amazon.awssdk.services.s3.S3AsyncClient} per subtask (non-blocking: no I/O
  * threads of its own).
  *
  * <p>Use with {@code AsyncDataStream.unorderedWait(..., timeout, capacity)} and set {@link
@@ -50,7 +50,7 @@ public final class S3ImageFetchFunction
     private transient FetchCounters fetched;
 
     /**
-     * @param root dataset root {@code s3://bucket/prefix}
+     * @param root image root {@code s3://bucket/prefix}
      * @param maxObjectBytes largest accepted image object, in bytes
      * @param settings client settings (endpoint, credentials, retries, connections)
      * @param timeout the async operator's timeout, for the dead letter's message

@@ -24,19 +24,21 @@ import software.amazon.awssdk.services.s3.model.GetObjectRequest;
 import software.amazon.awssdk.services.s3.model.GetObjectResponse;
 
 /**
- * Reads image objects from S3 by path relative to an {@code s3://bucket/prefix/} dataset root, with
+ * Reads image objects from S3 by path relative to an {@code s3://bucket/prefix/} image root, with
  * non-blocking GETs on a shared {@link S3AsyncClient}.
  *
- * <p>Paths are resolved and normalised like {@link ImageStore}'s: a key outside the dataset prefix
- * (or in another bucket) is rejected ({@link RejectReason#UNSAFE_PATH}) before any request. Each
- * GET asks for the range {@code bytes=0-maxObjectBytes}, so an oversized object costs at most that
- * many bytes and is rejected from its total size ({@link RejectReason#IMAGE_TOO_LARGE}).
+ * <p>Paths are resolved and normalised like {@link ImageStore}'s: a key outside the image root's
+ * prefix (or in another bucket) is rejected ({@link RejectReason#UNSAFE_PATH}) before any request.
+ * Each GET asks for the range {@code bytes=0-maxObjectBytes}, so an oversized object costs at most
+ * that many bytes and is rejected from its total size ({@link RejectReason#IMAGE_TOO_LARGE}).
  *
- * <p>Outcomes, each naming the {@code s3://} key: 404 is {@link RejectReason#IMAGE_NOT_FOUND}; 403
- * and any error left after the client's retries are {@link RejectReason#FETCH_FAILED} (with the
- * HTTP status, S3 error code and number of attempts); running out of the client's total request
- * time, or every attempt timing out, is {@link RejectReason#FETCH_TIMEOUT}. Retries themselves
- * happen inside the client (see {@link S3ClientSettings}).
+ * <p>Keys are the paths as written, without Unicode normalization. Outcomes, each naming the {@code
+ * s3://} key: 404 is {@link RejectReason#IMAGE_NOT_FOUND} (naming the NFC or NFD spelling of the
+ * path when an object of that name exists, found with a HEAD request); 403 and any error left after
+ * the client's retries are {@link RejectReason#FETCH_FAILED} (with the HTTP status, S3 error code
+ * and number of attempts); running out of the client's total request time, or every attempt timing
+ * out, is {@link RejectReason#FETCH_TIMEOUT}. Retries themselves happen inside the client (see
+ * {@link S3ClientSettings}).
  */
 public final class S3ImageStore implements AutoCloseable {
     private final String root;
@@ -48,7 +50,7 @@ public final class S3ImageStore implements AutoCloseable {
     private final Duration hedgeAfter;
 
     /**
-     * @param root dataset root {@code s3://bucket/prefix} (also {@code s3a://} or {@code s3p://})
+     * @param root image root {@code s3://bucket/prefix} (also {@code s3a://} or {@code s3p://})
      * @param maxObjectBytes largest accepted image object, in bytes
      * @param client the client to use; closed by {@link #close()}
      * @param metrics where to count requests, latency, bytes and failures
@@ -64,7 +66,7 @@ public final class S3ImageStore implements AutoCloseable {
             double getsPerSecondPerPrefix,
             Duration hedgeAfter) {
         if (!isS3(root)) {
-            throw new IllegalArgumentException("not an s3:// dataset root: " + root);
+            throw new IllegalArgumentException("not an s3:// image root: " + root);
         }
         this.root = root.endsWith("/") ? root : root + "/";
         this.bucket = URI.create(this.root).getAuthority();
@@ -144,8 +146,10 @@ public final class S3ImageStore implements AutoCloseable {
         return result.exceptionallyCompose(
                 e -> {
                     Throwable cause = unwrap(e);
-                    if (cause instanceof RejectedRecordException) {
-                        return CompletableFuture.failedFuture(cause);
+                    if (cause instanceof RejectedRecordException rejected) {
+                        return rejected.reason() == RejectReason.IMAGE_NOT_FOUND
+                                ? withVariantHint(rejected, relativePath)
+                                : CompletableFuture.failedFuture(cause);
                     }
                     metrics.failed(RejectReason.FETCH_FAILED);
                     return CompletableFuture.failedFuture(
@@ -154,6 +158,50 @@ public final class S3ImageStore implements AutoCloseable {
                                     "GET " + where + " failed: " + cause,
                                     cause));
                 });
+    }
+
+    /**
+     * {@code notFound}, with the hint that names the NFC or NFD spelling of {@code relativePath}
+     * when an object of that name exists (a HEAD request per differing spelling, so none for ASCII
+     * names).
+     */
+    private CompletableFuture<byte[]> withVariantHint(
+            RejectedRecordException notFound, String relativePath) {
+        CompletableFuture<String> hint = CompletableFuture.completedFuture("");
+        for (String variant : ImageStore.normalizationVariants(relativePath)) {
+            hint =
+                    hint.thenCompose(
+                            found ->
+                                    found.isEmpty()
+                                            ? exists(variant)
+                                                    .thenApply(
+                                                            yes ->
+                                                                    yes
+                                                                            ? ImageStore
+                                                                                    .normalizationHint(
+                                                                                            variant)
+                                                                            : "")
+                                            : CompletableFuture.completedFuture(found));
+        }
+        return hint.thenCompose(
+                h ->
+                        CompletableFuture.failedFuture(
+                                h.isEmpty()
+                                        ? notFound
+                                        : new RejectedRecordException(
+                                                RejectReason.IMAGE_NOT_FOUND,
+                                                notFound.getMessage() + h)));
+    }
+
+    /** Whether an object exists at {@code relativePath} (HEAD); false on any error. */
+    private CompletableFuture<Boolean> exists(String relativePath) {
+        try {
+            String key = ImageStore.resolveUnderRoot(root, relativePath).getPath().substring(1);
+            return client.headObject(r -> r.bucket(bucket).key(key))
+                    .handle((response, error) -> error == null);
+        } catch (RejectedRecordException | RuntimeException e) {
+            return CompletableFuture.completedFuture(false);
+        }
     }
 
     /**

@@ -1,5 +1,6 @@
 package dev.stoker.connectors.source;
 
+import dev.stoker.operators.parse.ByteOrderMark;
 import java.io.IOException;
 import java.io.Serializable;
 import java.nio.file.FileSystems;
@@ -21,6 +22,11 @@ import org.apache.flink.core.fs.Path;
  * where {@code i = baseIndex(f) + k}. For each record the listing keeps its byte offset and 1-based
  * line number (16 bytes per record), so the source can read records in any order. Works on any
  * Flink {@link FileSystem} (local, S3).
+ *
+ * <p>Encoding ({@link ByteOrderMark}): a UTF-8 byte order mark at the start of a file is skipped
+ * (the first record starts after it). A file that starts with a UTF-16 or UTF-32 mark is listed as
+ * exactly one record (line 1, byte 0), so it takes one slot of the plan and ends up as one dead
+ * letter ({@code UNSUPPORTED_ENCODING}): per epoch, samples + dead letters = records still holds.
  */
 public final class DatasetListing implements Serializable {
     private static final long serialVersionUID = 2L;
@@ -81,7 +87,16 @@ public final class DatasetListing implements Serializable {
             Path file = found.get(f);
             files.add(file.toString());
             base[f] = offsets.size;
-            try (JsonlLineReader reader = new JsonlLineReader(fs.open(file), maxLineBytes)) {
+            try (JsonlLineReader reader =
+                    JsonlLineReader.fromStartOfFile(fs.open(file), maxLineBytes)) {
+                ByteOrderMark bom = reader.byteOrderMark();
+                if (bom != null && !bom.isUtf8()) {
+                    // UTF-16/32: the whole file is one record, line 1 at byte 0, which the parser
+                    // rejects naming the encoding (never split into garbage records)
+                    offsets.add(0);
+                    lines.add(1);
+                    continue;
+                }
                 JsonlLineReader.Line line;
                 while ((line = reader.next()) != null) {
                     offsets.add(line.offset);
@@ -119,7 +134,7 @@ public final class DatasetListing implements Serializable {
         return files;
     }
 
-    /** Total number of records (non-blank lines) in all files. */
+    /** Total number of records in all files: non-blank lines, and one for each UTF-16/32 file. */
     public long numRecords() {
         return offsets.length;
     }

@@ -1,5 +1,6 @@
 package dev.stoker.connectors.source;
 
+import dev.stoker.operators.parse.ByteOrderMark;
 import java.io.BufferedInputStream;
 import java.io.Closeable;
 import java.io.IOException;
@@ -14,6 +15,10 @@ import java.util.Arrays;
  * maxLineBytes} is cut to that length but still counted and returned, with its original length, so
  * the parser can reject it with a reason instead of the reader failing. Both the dataset planner
  * and the source use this class, so they agree on what a record is.
+ *
+ * <p>Read from the start of a file ({@link #fromStartOfFile}), it looks for a {@link
+ * ByteOrderMark}: a UTF-8 BOM is skipped (the first line's offset is then 3); any other is reported
+ * by {@link #byteOrderMark()} and not interpreted.
  */
 public final class JsonlLineReader implements Closeable {
 
@@ -35,8 +40,9 @@ public final class JsonlLineReader implements Closeable {
         }
     }
 
-    private final InputStream in;
+    private final BufferedInputStream in;
     private final int maxLineBytes;
+    private ByteOrderMark byteOrderMark;
     private byte[] buffer = new byte[8192];
     private long lineNumber;
     private long position;
@@ -48,6 +54,34 @@ public final class JsonlLineReader implements Closeable {
         }
         this.in = new BufferedInputStream(in, 1 << 16);
         this.maxLineBytes = maxLineBytes;
+    }
+
+    /**
+     * A reader of a whole file, {@code in} at its first byte: a UTF-8 byte order mark is skipped,
+     * another one is reported by {@link #byteOrderMark()}.
+     *
+     * @throws IOException if the first bytes cannot be read
+     */
+    public static JsonlLineReader fromStartOfFile(InputStream in, int maxLineBytes)
+            throws IOException {
+        JsonlLineReader reader = new JsonlLineReader(in, maxLineBytes);
+        reader.in.mark(ByteOrderMark.MAX_LENGTH);
+        byte[] head = reader.in.readNBytes(ByteOrderMark.MAX_LENGTH);
+        reader.in.reset();
+        reader.byteOrderMark = ByteOrderMark.detect(head);
+        if (reader.byteOrderMark == ByteOrderMark.UTF_8) {
+            reader.in.skipNBytes(ByteOrderMark.UTF_8.length());
+            reader.position = ByteOrderMark.UTF_8.length();
+        }
+        return reader;
+    }
+
+    /**
+     * The byte order mark the file starts with, or {@code null} (also for a reader not made by
+     * {@link #fromStartOfFile}).
+     */
+    public ByteOrderMark byteOrderMark() {
+        return byteOrderMark;
     }
 
     /** Returns the next non-blank line, or {@code null} at end of stream. */

@@ -30,6 +30,9 @@ class S3ImageStoreITCase {
     private static final String BUCKET = "images";
     private static final String ROOT = "s3://" + BUCKET + "/data/";
 
+    /** "café.png" in NFD: "cafe" + U+0301 COMBINING ACUTE ACCENT. */
+    private static final String NFD_NAME = "cafe\u0301.png";
+
     @RegisterExtension static final LocalS3Server S3 = new LocalS3Server();
 
     @TempDir static Path dir;
@@ -41,6 +44,7 @@ class S3ImageStoreITCase {
         Files.write(dir.resolve("data/images/a.jpg"), new byte[] {1, 2, 3});
         Files.write(dir.resolve("data/images/big.jpg"), new byte[1000]);
         Files.write(dir.resolve("other/secret.jpg"), new byte[] {9});
+        Files.write(dir.resolve("data/images/" + NFD_NAME), new byte[] {7});
         S3.uploadDirectory(dir, BUCKET, "");
     }
 
@@ -131,7 +135,7 @@ class S3ImageStoreITCase {
     }
 
     @Test
-    void keysOutsideTheDatasetPrefixAreRejectedBeforeAnyRequest() {
+    void keysOutsideTheImageRootAreRejectedBeforeAnyRequest() {
         S3FetchMetrics metrics = metrics();
         try (S3ImageStore store = store(S3.clientSettings(), metrics)) {
             for (String path :
@@ -147,6 +151,30 @@ class S3ImageStoreITCase {
             }
         }
         assertThat(metrics.latencyMs().getCount()).isZero();
+    }
+
+    /**
+     * Keys are the paths as written: the NFD key is found by its NFD spelling; the NFC spelling
+     * ("caf" + U+00E9) is another key, a 404 whose message names the key and the spelling that
+     * exists.
+     */
+    @Test
+    void keysAreMatchedAsWrittenWithoutUnicodeNormalization() {
+        String nfc = "images/caf\u00e9.png";
+        assertThat(
+                        java.text.Normalizer.normalize(
+                                "images/" + NFD_NAME, java.text.Normalizer.Form.NFC))
+                .isEqualTo(nfc);
+        try (S3ImageStore store = store(S3.clientSettings(), metrics())) {
+            assertThat(store.read("images/" + NFD_NAME).join()).containsExactly(7);
+            RejectedRecordException e = rejection(store, nfc);
+            assertThat(e.reason()).isEqualTo(RejectReason.IMAGE_NOT_FOUND);
+            assertThat(e.getMessage())
+                    .contains("s3://images/data/" + nfc, "404")
+                    .contains("'images/" + NFD_NAME + "'", "without Unicode normalization");
+            assertThat(rejection(store, "images/na\u00efve.png").getMessage())
+                    .doesNotContain("normalization");
+        }
     }
 
     @Test

@@ -3,11 +3,18 @@ package dev.stoker.connectors.source;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
+import dev.stoker.operators.model.JsonlLine;
+import dev.stoker.operators.parse.ByteOrderMark;
 import java.io.IOException;
+import java.nio.charset.Charset;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.Arrays;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
 
 class DatasetListingTest {
 
@@ -79,5 +86,67 @@ class DatasetListingTest {
                                         "*.jsonl",
                                         1024))
                 .hasMessageContaining("does not exist");
+    }
+
+    /**
+     * A UTF-8 byte order mark at the start of a file is skipped: the first record starts after it
+     * (a mark alone on the first line leaves a blank line, not a record), and the source reads the
+     * record without it. Files are written with the JDK's encoders.
+     */
+    @Test
+    void utf8ByteOrderMarkAtTheStartOfAFileIsSkipped() throws IOException {
+        Files.writeString(dir.resolve("a.jsonl"), "\uFEFF{\"a\": 1}\n{\"a\": 2}\n");
+        Files.writeString(dir.resolve("b.jsonl"), "\uFEFF\n{\"b\": 1}\n");
+
+        DatasetListing listing = scan();
+
+        assertThat(listing.numRecords()).isEqualTo(3);
+        assertLocation(listing.locate(0), 0, 3, 1);
+        assertLocation(listing.locate(1), 0, 12, 2);
+        assertLocation(listing.locate(2), 1, 4, 2);
+        RecordLineReader reader = new RecordLineReader(listing, 1024, 1 << 20);
+        assertThat(text(reader.read(0, 0))).isEqualTo("{\"a\": 1}");
+        assertThat(text(reader.read(2, 2))).isEqualTo("{\"b\": 1}");
+        RecordLineReader uncached = new RecordLineReader(listing, 1024, 0);
+        assertThat(text(uncached.read(0, 0))).isEqualTo("{\"a\": 1}");
+    }
+
+    /**
+     * A file with a UTF-16 or UTF-32 byte order mark is one record (line 1, byte 0), whatever its
+     * number of lines, and the source hands the parser its first bytes, mark included, so the
+     * parser can reject it naming the encoding; the UTF-8 file beside it is split as usual.
+     */
+    @ParameterizedTest
+    @CsvSource({
+        "UTF-16, UTF_16BE",
+        "x-UTF-16LE-BOM, UTF_16LE",
+        "X-UTF-32BE-BOM, UTF_32BE",
+        "X-UTF-32LE-BOM, UTF_32LE"
+    })
+    void utf16Or32FileIsOneRecordStartingWithItsMark(String jdkCharset, ByteOrderMark expected)
+            throws IOException {
+        byte[] utf16Or32 =
+                "{\"a\": 1}\n{\"a\": 2}\n{\"a\": 3}\n".getBytes(Charset.forName(jdkCharset));
+        Files.write(dir.resolve("a.jsonl"), utf16Or32);
+        Files.writeString(dir.resolve("b.jsonl"), "{\"b\": 1}\n{\"b\": 2}\n");
+
+        DatasetListing listing = scan();
+
+        assertThat(listing.numRecords()).isEqualTo(3);
+        assertLocation(listing.locate(0), 0, 0, 1);
+        assertLocation(listing.locate(1), 1, 0, 1);
+        assertLocation(listing.locate(2), 1, 9, 2);
+        JsonlLine first = new RecordLineReader(listing, 1024, 1 << 20).read(0, 0);
+        assertThat(first.ref.line).isEqualTo(1);
+        assertThat(first.bytes).startsWith(Arrays.copyOf(utf16Or32, expected.length()));
+        assertThat(ByteOrderMark.detect(first.bytes)).isEqualTo(expected);
+    }
+
+    private DatasetListing scan() throws IOException {
+        return DatasetListing.scan(new org.apache.flink.core.fs.Path(dir.toUri()), "*.jsonl", 1024);
+    }
+
+    private static String text(JsonlLine line) {
+        return new String(line.bytes, StandardCharsets.UTF_8);
     }
 }

@@ -7,6 +7,8 @@ package dev.stoker.operators.model;
 public enum RejectReason {
     LINE_TOO_LONG(Stage.PARSE),
     INVALID_UTF8(Stage.PARSE),
+    /** A JSONL file in UTF-16 or UTF-32 (by its byte order mark): one dead letter for the file. */
+    UNSUPPORTED_ENCODING(Stage.PARSE),
     MALFORMED_JSON(Stage.PARSE),
     INVALID_RECORD(Stage.PARSE),
     PLACEHOLDER_MISMATCH(Stage.PARSE),

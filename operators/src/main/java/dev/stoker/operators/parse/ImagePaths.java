@@ -5,8 +5,11 @@ import dev.stoker.operators.model.RejectedRecordException;
 import java.util.regex.Pattern;
 
 /**
- * Checks that an image path from a record is a plain relative path that stays under the dataset
- * root, so that no record can make the job read outside it.
+ * Checks that an image path from a record is a plain relative path that stays under the image root
+ * ({@code stoker.image.root}, by default the dataset root), so that no record can make the job read
+ * outside it. The check is on the path alone, so it holds for any root; the fetch checks the
+ * resolved path again. Paths are kept as written: no Unicode normalization (S3 keys and POSIX file
+ * names are byte strings, and the NFC and NFD spellings of a name are different objects).
  */
 final class ImagePaths {
     /**
@@ -22,7 +25,7 @@ final class ImagePaths {
      *
      * @throws RejectedRecordException {@link RejectReason#INVALID_RECORD} for an empty path, {@link
      *     RejectReason#UNSAFE_PATH} for an absolute path, a URL scheme, a backslash, a control
-     *     character or {@code ..} segments that leave the dataset root
+     *     character or {@code ..} segments that leave the image root
      */
     static String requireSafe(String path, String where) throws RejectedRecordException {
         if (path.isBlank()) {
@@ -39,20 +42,18 @@ final class ImagePaths {
             throw unsafe(
                     path,
                     where,
-                    "has a URL scheme or drive prefix; only paths relative to the dataset root are allowed");
+                    "has a URL scheme or drive prefix; only paths relative to the image root are allowed");
         }
         if (path.startsWith("/")) {
             throw unsafe(
-                    path,
-                    where,
-                    "is absolute; only paths relative to the dataset root are allowed");
+                    path, where, "is absolute; only paths relative to the image root are allowed");
         }
         int depth = 0;
         for (String segment : path.split("/", -1)) {
             if (segment.equals("..")) {
                 depth--;
                 if (depth < 0) {
-                    throw unsafe(path, where, "escapes the dataset root with '..'");
+                    throw unsafe(path, where, "escapes the image root with '..'");
                 }
             } else if (!segment.isEmpty() && !segment.equals(".")) {
                 depth++;

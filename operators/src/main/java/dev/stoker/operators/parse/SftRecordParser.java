@@ -18,8 +18,11 @@ import java.io.Serializable;
 /**
  * Turns one JSONL line into a validated {@link SftRecord}; pure and thread-safe.
  *
- * <p>Steps: reject a line the source cut ({@link RejectReason#LINE_TOO_LONG}); decode strict UTF-8
- * ({@link RejectReason#INVALID_UTF8} with the byte offset; a leading BOM is stripped); parse JSON
+ * <p>Steps: reject the first line of a file that starts with a UTF-16 or UTF-32 byte order mark,
+ * which the source lists as one record for the whole file ({@link
+ * RejectReason#UNSUPPORTED_ENCODING}, see {@link ByteOrderMark}); reject a line the source cut
+ * ({@link RejectReason#LINE_TOO_LONG}); decode strict UTF-8 ({@link RejectReason#INVALID_UTF8} with
+ * the byte offset; the source has already skipped a UTF-8 BOM at the start of a file); parse JSON
  * with Jackson ({@link RejectReason#MALFORMED_JSON} with Jackson's message and column: syntax
  * errors, unescaped control characters, duplicate keys, trailing content); reject lone surrogate
  * escapes such as {@code \ud800} ({@link RejectReason#INVALID_RECORD}, "invalid Unicode scalar");
@@ -56,6 +59,7 @@ public class SftRecordParser implements Serializable {
      */
     public SftRecord parse(JsonlLine line) throws RejectedRecordException {
         RecordRef ref = line.ref;
+        requireUtf8File(line);
         try {
             if (line.isTruncated()) {
                 throw new RejectedRecordException(
@@ -92,6 +96,29 @@ public class SftRecordParser implements Serializable {
                 ref = ref.withRecordId(LeadingId.read(line.bytes));
             }
             throw new RecordParseException(ref, e);
+        }
+    }
+
+    /**
+     * Rejects the first line of a file that starts with a UTF-16 or UTF-32 byte order mark: the
+     * source lists such a file as this one record, so its dead letter stands for the whole file. No
+     * record id is read from it (Jackson would decode its first line as UTF-16/32).
+     */
+    private static void requireUtf8File(JsonlLine line) throws RecordParseException {
+        ByteOrderMark bom = line.ref.line == 1 ? ByteOrderMark.detect(line.bytes) : null;
+        if (bom != null && !bom.isUtf8()) {
+            throw new RecordParseException(
+                    line.ref,
+                    new RejectedRecordException(
+                            RejectReason.UNSUPPORTED_ENCODING,
+                            "file "
+                                    + line.ref.file
+                                    + " is "
+                                    + bom.encoding()
+                                    + " (it starts with the byte order mark "
+                                    + bom.hex()
+                                    + "); JSONL must be UTF-8, so the whole file is skipped as"
+                                    + " this one record: re-encode it as UTF-8"));
         }
     }
 

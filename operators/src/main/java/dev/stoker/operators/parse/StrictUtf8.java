@@ -14,12 +14,11 @@ import java.nio.charset.StandardCharsets;
  * surrogates and overlong forms) are reported, never replaced with U+FFFD.
  */
 final class StrictUtf8 {
-    private static final char BOM = '\uFEFF';
-
     private StrictUtf8() {}
 
     /**
-     * Decodes {@code bytes} and strips one leading byte order mark.
+     * Decodes {@code bytes} as they are: a U+FEFF is kept as a character (the source skips a UTF-8
+     * byte order mark only at the start of a file, see {@link ByteOrderMark}).
      *
      * @throws RejectedRecordException {@link RejectReason#INVALID_UTF8} naming the byte offset and
      *     the offending bytes
@@ -46,9 +45,6 @@ final class StrictUtf8 {
                             + hex(bytes, offset, result.length()));
         }
         out.flip();
-        if (out.hasRemaining() && out.charAt(0) == BOM) {
-            out.position(1);
-        }
         return out.toString();
     }
 

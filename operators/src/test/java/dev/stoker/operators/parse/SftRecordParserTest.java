@@ -193,12 +193,69 @@ class SftRecordParserTest {
     }
 
     @Test
-    void bomIsStrippedAndCarriageReturnTolerated() throws Exception {
+    void carriageReturnTolerated() throws Exception {
         String json =
                 "{\"id\": 7, \"conversations\": [{\"from\": \"human\", \"value\": \"Hi\"}, {\"from\": \"gpt\", \"value\": \"Hello\"}]}";
-        SftRecord r = parser.parse(line(("\uFEFF" + json + "\r").getBytes(StandardCharsets.UTF_8)));
+        SftRecord r = parser.parse(line((json + "\r").getBytes(StandardCharsets.UTF_8)));
         assertThat(r.ref.recordId).isEqualTo("7");
         assertThat(r.images).isEmpty();
+    }
+
+    /**
+     * The source skips a UTF-8 BOM at the start of a file only; a U+FEFF that starts any record the
+     * parser sees is text, and JSON does not allow it before a value.
+     */
+    @Test
+    void aByteOrderMarkInsideTheFileIsNotSkipped() {
+        String json =
+                "{\"id\": 7, \"conversations\": [{\"from\": \"human\", \"value\": \"Hi\"}, {\"from\": \"gpt\", \"value\": \"Hello\"}]}";
+        assertRejected(
+                ("\uFEFF" + json).getBytes(StandardCharsets.UTF_8),
+                RejectReason.MALFORMED_JSON,
+                "malformed JSON at column 1");
+    }
+
+    /**
+     * Line 1 of a UTF-16/32 file (which the source lists as the file's only record): one rejection
+     * naming the file and the encoding, and no record id, although Jackson could decode the first
+     * line's id from UTF-16.
+     */
+    @ParameterizedTest
+    @CsvSource({
+        "UTF-16, UTF-16BE, FE FF",
+        "x-UTF-16LE-BOM, UTF-16LE, FF FE",
+        "X-UTF-32BE-BOM, UTF-32BE, 00 00 FE FF",
+        "X-UTF-32LE-BOM, UTF-32LE, FF FE 00 00"
+    })
+    void firstLineOfAUtf16Or32FileIsRejectedNamingFileAndEncoding(
+            String jdkCharset, String encoding, String mark) {
+        String json =
+                "{\"id\": \"u-1\", \"conversations\": [{\"from\": \"human\", \"value\": \"Hi\"}, {\"from\": \"gpt\", \"value\": \"Yo\"}]}";
+        byte[] bytes = json.getBytes(java.nio.charset.Charset.forName(jdkCharset));
+        JsonlLine first =
+                new JsonlLine(new RecordRef("s3://b/u.jsonl", 1, 0, null), bytes, 1 << 20);
+        assertThatThrownBy(() -> parser.parse(first))
+                .isInstanceOfSatisfying(
+                        RecordParseException.class,
+                        e -> {
+                            assertThat(e.reason()).isEqualTo(RejectReason.UNSUPPORTED_ENCODING);
+                            assertThat(e.reason().stage())
+                                    .isEqualTo(dev.stoker.operators.model.Stage.PARSE);
+                            assertThat(e.getMessage())
+                                    .contains(
+                                            "file s3://b/u.jsonl is " + encoding,
+                                            "byte order mark " + mark,
+                                            "JSONL must be UTF-8");
+                            assertThat(e.ref().recordId).isNull();
+                        });
+        // the same bytes further down a file are just not UTF-8 (the source checks file starts)
+        JsonlLine later = new JsonlLine(new RecordRef("u.jsonl", 5, 4, null), bytes, bytes.length);
+        assertThatThrownBy(() -> parser.parse(later))
+                .isInstanceOfSatisfying(
+                        RejectedRecordException.class,
+                        e ->
+                                assertThat(e.reason())
+                                        .isNotEqualTo(RejectReason.UNSUPPORTED_ENCODING));
     }
 
     @Test
