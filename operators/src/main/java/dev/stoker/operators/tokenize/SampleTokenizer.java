@@ -128,7 +128,7 @@ public final class SampleTokenizer {
                         tooLong
                                 + "; truncated to "
                                 + cut
-                                + " tokens no trained token is left (policy TRUNCATE)");
+                                + " tokens, no trained token is left (policy TRUNCATE)");
             }
         }
         return new TokenizedSample(
