@@ -8,9 +8,9 @@ import org.apache.flink.configuration.ConfigOption;
 import org.apache.flink.configuration.Configuration;
 
 /**
- * The model preset ({@link StokerOptions#MODEL_PRESET}) with the {@code stoker.image.*} and {@code
- * stoker.template.*} overrides applied: the vision config of the image stage and the chat template
- * of the tokenize stage.
+ * The model preset ({@link StokerOptions#MODEL_PRESET}) with the {@code stoker.image.*}, {@code
+ * stoker.template.*} and {@code stoker.max-seq-len} overrides applied: the vision config of the
+ * image stage, the chat template and the maximum sequence length of the tokenize stage.
  */
 final class ModelOptions {
     private ModelOptions() {}
@@ -64,6 +64,15 @@ final class ModelOptions {
         return conf.getOptional(StokerOptions.DEFAULT_SYSTEM_PROMPT)
                 .map(prompt -> new QwenChatTemplate(prompt.isEmpty() ? null : prompt))
                 .orElseGet(preset::chatTemplate);
+    }
+
+    /**
+     * {@link StokerOptions#MAX_SEQ_LEN}, or the preset's {@code max_position_embeddings}.
+     *
+     * @throws IllegalArgumentException when the value is below 1
+     */
+    static int maxSeqLen(Configuration conf) {
+        return positive(conf, StokerOptions.MAX_SEQ_LEN, preset(conf).maxPositionEmbeddings());
     }
 
     private static int positive(Configuration conf, ConfigOption<Integer> option, int preset) {

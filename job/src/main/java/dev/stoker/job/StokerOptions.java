@@ -3,6 +3,7 @@ package dev.stoker.job;
 import dev.stoker.connectors.fetch.TransientFailurePolicy;
 import dev.stoker.connectors.shm.PixelDtype;
 import dev.stoker.operators.preset.ModelPreset;
+import dev.stoker.operators.tokenize.SequenceLengthPolicy;
 import java.time.Duration;
 import java.util.List;
 import org.apache.flink.configuration.ConfigOption;
@@ -280,6 +281,29 @@ public final class StokerOptions {
                             "System prompt the chat template inserts before a conversation that has none;"
                                     + " an empty value inserts none (preset: 'You are a helpful assistant.' for"
                                     + " Qwen2/2.5-VL, none for Qwen3-VL).");
+
+    public static final ConfigOption<Integer> MAX_SEQ_LEN =
+            ConfigOptions.key("stoker.max-seq-len")
+                    .intType()
+                    .noDefaultValue()
+                    .withDescription(
+                            "Most tokens (input_ids, image tokens included) a sample may have; longer ones"
+                                    + " follow stoker.max-seq-len.policy (preset: the model's"
+                                    + " max_position_embeddings, 32768 for Qwen2-VL, 128000 for Qwen2.5-VL,"
+                                    + " 262144 for Qwen3-VL, the longest row the model can take; set your"
+                                    + " training context length, e.g. 8192, to bound memory per row).");
+
+    public static final ConfigOption<SequenceLengthPolicy> MAX_SEQ_LEN_POLICY =
+            ConfigOptions.key("stoker.max-seq-len.policy")
+                    .enumType(SequenceLengthPolicy.class)
+                    .defaultValue(SequenceLengthPolicy.DROP)
+                    .withDescription(
+                            "What a sample longer than stoker.max-seq-len becomes: DROP (dead-lettered"
+                                    + " SEQUENCE_TOO_LONG with its length and the limit; the slot is back-filled)"
+                                    + " or TRUNCATE (input_ids and labels cut at the limit, never inside an"
+                                    + " image: a cut in an image block moves before its <|vision_start|>, and"
+                                    + " that image and all later ones are left out; SEQUENCE_TOO_LONG if no"
+                                    + " trained token is left).");
 
     public static final ConfigOption<Long> MAX_SOURCE_PIXELS =
             ConfigOptions.key("stoker.image.max-source-pixels")

@@ -152,7 +152,9 @@ public final class StokerPipeline {
                                 new TokenizeFunction(
                                         conf.get(StokerOptions.TOKENIZER_PATH),
                                         vision.mergeSize,
-                                        ModelOptions.chatTemplate(conf)))
+                                        ModelOptions.chatTemplate(conf),
+                                        ModelOptions.maxSeqLen(conf),
+                                        conf.get(StokerOptions.MAX_SEQ_LEN_POLICY)))
                         .name("tokenize")
                         .uid("tokenize");
 

@@ -3,7 +3,9 @@ package dev.stoker.job;
 import static org.assertj.core.api.Assertions.assertThat;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import dev.stoker.operators.batch.BatchPlan;
 import dev.stoker.operators.model.RejectReason;
+import dev.stoker.operators.tokenize.SequenceLengthPolicy;
 import java.io.IOException;
 import java.net.URI;
 import java.nio.file.Path;
@@ -319,21 +321,55 @@ class BadInputsITCase {
         assertThat(o.sample("enc-11-last-line-no-newline").line()).isEqualTo(11);
     }
 
+    /**
+     * The 5.2M-character answer parses (no parser default rejects it) and then meets the token
+     * limit: with the default {@code stoker.max-seq-len} (qwen2-vl: 32768) and policy DROP it is a
+     * {@code SEQUENCE_TOO_LONG} dead letter naming its length and the limit, its slot is
+     * back-filled, and every rank still gets every step with B rows.
+     */
     @Test
     void longLines() throws Exception {
         Configuration conf = new Configuration();
         conf.set(StokerOptions.MAX_LINE_LENGTH, MemorySize.ofMebiBytes(8));
         Outcome o = run("long-lines", conf);
-        o.assertBatched("long-0-ok", "long-1-5.2M-chars", "long-3-ok-after");
+        o.assertBatched("long-0-ok", "long-3-ok-after");
         o.assertDead(
                 "long-2-9M-chars",
                 RejectReason.LINE_TOO_LONG,
                 "record larger than 8 MiB",
                 "line of 9000164 bytes",
                 "maximum line length of 8388608 bytes");
+        o.assertDead(
+                "long-1-5.2M-chars",
+                RejectReason.SEQUENCE_TOO_LONG,
+                "tokens > max-seq-len 32768 (policy DROP)");
+        String message = o.dead.get("long-1-5.2M-chars").get("message").asText();
+        long length = Long.parseLong(message.replaceAll("^sequence of (\\d+) tokens .*$", "$1"));
+        assertThat(length).as("tokens of the 5.2M-char record").isGreaterThan(500_000);
+        o.assertEveryRankGetsEveryStep();
+        JsonNode dead = o.dead.get("long-1-5.2M-chars");
+        long index = dead.get("sample_index").asLong();
+        assertThat(
+                        o.batch(o.run.plan().stepOf(index), o.run.plan().rankOf(index))
+                                .backfilledSlots())
+                .as("slot of the dropped sample is back-filled")
+                .contains(o.run.plan().slotOf(index));
+    }
+
+    /** The same case with policy TRUNCATE: the long answer is cut to exactly 32768 tokens. */
+    @Test
+    void longLinesTruncated() throws Exception {
+        Configuration conf = new Configuration();
+        conf.set(StokerOptions.MAX_LINE_LENGTH, MemorySize.ofMebiBytes(8));
+        conf.set(StokerOptions.MAX_SEQ_LEN_POLICY, SequenceLengthPolicy.TRUNCATE);
+        Outcome o = run("long-lines", conf);
+        o.assertBatched("long-0-ok", "long-1-5.2M-chars", "long-3-ok-after");
+        o.assertDead("long-2-9M-chars", RejectReason.LINE_TOO_LONG, "record larger than 8 MiB");
         assertThat(o.sample("long-1-5.2M-chars").tokens())
-                .as("the 5.2M-char answer is kept whole")
-                .isGreaterThan(500_000);
+                .as("the 5.2M-char answer is truncated to stoker.max-seq-len")
+                .isEqualTo(32768);
+        o.assertGridCount("long-1-5.2M-chars", 1);
+        o.assertEveryRankGetsEveryStep();
     }
 
     @Test
@@ -471,6 +507,24 @@ class BadInputsITCase {
 
         void assertGridCount(String id, int images) {
             assertThat(grids(id)).as("images of %s", id).hasSize(images);
+        }
+
+        /** Every rank has a batch file for every step of the plan, each with B rows. */
+        void assertEveryRankGetsEveryStep() {
+            BatchPlan plan = run.plan();
+            assertThat(run.batches()).hasSize((int) (plan.numSteps() * plan.worldSize()));
+            for (JobRun.Batch b : run.batches()) {
+                assertThat(b.rows())
+                        .as("rows of batch (step %d, rank %d)", b.step(), b.rank())
+                        .isEqualTo(plan.microBatchSize());
+            }
+        }
+
+        JobRun.Batch batch(long step, int rank) {
+            return run.batches().stream()
+                    .filter(b -> b.step() == step && b.rank() == rank)
+                    .findFirst()
+                    .orElseThrow();
         }
     }
 }

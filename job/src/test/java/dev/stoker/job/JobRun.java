@@ -54,13 +54,20 @@ final class JobRun {
             List<long[]> gridThw,
             int tokens) {}
 
+    /**
+     * One batch file: its rows and the slots back-filled with a copy (listed in {@code
+     * stoker.backfilled_slots}).
+     */
+    record Batch(int rank, long step, int rows, Set<Integer> backfilledSlots) {}
+
     /** What one run wrote; {@code counts} is the job's accounting summary. */
     record Result(
             Path jobDir,
             BatchPlan plan,
             String counts,
             List<Sample> samples,
-            List<JsonNode> deadLetters) {
+            List<JsonNode> deadLetters,
+            List<Batch> batches) {
         /** Sample index -> batched sample. */
         Map<Long, Sample> samplesByIndex() {
             Map<Long, Sample> out = new HashMap<>();
@@ -176,6 +183,7 @@ final class JobRun {
         Path generationDir = generationDir(jobDir);
 
         List<Sample> samples = new ArrayList<>();
+        List<Batch> batches = new ArrayList<>();
         for (int rank = 0; rank < worldSize; rank++) {
             for (long step = 0; step < plan.numSteps(); step++) {
                 Path file =
@@ -183,11 +191,16 @@ final class JobRun {
                                 .resolve("rank-" + rank)
                                 .resolve(String.format("step-%010d.arrow", step));
                 assertThat(file).as("batch (step %d, rank %d)", step, rank).exists();
-                readSamples(file, rank, step, samples);
+                batches.add(readSamples(file, rank, step, samples));
             }
         }
         return new Result(
-                jobDir, plan, counts, samples, readDeadLetters(jobDir.resolve("dead-letters")));
+                jobDir,
+                plan,
+                counts,
+                samples,
+                readDeadLetters(jobDir.resolve("dead-letters")),
+                batches);
     }
 
     /** The current generation's directory, named by the job directory's manifest. */
@@ -266,14 +279,16 @@ final class JobRun {
         return ids;
     }
 
-    private static void readSamples(Path file, int rank, long step, List<Sample> out)
+    private static Batch readSamples(Path file, int rank, long step, List<Sample> out)
             throws IOException {
+        int rows = 0;
+        Set<Integer> backfilled = new HashSet<>();
         try (RootAllocator allocator = new RootAllocator();
                 ArrowFileReader reader = new ArrowFileReader(FileChannel.open(file), allocator)) {
             while (reader.loadNextBatch()) {
                 VectorSchemaRoot root = reader.getVectorSchemaRoot();
                 BigIntVector index = (BigIntVector) root.getVector("sample_index");
-                Set<Integer> backfilled = new HashSet<>();
+                rows += root.getRowCount();
                 for (String slot :
                         root.getSchema()
                                 .getCustomMetadata()
@@ -316,6 +331,7 @@ final class JobRun {
                 }
             }
         }
+        return new Batch(rank, step, rows, backfilled);
     }
 
     private static List<JsonNode> readDeadLetters(Path dir) throws IOException {

@@ -3,6 +3,10 @@ package dev.stoker.operators.model;
 /**
  * Why a record was rejected: a stable, machine-readable code (used as a metric name suffix and in
  * the dead-letter output) plus the stage it belongs to.
+ *
+ * <p>{@link #SEQUENCE_TOO_LONG}: the tokenized sample is longer than {@code stoker.max-seq-len}
+ * (policy {@code DROP}), or nothing trainable is left after truncating it to that length (policy
+ * {@code TRUNCATE}); the message names the sample's length and the limit.
  */
 public enum RejectReason {
     LINE_TOO_LONG(Stage.PARSE),
@@ -22,7 +26,8 @@ public enum RejectReason {
     IMAGE_TOO_MANY_PIXELS(Stage.DECODE),
     IMAGE_TOO_SMALL(Stage.PREPROCESS),
     EXTREME_ASPECT_RATIO(Stage.PREPROCESS),
-    TOKENIZATION_FAILED(Stage.TOKENIZE);
+    TOKENIZATION_FAILED(Stage.TOKENIZE),
+    SEQUENCE_TOO_LONG(Stage.TOKENIZE);
 
     private final Stage stage;
 

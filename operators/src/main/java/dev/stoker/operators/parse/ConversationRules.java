@@ -5,7 +5,6 @@ import dev.stoker.operators.model.ContentPart;
 import dev.stoker.operators.model.RejectReason;
 import dev.stoker.operators.model.RejectedRecordException;
 import dev.stoker.operators.model.SftRecord;
-import java.util.List;
 
 /**
  * Structural rules a normalised conversation must satisfy before it can become a training sample.
@@ -15,22 +14,14 @@ import java.util.List;
  *       assistant turns alternate, starting with user and ending with assistant (a trailing user
  *       turn is not dropped: the record is rejected);
  *   <li>no assistant turn is empty or whitespace-only (it would have no trainable answer tokens);
- *   <li>images occur only in user turns;
- *   <li>no text contains a Qwen vision token, which would desynchronise image pads and images.
+ *   <li>images occur only in user turns.
  * </ul>
+ *
+ * <p>Text may contain the strings of special tokens ({@code <|im_end|>}, {@code <|image_pad|>},
+ * ...): the tokenizer encodes message text as text, so they cannot become control or image tokens
+ * ({@code QwenChatTemplate}).
  */
 final class ConversationRules {
-    /**
-     * Token strings that the tokenizer would turn into vision ids if they appeared in dataset text.
-     */
-    static final List<String> VISION_TOKENS =
-            List.of(
-                    "<|vision_start|>",
-                    "<|vision_end|>",
-                    "<|vision_pad|>",
-                    "<|image_pad|>",
-                    "<|video_pad|>");
-
     private ConversationRules() {}
 
     /**
@@ -38,7 +29,7 @@ final class ConversationRules {
      *
      * @throws RejectedRecordException {@link RejectReason#INVALID_RECORD} for missing turns, roles
      *     out of order and empty answers; {@link RejectReason#PLACEHOLDER_MISMATCH} for images
-     *     outside user turns and vision tokens in text
+     *     outside user turns
      */
     static void check(SftRecord record) throws RejectedRecordException {
         ChatMessage[] messages = record.messages;
@@ -90,17 +81,6 @@ final class ConversationRules {
                                     + " (images are only allowed in user turns)");
                 }
                 continue;
-            }
-            for (String token : VISION_TOKENS) {
-                if (part.text.contains(token)) {
-                    throw new RejectedRecordException(
-                            RejectReason.PLACEHOLDER_MISMATCH,
-                            message.role
-                                    + " turn "
-                                    + turn
-                                    + " text contains the reserved vision token "
-                                    + token);
-                }
             }
             text.append(part.text);
         }

@@ -8,19 +8,22 @@ import java.util.stream.Collectors;
 
 /**
  * The preprocessing of one Qwen-VL model family as its Hugging Face processor config defines it:
- * the image processor values of the model's {@code preprocessor_config.json} and the chat-template
- * details of its {@code chat_template.json}.
+ * the image processor values of the model's {@code preprocessor_config.json}, the chat-template
+ * details of its {@code chat_template.json} and the {@code max_position_embeddings} of its {@code
+ * config.json}.
  *
  * <table>
  *   <caption>Values and their source (Hugging Face hub, files as published with the models)</caption>
  *   <tr><th>preset</th><th>patch / temporal / merge</th><th>min / max pixels</th>
- *       <th>image_mean / image_std</th><th>default system prompt</th><th>source</th></tr>
+ *       <th>image_mean / image_std</th><th>default system prompt</th>
+ *       <th>max_position_embeddings</th><th>source</th></tr>
  *   <tr><td>{@code qwen2-vl}</td><td>14 / 2 / 2</td><td>3136 / 12845056</td><td>CLIP</td>
- *       <td>"You are a helpful assistant."</td><td>Qwen/Qwen2-VL-7B-Instruct</td></tr>
+ *       <td>"You are a helpful assistant."</td><td>32768</td><td>Qwen/Qwen2-VL-7B-Instruct</td></tr>
  *   <tr><td>{@code qwen2.5-vl}</td><td>14 / 2 / 2</td><td>3136 / 12845056</td><td>CLIP</td>
- *       <td>"You are a helpful assistant."</td><td>Qwen/Qwen2.5-VL-7B-Instruct</td></tr>
+ *       <td>"You are a helpful assistant."</td><td>128000</td><td>Qwen/Qwen2.5-VL-7B-Instruct</td></tr>
  *   <tr><td>{@code qwen3-vl}</td><td>16 / 2 / 2</td><td>65536 / 16777216 ({@code size.shortest_edge
- *       / longest_edge})</td><td>0.5 / 0.5</td><td>none</td><td>Qwen/Qwen3-VL-8B-Instruct</td></tr>
+ *       / longest_edge})</td><td>0.5 / 0.5</td><td>none</td><td>262144 ({@code text_config})</td>
+ *       <td>Qwen/Qwen3-VL-8B-Instruct</td></tr>
  * </table>
  *
  * <p>CLIP mean/std are {@code (0.48145466, 0.4578275, 0.40821073)} / {@code (0.26862954,
@@ -31,10 +34,23 @@ import java.util.stream.Collectors;
  * scripts/golden/make_golden.py}; see {@code docs/parity.md}.
  */
 public enum ModelPreset {
-    QWEN2_VL("qwen2-vl", 14, 3136, 12_845_056, Norm.CLIP, QwenChatTemplate.DEFAULT_SYSTEM_PROMPT),
+    QWEN2_VL(
+            "qwen2-vl",
+            14,
+            3136,
+            12_845_056,
+            Norm.CLIP,
+            QwenChatTemplate.DEFAULT_SYSTEM_PROMPT,
+            32_768),
     QWEN2_5_VL(
-            "qwen2.5-vl", 14, 3136, 12_845_056, Norm.CLIP, QwenChatTemplate.DEFAULT_SYSTEM_PROMPT),
-    QWEN3_VL("qwen3-vl", 16, 65_536, 16_777_216, Norm.HALF, null);
+            "qwen2.5-vl",
+            14,
+            3136,
+            12_845_056,
+            Norm.CLIP,
+            QwenChatTemplate.DEFAULT_SYSTEM_PROMPT,
+            128_000),
+    QWEN3_VL("qwen3-vl", 16, 65_536, 16_777_216, Norm.HALF, null, 262_144);
 
     /** The preset of the {@code stoker.model.preset} default. */
     public static final ModelPreset DEFAULT = QWEN2_VL;
@@ -45,6 +61,7 @@ public enum ModelPreset {
     private final long maxPixels;
     private final Norm norm;
     private final String defaultSystemPrompt;
+    private final int maxPositionEmbeddings;
 
     ModelPreset(
             String key,
@@ -52,13 +69,15 @@ public enum ModelPreset {
             long minPixels,
             long maxPixels,
             Norm norm,
-            String defaultSystemPrompt) {
+            String defaultSystemPrompt,
+            int maxPositionEmbeddings) {
         this.key = key;
         this.patchSize = patchSize;
         this.minPixels = minPixels;
         this.maxPixels = maxPixels;
         this.norm = norm;
         this.defaultSystemPrompt = defaultSystemPrompt;
+        this.maxPositionEmbeddings = maxPositionEmbeddings;
     }
 
     /** The option value naming this preset, e.g. {@code qwen2.5-vl}. */
@@ -108,6 +127,15 @@ public enum ModelPreset {
      */
     public String defaultSystemPrompt() {
         return defaultSystemPrompt;
+    }
+
+    /**
+     * The model's {@code max_position_embeddings} (its language model's {@code config.json}): the
+     * longest sequence, in tokens, its positions are configured for; the default maximum sequence
+     * length of a sample.
+     */
+    public int maxPositionEmbeddings() {
+        return maxPositionEmbeddings;
     }
 
     /** This preset's chat template. */

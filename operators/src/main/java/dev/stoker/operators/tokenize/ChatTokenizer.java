@@ -1,20 +1,39 @@
 package dev.stoker.operators.tokenize;
 
 import ai.djl.huggingface.tokenizers.HuggingFaceTokenizer;
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.io.ByteArrayInputStream;
 import java.io.IOException;
+import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 
 /**
  * A Qwen tokenizer loaded from a Hugging Face {@code tokenizer.json} through the DJL binding, and
- * the encoding of rendered chat turns into {@code input_ids} and {@code labels}.
+ * the encoding of rendered chat turns ({@link TemplateTurn}) into {@code input_ids} and {@code
+ * labels}.
  *
- * <p>Encoding matches HF {@code tokenizer(text, add_special_tokens=False)}: no special tokens are
- * added, added tokens such as {@code <|im_start|>} are recognised in the text, and truncation is
- * off (DJL otherwise silently truncates to 512 tokens). Image blocks are appended as ids ({@code
- * 151652}, N x {@code 151655}, {@code 151653}) instead of encoding N pad strings.
+ * <p>Special tokens enter {@code input_ids} only as ids the template emits ({@link
+ * TemplateTurn.Special}, {@link TemplateTurn.Image}); text is encoded by {@link #encodeText}, which
+ * does not match the special added tokens ({@code "special": true} in {@code tokenizer.json}:
+ * {@code <|endoftext|>}, {@code <|im_start|>}, {@code <|im_end|>}, the vision and box tokens):
+ * their strings in dataset text are encoded as text, as Hugging Face {@code tokenizer(text,
+ * add_special_tokens=False, split_special_tokens=True)} does. The non-special added tokens (Qwen3's
+ * {@code <think>}, {@code <tool_call>}, ...) are still matched, as Hugging Face matches them in
+ * either mode. Truncation is off (DJL otherwise silently truncates to 512 tokens).
+ *
+ * <p>DJL's binding has no switch for {@code split_special_tokens}, so {@link #open} builds the
+ * tokenizer from a copy of {@code tokenizer.json} whose special added tokens are moved into the BPE
+ * vocabulary under their ids: nothing matches them as added tokens any more, byte-level BPE never
+ * produces them (the pre-tokenizer splits their strings and there are no merges for them), and
+ * every other id stays as it was. {@link #open} checks both.
  *
  * <p>Not thread-safe to close while in use; one instance per operator subtask.
  */
@@ -51,42 +70,112 @@ public final class ChatTokenizer implements AutoCloseable {
     }
 
     /**
-     * Loads {@code tokenizer.json} from {@code directory} and checks the special-token ids.
+     * Loads {@code tokenizer.json} from {@code directory}, checks the special-token ids and builds
+     * the text tokenizer without special-token matching.
      *
-     * @throws IOException when the file cannot be read
-     * @throws IllegalStateException when a vision or chat token does not map to its Qwen2-VL id
+     * @throws IOException when the file cannot be read or is not JSON
+     * @throws IllegalStateException when a vision or chat token is not a special added token with
+     *     its Qwen2-VL id, or when the text tokenizer does not keep the added tokens' ids (a
+     *     non-special added token no longer encodes to its id, or a special token's string still
+     *     encodes to a special id)
      */
     public static ChatTokenizer open(Path directory) throws IOException {
-        HuggingFaceTokenizer tokenizer =
+        Path file = directory.resolve("tokenizer.json");
+        ObjectMapper mapper = new ObjectMapper();
+        JsonNode root = mapper.readTree(Files.readAllBytes(file));
+        Map<String, Long> special = new LinkedHashMap<>();
+        Map<String, Long> nonSpecial = new LinkedHashMap<>();
+        JsonNode added = root.path("added_tokens");
+        ArrayNode kept = mapper.createArrayNode();
+        for (JsonNode token : added) {
+            String content = token.path("content").asText();
+            long id = token.path("id").asLong(-1);
+            if (token.path("special").asBoolean(false)) {
+                special.put(content, id);
+            } else {
+                nonSpecial.put(content, id);
+                kept.add(token);
+            }
+        }
+        for (Map.Entry<String, Long> token : EXPECTED_IDS.entrySet()) {
+            Long id = special.get(token.getKey());
+            if (!token.getValue().equals(id)) {
+                throw new IllegalStateException(
+                        "tokenizer in "
+                                + directory
+                                + " has "
+                                + token.getKey()
+                                + (id == null ? " not as a special token" : " as id " + id)
+                                + ", expected special token id "
+                                + token.getValue()
+                                + "; not a Qwen2-VL compatible tokenizer");
+            }
+        }
+        JsonNode vocab = root.path("model").path("vocab");
+        if (!(vocab instanceof ObjectNode vocabObject)
+                || !(root instanceof ObjectNode rootObject)) {
+            throw new IllegalStateException(
+                    "tokenizer in " + directory + " has no model.vocab object");
+        }
+        for (Map.Entry<String, Long> token : special.entrySet()) {
+            vocabObject.put(token.getKey(), token.getValue());
+        }
+        rootObject.set("added_tokens", kept);
+        HuggingFaceTokenizer text =
                 HuggingFaceTokenizer.newInstance(
-                        directory.resolve("tokenizer.json"),
+                        new ByteArrayInputStream(mapper.writeValueAsBytes(root)),
                         Map.of(
                                 "addSpecialTokens", "false",
                                 "truncation", "false",
                                 "padding", "false",
                                 "modelMaxLength", String.valueOf(Integer.MAX_VALUE)));
-        ChatTokenizer chat = new ChatTokenizer(tokenizer);
-        for (Map.Entry<String, Long> token : EXPECTED_IDS.entrySet()) {
-            long[] ids = chat.encode(token.getKey());
+        ChatTokenizer chat = new ChatTokenizer(text);
+        try {
+            chat.checkAddedTokens(directory, special, nonSpecial);
+        } catch (IllegalStateException e) {
+            chat.close();
+            throw e;
+        }
+        return chat;
+    }
+
+    private void checkAddedTokens(
+            Path directory, Map<String, Long> special, Map<String, Long> nonSpecial) {
+        for (Map.Entry<String, Long> token : nonSpecial.entrySet()) {
+            long[] ids = encodeText(token.getKey());
             if (ids.length != 1 || ids[0] != token.getValue()) {
-                chat.close();
                 throw new IllegalStateException(
-                        "tokenizer in "
+                        "text tokenizer built from "
                                 + directory
-                                + " encodes "
+                                + " encodes the added token "
                                 + token.getKey()
                                 + " as "
                                 + Arrays.toString(ids)
                                 + ", expected ["
                                 + token.getValue()
-                                + "]; not a Qwen2-VL compatible tokenizer");
+                                + "]");
             }
         }
-        return chat;
+        List<Long> specialIds = new ArrayList<>(special.values());
+        for (String token : special.keySet()) {
+            long[] ids = encodeText(token);
+            if (Arrays.stream(ids).anyMatch(id -> specialIds.contains(id))) {
+                throw new IllegalStateException(
+                        "text tokenizer built from "
+                                + directory
+                                + " still encodes "
+                                + token
+                                + " to a special id: "
+                                + Arrays.toString(ids));
+            }
+        }
     }
 
-    /** Token ids of {@code text}, without added special tokens and without truncation. */
-    public long[] encode(String text) {
+    /**
+     * Token ids of {@code text} with special-token strings encoded as text: Hugging Face {@code
+     * tokenizer(text, add_special_tokens=False, split_special_tokens=True)}, no truncation.
+     */
+    public long[] encodeText(String text) {
         return tokenizer.encode(text, false, false).getIds();
     }
 
@@ -98,20 +187,25 @@ public final class ChatTokenizer implements AutoCloseable {
     /**
      * Encodes rendered turns into {@code input_ids} and {@code labels} of equal length; labels are
      * -100 except on trained turns after their {@link QwenChatTemplate#ASSISTANT_HEADER_TOKENS}
-     * header tokens.
+     * header tokens. Special segments and image blocks become their ids, text segments {@link
+     * #encodeText}.
      */
     public Encoded encode(List<TemplateTurn> turns) {
         LongSequence ids = new LongSequence();
         LongSequence labels = new LongSequence();
+        List<int[]> images = new ArrayList<>();
         for (TemplateTurn turn : turns) {
             int start = ids.size();
             for (TemplateTurn.Segment segment : turn.segments()) {
-                if (segment.isImage()) {
+                if (segment instanceof TemplateTurn.Special special) {
+                    ids.add(special.id());
+                } else if (segment instanceof TemplateTurn.Text text) {
+                    ids.addAll(encodeText(text.text()));
+                } else if (segment instanceof TemplateTurn.Image image) {
+                    images.add(new int[] {image.imageIndex(), ids.size()});
                     ids.add(VISION_START);
-                    ids.addRepeated(IMAGE_PAD, segment.imagePads());
+                    ids.addRepeated(IMAGE_PAD, image.pads());
                     ids.add(VISION_END);
-                } else {
-                    ids.addAll(encode(segment.text()));
                 }
             }
             int end = ids.size();
@@ -123,7 +217,13 @@ public final class ChatTokenizer implements AutoCloseable {
                 labels.addRepeated(IGNORE_INDEX, end - start);
             }
         }
-        return new Encoded(ids.toArray(), labels.toArray());
+        int[] imageIndex = new int[images.size()];
+        int[] imageStart = new int[images.size()];
+        for (int i = 0; i < imageIndex.length; i++) {
+            imageIndex[i] = images.get(i)[0];
+            imageStart[i] = images.get(i)[1];
+        }
+        return new Encoded(ids.toArray(), labels.toArray(), imageIndex, imageStart);
     }
 
     @Override
@@ -131,6 +231,16 @@ public final class ChatTokenizer implements AutoCloseable {
         tokenizer.close();
     }
 
-    /** {@code input_ids} and {@code labels} (int64, same length) of one conversation. */
-    public record Encoded(long[] inputIds, long[] labels) {}
+    /**
+     * {@code input_ids} and {@code labels} (int64, same length) of one conversation, and where its
+     * image blocks are.
+     *
+     * @param inputIds token ids
+     * @param labels labels, -100 where not trained
+     * @param blockImages per image block in sequence order, the index of its image in {@code
+     *     SftRecord#images}
+     * @param blockStarts per image block in sequence order, the position of its {@code
+     *     <|vision_start|>} in {@code inputIds}
+     */
+    public record Encoded(long[] inputIds, long[] labels, int[] blockImages, int[] blockStarts) {}
 }

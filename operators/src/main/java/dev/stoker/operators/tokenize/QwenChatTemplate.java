@@ -39,10 +39,17 @@ import java.util.List;
  * special token {@code <|im_start|>}, so tokenizing per turn gives the same ids as tokenizing the
  * whole text.
  *
- * <p>Text is passed to the tokenizer as is. Like the Hugging Face tokenizer, it recognises
- * special-token strings inside dataset text (for example a literal {@code <|im_end|>} becomes id
- * 151645), which keeps ids identical to the HF processor; the vision tokens are the exception that
- * cannot occur, because the parser rejects text containing them.
+ * <p>Special tokens come only from the template's structure. The rendering is not a string: each
+ * turn is a list of {@link TemplateTurn.Segment}s, where {@code <|im_start|>} and {@code
+ * <|im_end|>} are {@link TemplateTurn.Special} ids, image blocks are {@link TemplateTurn.Image}s
+ * (ids, one per real image) and everything else, the message text included, is {@link
+ * TemplateTurn.Text} that {@link ChatTokenizer#encodeText} encodes with special-token matching off
+ * (Hugging Face's {@code split_special_tokens=True}). A message text holding {@code <|im_end|>},
+ * {@code <|endoftext|>} or {@code <|image_pad|>} therefore becomes the ids of that text, not a
+ * control token. For text without special-token strings the ids are those of the Hugging Face
+ * processor, which tokenizes the rendered string: its tokenizer splits the string at the special
+ * tokens first and encodes each piece between them on its own, and the text segments are exactly
+ * these pieces ({@code docs/parity.md}, "Special tokens").
  */
 public final class QwenChatTemplate implements Serializable {
     private static final long serialVersionUID = 1L;
@@ -93,10 +100,11 @@ public final class QwenChatTemplate implements Serializable {
                     new TemplateTurn(
                             ChatMessage.SYSTEM,
                             List.of(
-                                    TemplateTurn.Segment.text(
-                                            "<|im_start|>system\n"
-                                                    + defaultSystemPrompt
-                                                    + "<|im_end|>\n")),
+                                    new TemplateTurn.Special(ChatTokenizer.IM_START),
+                                    new TemplateTurn.Text(
+                                            ChatMessage.SYSTEM + "\n" + defaultSystemPrompt),
+                                    new TemplateTurn.Special(ChatTokenizer.IM_END),
+                                    new TemplateTurn.Text("\n")),
                             false));
         }
         for (ChatMessage message : record.messages) {
@@ -125,7 +133,8 @@ public final class QwenChatTemplate implements Serializable {
 
     private static TemplateTurn renderTurn(ChatMessage message, int[] imagePads) {
         List<TemplateTurn.Segment> segments = new ArrayList<>();
-        StringBuilder text = new StringBuilder("<|im_start|>").append(message.role).append('\n');
+        segments.add(new TemplateTurn.Special(ChatTokenizer.IM_START));
+        StringBuilder text = new StringBuilder(message.role).append('\n');
         for (ContentPart part : message.content) {
             if (part.isImage()) {
                 if (part.imageIndex < 0 || part.imageIndex >= imagePads.length) {
@@ -137,15 +146,19 @@ public final class QwenChatTemplate implements Serializable {
                                     + " images are available");
                 }
                 if (text.length() > 0) {
-                    segments.add(TemplateTurn.Segment.text(text.toString()));
+                    segments.add(new TemplateTurn.Text(text.toString()));
                 }
-                segments.add(TemplateTurn.Segment.image(imagePads[part.imageIndex]));
+                segments.add(new TemplateTurn.Image(part.imageIndex, imagePads[part.imageIndex]));
                 text.setLength(0);
             } else {
                 text.append(part.text);
             }
         }
-        segments.add(TemplateTurn.Segment.text(text.append("<|im_end|>\n").toString()));
+        if (text.length() > 0) {
+            segments.add(new TemplateTurn.Text(text.toString()));
+        }
+        segments.add(new TemplateTurn.Special(ChatTokenizer.IM_END));
+        segments.add(new TemplateTurn.Text("\n"));
         return new TemplateTurn(message.role, segments, ChatMessage.ASSISTANT.equals(message.role));
     }
 }

@@ -15,7 +15,9 @@ import org.apache.flink.util.Collector;
  * and attaches the images' resized RGB pixels and {@code image_grid_thw} (see {@link
  * SampleTokenizer}). The tokenizer is loaded in {@link #open(OpenContext)} from a directory holding
  * {@code tokenizer.json} and closed in {@link #close()}. Records that cannot be tokenized go to the
- * {@link DeadLetters#TAG} side output with {@code TOKENIZATION_FAILED}.
+ * {@link DeadLetters#TAG} side output with {@code TOKENIZATION_FAILED}, samples over the maximum
+ * sequence length (policy {@code DROP}, or nothing trainable left after {@code TRUNCATE}) with
+ * {@code SEQUENCE_TOO_LONG}.
  */
 public class TokenizeFunction extends ProcessFunction<PreprocessedRecord, TokenizedSample> {
     private static final long serialVersionUID = 1L;
@@ -23,6 +25,8 @@ public class TokenizeFunction extends ProcessFunction<PreprocessedRecord, Tokeni
     private final String tokenizerDir;
     private final int mergeSize;
     private final QwenChatTemplate template;
+    private final int maxSeqLen;
+    private final SequenceLengthPolicy policy;
     private transient ChatTokenizer tokenizer;
     private transient SampleTokenizer samples;
 
@@ -30,30 +34,34 @@ public class TokenizeFunction extends ProcessFunction<PreprocessedRecord, Tokeni
      * @param tokenizerDir directory containing {@code tokenizer.json}, readable on every
      *     TaskManager
      * @param mergeSize the vision merge size (2 for Qwen2-VL, Qwen2.5-VL and Qwen3-VL)
-     */
-    public TokenizeFunction(String tokenizerDir, int mergeSize) {
-        this(tokenizerDir, mergeSize, new QwenChatTemplate());
-    }
-
-    /**
-     * @param tokenizerDir directory containing {@code tokenizer.json}, readable on every
-     *     TaskManager
-     * @param mergeSize the vision merge size (2 for Qwen2-VL, Qwen2.5-VL and Qwen3-VL)
      * @param template the model preset's chat template
+     * @param maxSeqLen the most tokens a sample may have
+     * @param policy what happens to a longer sample (see {@link SampleTokenizer})
+     * @throws IllegalArgumentException when {@code mergeSize} or {@code maxSeqLen} is below 1
      */
-    public TokenizeFunction(String tokenizerDir, int mergeSize, QwenChatTemplate template) {
+    public TokenizeFunction(
+            String tokenizerDir,
+            int mergeSize,
+            QwenChatTemplate template,
+            int maxSeqLen,
+            SequenceLengthPolicy policy) {
         if (mergeSize < 1) {
             throw new IllegalArgumentException("mergeSize must be positive, got " + mergeSize);
+        }
+        if (maxSeqLen < 1) {
+            throw new IllegalArgumentException("maxSeqLen must be positive, got " + maxSeqLen);
         }
         this.tokenizerDir = tokenizerDir;
         this.mergeSize = mergeSize;
         this.template = template;
+        this.maxSeqLen = maxSeqLen;
+        this.policy = policy;
     }
 
     @Override
     public void open(OpenContext openContext) throws Exception {
         tokenizer = ChatTokenizer.open(Path.of(tokenizerDir));
-        samples = new SampleTokenizer(tokenizer, template, mergeSize);
+        samples = new SampleTokenizer(tokenizer, template, mergeSize, maxSeqLen, policy);
     }
 
     @Override

@@ -18,6 +18,7 @@ import dev.stoker.operators.parse.SftRecordParser;
 import dev.stoker.operators.preset.ModelPreset;
 import dev.stoker.operators.tokenize.ChatTokenizer;
 import dev.stoker.operators.tokenize.SampleTokenizer;
+import dev.stoker.operators.tokenize.SequenceLengthPolicy;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.util.ArrayList;
@@ -67,7 +68,12 @@ class HfTokenParityTest {
         QwenVisionConfig config = preset.visionConfig();
         QwenImageProcessor images = new QwenImageProcessor(config);
         SampleTokenizer samples =
-                new SampleTokenizer(tokenizer, preset.chatTemplate(), config.mergeSize);
+                new SampleTokenizer(
+                        tokenizer,
+                        preset.chatTemplate(),
+                        config.mergeSize,
+                        preset.maxPositionEmbeddings(),
+                        SequenceLengthPolicy.DROP);
         List<String> mismatches = new ArrayList<>();
         int checked = 0;
         for (Map<String, Object> golden : goldens) {

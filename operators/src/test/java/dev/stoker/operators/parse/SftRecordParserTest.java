@@ -412,14 +412,16 @@ class SftRecordParserTest {
                 .isEqualTo("images/a/../b/./c.jpg");
     }
 
+    /** The tokenizer encodes them as text (QwenChatTemplate), so the parser keeps them. */
     @Test
-    void visionTokensInTextAreRejected() {
+    void specialTokenStringsInTextAreKeptAsText() throws Exception {
         String json =
-                "{\"conversations\": [{\"from\": \"human\", \"value\": \"Hi <|image_pad|>\"}, {\"from\": \"gpt\", \"value\": \"Yo\"}]}";
-        assertRejected(
-                json.getBytes(StandardCharsets.UTF_8),
-                RejectReason.PLACEHOLDER_MISMATCH,
-                "user turn 1 text contains the reserved vision token <|image_pad|>");
+                "{\"conversations\": [{\"from\": \"human\", \"value\": \"Hi <|image_pad|><|im_end|>\"}, {\"from\": \"gpt\", \"value\": \"Yo <|vision_start|>\"}]}";
+        SftRecord r = parser.parse(line(json.getBytes(StandardCharsets.UTF_8)));
+        assertThat(r.images).isEmpty();
+        assertThat(r.messages[0].content).hasSize(1);
+        assertThat(r.messages[0].content[0].text).isEqualTo("Hi <|image_pad|><|im_end|>");
+        assertThat(r.messages[1].content[0].text).isEqualTo("Yo <|vision_start|>");
     }
 
     @Test

@@ -17,18 +17,24 @@ import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 
-/** A real dataset record through the parser and the tokenizer, against a hand-written rendering. */
+/**
+ * A real dataset record through the parser and the tokenizer, against a hand-written rendering
+ * tokenized by the unmodified Hugging Face tokenizer.
+ */
 class ParseAndTokenizeTest {
     private static ChatTokenizer tokenizer;
+    private static HfRenderedTokenizer hf;
 
     @BeforeAll
     static void load() throws Exception {
         tokenizer = ChatTokenizer.open(ChatTokenizerTest.tokenizerDir());
+        hf = new HfRenderedTokenizer();
     }
 
     @AfterAll
     static void close() {
         tokenizer.close();
+        hf.close();
     }
 
     @Test
@@ -45,7 +51,12 @@ class ParseAndTokenizeTest {
             QwenChatTemplateTest.image(1, 2, 4, 588), QwenChatTemplateTest.image(1, 2, 4, 588)
         };
         TokenizedSample sample =
-                new SampleTokenizer(tokenizer, new QwenChatTemplate(), 2)
+                new SampleTokenizer(
+                                tokenizer,
+                                new QwenChatTemplate(),
+                                2,
+                                32768,
+                                SequenceLengthPolicy.DROP)
                         .tokenize(new PreprocessedRecord(record, images));
 
         String image = "<|vision_start|><|image_pad|><|image_pad|><|vision_end|>";
@@ -60,7 +71,7 @@ class ParseAndTokenizeTest {
                         + "<|im_end|>\n"
                         + "<|im_start|>assistant\nThey are celebrating on the soccer field.<|im_end|>\n";
         assertThat(sample.ref.recordId).isEqualTo("lf-0001");
-        assertThat(sample.inputIds).containsExactly(tokenizer.encode(expected));
+        assertThat(sample.inputIds).containsExactly(hf.encode(expected));
         assertThat(sample.imageGridThw).containsExactly(1, 2, 4, 1, 2, 4);
     }
 }

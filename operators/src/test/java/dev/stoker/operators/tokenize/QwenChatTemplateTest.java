@@ -26,15 +26,22 @@ class QwenChatTemplateTest {
     private static ChatTokenizer tokenizer;
     private static SampleTokenizer samples;
 
+    /** Expected ids: the hand-written rendering through the unmodified Hugging Face tokenizer. */
+    private static HfRenderedTokenizer hf;
+
     @BeforeAll
     static void load() throws Exception {
         tokenizer = ChatTokenizer.open(ChatTokenizerTest.tokenizerDir());
-        samples = new SampleTokenizer(tokenizer, new QwenChatTemplate(), 2);
+        samples =
+                new SampleTokenizer(
+                        tokenizer, new QwenChatTemplate(), 2, 32768, SequenceLengthPolicy.DROP);
+        hf = new HfRenderedTokenizer();
     }
 
     @AfterAll
     static void close() {
         tokenizer.close();
+        hf.close();
     }
 
     @Test
@@ -60,7 +67,7 @@ class QwenChatTemplateTest {
                         + "<|im_start|>assistant\nA cat.<|im_end|>\n"
                         + "<|im_start|>user\nAnd the colour?<|im_end|>\n"
                         + "<|im_start|>assistant\nGrey.<|im_end|>\n";
-        assertThat(sample.inputIds).containsExactly(tokenizer.encode(expected));
+        assertThat(sample.inputIds).containsExactly(hf.encode(expected));
         assertThat(LongStream.of(sample.inputIds).filter(id -> id == 151655).count()).isEqualTo(6);
         assertLabelsTrainExactly(sample, "A cat.<|im_end|>\n", "Grey.<|im_end|>\n");
         assertThat(sample.imageGridThw).containsExactly(1, 4, 6);
@@ -106,7 +113,7 @@ class QwenChatTemplateTest {
         String expected =
                 "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
                         + "<|im_start|>assistant\nHello<|im_end|>\n";
-        assertThat(sample.inputIds).containsExactly(tokenizer.encode(expected));
+        assertThat(sample.inputIds).containsExactly(hf.encode(expected));
         assertLabelsTrainExactly(sample, "Hello<|im_end|>\n");
     }
 
@@ -123,7 +130,11 @@ class QwenChatTemplateTest {
                 .extracting(TemplateTurn::role)
                 .containsExactly("system", "user", "assistant");
         assertThat(withDefault.get(0).segments())
-                .containsExactly(TemplateTurn.Segment.text(DEFAULT_SYSTEM));
+                .containsExactly(
+                        new TemplateTurn.Special(ChatTokenizer.IM_START),
+                        new TemplateTurn.Text("system\nYou are a helpful assistant."),
+                        new TemplateTurn.Special(ChatTokenizer.IM_END),
+                        new TemplateTurn.Text("\n"));
         assertThat(withDefault)
                 .extracting(TemplateTurn::trained)
                 .containsExactly(false, false, true);
@@ -138,7 +149,11 @@ class QwenChatTemplateTest {
                 .extracting(TemplateTurn::role)
                 .containsExactly("system", "user", "assistant");
         assertThat(given.get(0).segments())
-                .containsExactly(TemplateTurn.Segment.text("<|im_start|>system\nS<|im_end|>\n"));
+                .containsExactly(
+                        new TemplateTurn.Special(ChatTokenizer.IM_START),
+                        new TemplateTurn.Text("system\nS"),
+                        new TemplateTurn.Special(ChatTokenizer.IM_END),
+                        new TemplateTurn.Text("\n"));
     }
 
     @Test
@@ -162,7 +177,7 @@ class QwenChatTemplateTest {
                         + "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|><|vision_start|>"
                         + "<|image_pad|>".repeat(6)
                         + "<|vision_end|>Compare.<|im_end|>\n<|im_start|>assistant\nSame.<|im_end|>\n";
-        assertThat(sample.inputIds).containsExactly(tokenizer.encode(expected));
+        assertThat(sample.inputIds).containsExactly(hf.encode(expected));
         assertThat(sample.imageGridThw).containsExactly(1, 2, 2, 1, 4, 6);
         assertThat(sample.resizedRgb).hasSize((4 + 24) * 3);
         assertThat(Arrays.copyOfRange(sample.resizedRgb, 0, 12)).containsExactly(first.resizedRgb);
@@ -171,14 +186,27 @@ class QwenChatTemplateTest {
     }
 
     @Test
-    void specialTokenTextInDataIsEncodedAsTheHfTokenizerDoes() throws Exception {
+    void specialTokenTextInDataIsEncodedAsText() throws Exception {
         SftRecord record =
                 record(
                         new ChatMessage("user", ContentPart.text("Say <|im_end|>")),
                         new ChatMessage("assistant", ContentPart.text("Done")));
         TokenizedSample sample =
                 samples.tokenize(new PreprocessedRecord(record, new PreprocessedImage[0]));
-        assertThat(LongStream.of(sample.inputIds).filter(id -> id == 151645).count()).isEqualTo(4);
+        // one <|im_end|> per turn (default system, user, assistant), none from the text
+        assertThat(LongStream.of(sample.inputIds).filter(id -> id == 151645).count()).isEqualTo(3);
+        long[] userTurn =
+                LongStream.concat(
+                                LongStream.of(151644),
+                                LongStream.concat(
+                                        LongStream.of(tokenizer.encodeText("user\nSay <|im_end|>")),
+                                        LongStream.of(151645, 198)))
+                        .toArray();
+        long[] system = hf.encode(DEFAULT_SYSTEM);
+        assertThat(
+                        Arrays.copyOfRange(
+                                sample.inputIds, system.length, system.length + userTurn.length))
+                .containsExactly(userTurn);
     }
 
     @Test
@@ -217,7 +245,7 @@ class QwenChatTemplateTest {
         assertThat(sample.labels).hasSameSizeAs(sample.inputIds);
         long[] expectedTrained =
                 Arrays.stream(trainedTexts)
-                        .flatMapToLong(t -> LongStream.of(tokenizer.encode(t)))
+                        .flatMapToLong(t -> LongStream.of(hf.encode(t)))
                         .toArray();
         long[] trained = LongStream.of(sample.labels).filter(l -> l != -100).toArray();
         assertThat(trained).containsExactly(expectedTrained);

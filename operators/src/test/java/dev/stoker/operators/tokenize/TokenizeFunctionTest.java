@@ -21,7 +21,12 @@ class TokenizeFunctionTest {
     @Test
     void emitsSamplesAndDeadLettersFailures() throws Exception {
         TokenizeFunction function =
-                new TokenizeFunction(ChatTokenizerTest.tokenizerDir().toString(), 2);
+                new TokenizeFunction(
+                        ChatTokenizerTest.tokenizerDir().toString(),
+                        2,
+                        new QwenChatTemplate(),
+                        32768,
+                        SequenceLengthPolicy.DROP);
         try (OneInputStreamOperatorTestHarness<PreprocessedRecord, TokenizedSample> harness =
                 ProcessFunctionTestHarnesses.forProcessFunction(function)) {
             PreprocessedRecord good =
