@@ -26,8 +26,14 @@ import org.w3c.dom.Node;
  *
  * <ul>
  *   <li>Formats, recognised by magic bytes: JPEG, PNG (1-16 bit, grey, palette, alpha, APNG's
- *       default image), GIF, WebP (lossy, lossless, alpha, animated) and BMP, through ImageIO
- *       readers with the disk cache off.
+ *       default image), GIF, WebP (lossy, lossless, alpha, animated) and BMP. PNG, GIF and BMP go
+ *       through the JDK's ImageIO readers with the disk cache off.
+ *   <li>WebP: decoded with libwebp, Pillow's own decoder and version ({@link LibWebpDecoder}), when
+ *       {@link LibWebpDecoder#available() its native library loads}; otherwise, and then with one
+ *       WARN at start-up and the gauge {@code webpDecoderNative} = 0, with TwelveMonkeys' ImageIO
+ *       reader, whose lossy (VP8) decoder produces wrong colours for some files (libwebp's {@code
+ *       method=0}, see docs/parity.md). Both readers are created directly, not looked up in
+ *       ImageIO's JVM-global registry.
  *   <li>JPEG: YCbCr, RGB and grayscale JPEGs are decoded with libjpeg-turbo ({@link
  *       TurboJpegDecoder}, Pillow's own decoder) when {@link TurboJpeg#available() it is
  *       installed}; CMYK/YCCK JPEGs (through TwelveMonkeys), JPEGs libjpeg-turbo rejects or warns
@@ -37,7 +43,9 @@ import org.w3c.dom.Node;
  *   <li>Size guard: the header dimensions (and a GIF's logical screen) are read first; if {@code
  *       width * height > maxSourcePixels} the image is rejected before any pixel buffer exists.
  *   <li>Animations: the first frame only; a GIF frame is placed on its logical screen.
- *   <li>Colour: see {@link RgbConverter}; alpha is composited over white.
+ *   <li>Colour: see {@link RgbConverter}; alpha is composited over white. 16-bit samples are scaled
+ *       to 8 bits as {@code round(v / 257)}, the one deliberate difference from Pillow, which clips
+ *       16-bit grey to 255 (docs/parity.md).
  *   <li>EXIF orientation 1-8 (JPEG APP1, PNG eXIf, WebP EXIF) is applied.
  * </ul>
  *
@@ -48,7 +56,8 @@ import org.w3c.dom.Node;
  * RejectedRecordException}.
  *
  * <p>Not thread-safe: an instance holds a native JPEG decompressor and reuses its pixel buffer, so
- * a decoded image is valid until the next call; use one instance per task thread.
+ * a decoded image is valid until the next call, and one libwebp reader; use one instance per task
+ * thread.
  */
 public final class ImageDecoder {
     private static final String GIF_IMAGE_FORMAT = "javax_imageio_gif_image_1.0";
@@ -58,6 +67,9 @@ public final class ImageDecoder {
 
     /** Null when JPEGs go through ImageIO. */
     private final TurboJpegDecoder turbo;
+
+    /** Null when WebP goes through TwelveMonkeys' ImageIO reader. */
+    private final LibWebpDecoder webp;
 
     /**
      * The size an image will be resized to, from its displayed (EXIF-oriented) size.
@@ -75,9 +87,12 @@ public final class ImageDecoder {
         int[] of(int height, int width) throws RejectedRecordException;
     }
 
-    /** A decoder that uses libjpeg-turbo for JPEGs when it is installed. */
+    /**
+     * A decoder that uses libjpeg-turbo for JPEGs when it is installed and libwebp for WebP when
+     * its native library loads.
+     */
     public ImageDecoder() {
-        this(TurboJpeg.available());
+        this(TurboJpeg.available(), LibWebpDecoder.available());
     }
 
     /**
@@ -85,13 +100,29 @@ public final class ImageDecoder {
      *     TurboJpeg#available()}
      */
     ImageDecoder(boolean nativeJpeg) {
+        this(nativeJpeg, LibWebpDecoder.available());
+    }
+
+    /**
+     * @param nativeJpeg whether to decode JPEGs with libjpeg-turbo; true needs {@link
+     *     TurboJpeg#available()}
+     * @param nativeWebp whether to decode WebP with libwebp; true needs {@link
+     *     LibWebpDecoder#available()}
+     */
+    ImageDecoder(boolean nativeJpeg, boolean nativeWebp) {
         ImageIO.setUseCache(false);
         this.turbo = nativeJpeg ? new TurboJpegDecoder() : null;
+        this.webp = nativeWebp ? new LibWebpDecoder() : null;
     }
 
     /** Whether JPEGs are decoded with libjpeg-turbo (else all with ImageIO). */
     public boolean nativeJpeg() {
         return turbo != null;
+    }
+
+    /** Whether WebP is decoded with libwebp (else with TwelveMonkeys' ImageIO reader). */
+    public boolean nativeWebp() {
+        return webp != null;
     }
 
     /**
@@ -138,6 +169,10 @@ public final class ImageDecoder {
                 throw new RejectedRecordException(
                         RejectReason.CORRUPT_IMAGE, "corrupt PNG: " + defect);
             }
+        }
+        if (format == ImageFormat.WEBP && webp != null) {
+            RgbImage stored = webp.decode(encoded, maxSourcePixels);
+            return ExifOrientation.apply(stored, ExifOrientation.read(encoded, format));
         }
         if (format == ImageFormat.JPEG && turbo != null) {
             RgbImage decoded = decodeTurbo(encoded, maxSourcePixels, scaleTo);
@@ -303,7 +338,16 @@ public final class ImageDecoder {
         }
     }
 
+    /**
+     * The reader for {@code format}: TwelveMonkeys' for WebP, created directly (the registry may
+     * also hold webp-imageio's, which needs the native library that is missing here); the JDK's
+     * from the registry for the others.
+     */
     private static ImageReader readerFor(ImageFormat format) throws RejectedRecordException {
+        if (format == ImageFormat.WEBP) {
+            return new com.twelvemonkeys.imageio.plugins.webp.WebPImageReaderSpi()
+                    .createReaderInstance(null);
+        }
         Iterator<ImageReader> readers = ImageIO.getImageReadersByFormatName(format.imageIoName);
         if (!readers.hasNext()) {
             throw new RejectedRecordException(

@@ -53,7 +53,9 @@ public class PreprocessImagesFunction
         imagesPreprocessed = metrics.counter("imagesPreprocessed");
         imagesRejected = metrics.counter("imagesRejected");
         preprocessNanos = metrics.counter("imagePreprocessNanos");
-        cost = new PreprocessMetrics(metrics, config.patchSize, processor.nativeJpeg());
+        cost =
+                new PreprocessMetrics(
+                        metrics, config.patchSize, processor.nativeJpeg(), processor.nativeWebp());
     }
 
     @Override

@@ -17,6 +17,9 @@ import org.apache.flink.metrics.MetricGroup;
  *       by it to size preprocessing parallelism.
  *   <li>{@code jpegDecoderNative} (gauge): 1 when JPEGs are decoded with libjpeg-turbo, 0 when it
  *       is not installed and they go through the slower ImageIO decoder.
+ *   <li>{@code webpDecoderNative} (gauge): 1 when WebP is decoded with libwebp (Pillow's decoder),
+ *       0 when its native library did not load and WebP goes through TwelveMonkeys' reader, which
+ *       decodes some lossy files to wrong colours (docs/parity.md).
  * </ul>
  */
 public final class PreprocessMetrics {
@@ -29,13 +32,17 @@ public final class PreprocessMetrics {
      * @param group the operator's metric group
      * @param patchSize the model's spatial patch size (a patch covers {@code patchSize^2} pixels)
      * @param nativeJpeg whether JPEGs are decoded with libjpeg-turbo
+     * @param nativeWebp whether WebP is decoded with libwebp
      */
-    public PreprocessMetrics(MetricGroup group, int patchSize, boolean nativeJpeg) {
+    public PreprocessMetrics(
+            MetricGroup group, int patchSize, boolean nativeJpeg, boolean nativeWebp) {
         this.pixelsPerPatch = patchSize * patchSize;
         this.megapixels = group.counter("imageMegapixels");
         group.gauge("preprocessMsPerMegapixel", (Gauge<Double>) this::msPerMegapixel);
         int jpegNative = nativeJpeg ? 1 : 0;
         group.gauge("jpegDecoderNative", (Gauge<Integer>) () -> jpegNative);
+        int webpNative = nativeWebp ? 1 : 0;
+        group.gauge("webpDecoderNative", (Gauge<Integer>) () -> webpNative);
     }
 
     /** Records one preprocessed image and the wall time it took. */

@@ -67,6 +67,11 @@ public final class QwenImageProcessor {
         return decoder.nativeJpeg();
     }
 
+    /** Whether WebP is decoded with libwebp (else with TwelveMonkeys' ImageIO reader). */
+    public boolean nativeWebp() {
+        return decoder.nativeWebp();
+    }
+
     /**
      * The resized size of a decoded image: {@link SmartResize} with this config's factor and pixel
      * bounds, or the image reference's own bounds where it has them.

@@ -12,14 +12,20 @@ import java.awt.image.Raster;
 
 /**
  * Converts a decoded {@link BufferedImage} to 8-bit RGB the way Hugging Face's {@code
- * convert_to_rgb} does with Pillow: colour samples are taken as stored (no ICC or gamma conversion,
- * as Pillow's {@code convert} ignores profiles), grey becomes three equal channels, sub-byte depths
- * are scaled to the full range (1-bit to 0/255, 2-bit to multiples of 85, 4-bit to multiples of
- * 17), 16-bit colour samples keep their high byte (Pillow's {@code RGB;16B} unpacking) while 16-bit
- * grey is clipped to 255 (Pillow opens it as {@code I;16} and converts with {@code I16_RGB}),
- * palettes are looked up, and alpha is composited over opaque white with Pillow's fixed-point
- * {@code ImagingAlphaComposite} arithmetic. Other colour spaces (e.g. CMYK a reader did not
- * convert) go through the colour model's sRGB conversion.
+ * convert_to_rgb} does with Pillow, except for 16-bit samples: colour samples are taken as stored
+ * (no ICC or gamma conversion, as Pillow's {@code convert} ignores profiles), grey becomes three
+ * equal channels, sub-byte depths are scaled to the full range (1-bit to 0/255, 2-bit to multiples
+ * of 85, 4-bit to multiples of 17), palettes are looked up, and alpha is composited over opaque
+ * white with Pillow's fixed-point {@code ImagingAlphaComposite} arithmetic ({@link #overWhite}).
+ * Other colour spaces (e.g. CMYK a reader did not convert) go through the colour model's sRGB
+ * conversion.
+ *
+ * <p>16-bit samples (grey, grey+alpha, RGB, RGBA; alpha included) are scaled to 8 bits as {@code
+ * round(v / 257)} ({@link #to8}; 65535 = 255 * 257, so 65535 becomes 255); alpha is then composited
+ * as for 8-bit images, on the scaled values. This is the one deliberate difference from Pillow
+ * (docs/parity.md): Pillow opens 16-bit grey as {@code I;16} and its {@code convert} clips it to
+ * 255 ({@code I16_RGB} in {@code Convert.c}), so most 16-bit grey files become white, and it keeps
+ * the high byte {@code v >> 8} of 16-bit colour samples (within one level of the rule).
  */
 final class RgbConverter {
     private static final int ALPHA_BITS = 7;
@@ -76,8 +82,7 @@ final class RgbConverter {
                     int p = x * bands;
                     for (int c = 0; c < 3; c++) {
                         int b = colours == 1 ? 0 : c;
-                        rgba[x * 4 + c] =
-                                colours == 1 ? grey8(px[p], max[0]) : to8(px[p + b], max[b]);
+                        rgba[x * 4 + c] = to8(px[p + b], max[b]);
                     }
                     rgba[x * 4 + 3] = alpha ? to8(px[p + colours], max[colours]) : 255;
                 }
@@ -141,21 +146,45 @@ final class RgbConverter {
     }
 
     /**
-     * A grey sample as Pillow converts it: 16-bit grey ({@code I;16}) is clipped to 255, not scaled
-     * ({@code I16_RGB} in Pillow's {@code Convert.c}); other depths as {@link #to8}.
+     * A {@code bits}-deep sample scaled to 0..255, {@code round(v * 255 / max)}: 16-bit samples
+     * become {@code round(v / 257)}, sub-byte ones {@code v * 255 / max} exactly.
      */
-    private static int grey8(int v, int max) {
-        return max == 65535 ? Math.min(v, 255) : to8(v, max);
-    }
-
-    private static int to8(int v, int max) {
+    static int to8(int v, int max) {
         if (max == 255) {
             return v;
         }
-        if (max == 65535) {
-            return v >> 8;
-        }
         return (v * 255 + max / 2) / max;
+    }
+
+    /**
+     * Writes non-premultiplied ARGB pixels (alpha in the top byte) into {@code out} at ({@code dx},
+     * {@code dy}) of a canvas {@code canvasW} wide, as {@link #convert} does: with {@code alpha}
+     * each pixel is composited over white ({@link #overWhite}), without it the alpha byte is
+     * ignored.
+     *
+     * @param argb {@code w * h} pixels, row-major
+     */
+    static void convertArgb(
+            int[] argb, int w, int h, boolean alpha, byte[] out, int canvasW, int dx, int dy) {
+        for (int y = 0; y < h; y++) {
+            int o = ((dy + y) * canvasW + dx) * 3;
+            for (int x = 0, p = y * w; x < w; x++, p++, o += 3) {
+                int v = argb[p];
+                int a = alpha ? v >>> 24 : 255;
+                int r = v >> 16 & 0xFF;
+                int g = v >> 8 & 0xFF;
+                int b = v & 0xFF;
+                if (a == 255) {
+                    out[o] = (byte) r;
+                    out[o + 1] = (byte) g;
+                    out[o + 2] = (byte) b;
+                } else {
+                    out[o] = (byte) overWhite(r, a);
+                    out[o + 1] = (byte) overWhite(g, a);
+                    out[o + 2] = (byte) overWhite(b, a);
+                }
+            }
+        }
     }
 
     private static void writeRow(int[] rgba, int w, byte[] out, int o) {

@@ -204,9 +204,9 @@ class ImageDecoderTest {
 
     /**
      * Found by ImageDecodeFuzzTest: an 83-byte lossless WebP (64x64) whose Huffman codes run past
-     * the end of the data. TwelveMonkeys' bit reader swallows the EOFException and reads zero bits,
-     * so the decode spun for minutes; the decoder's stream now fails after repeated reads at the
-     * end.
+     * the end of the data. TwelveMonkeys' bit reader (the fallback when libwebp does not load)
+     * swallows the EOFException and reads zero bits, so the decode spun for minutes; the decoder's
+     * stream now fails after repeated reads at the end. libwebp rejects the file from its header.
      */
     @Test
     void webpThatReadsPastItsEndIsCorruptAndFast() throws Exception {
@@ -217,13 +217,21 @@ class ImageDecoderTest {
                                 "ImageDecodeFuzzTestInputs/process/crash-aa07b4c9ae5c0589b24604aa1648704d84927cac")) {
             bytes = in.readAllBytes();
         }
+        assertThat(decoder.nativeWebp()).isTrue();
+        assertCorruptWithinFiveSeconds(decoder, bytes, "corrupt WEBP", "libwebp");
+        ImageDecoder fallback = new ImageDecoder(TurboJpeg.available(), false);
+        assertCorruptWithinFiveSeconds(fallback, bytes, "WEBP 64x64", "read past the end");
+    }
+
+    private static void assertCorruptWithinFiveSeconds(
+            ImageDecoder decoder, byte[] bytes, String... message) {
         long start = System.nanoTime();
         assertThatThrownBy(() -> decoder.decode(bytes, LIMIT))
                 .isInstanceOfSatisfying(
                         RejectedRecordException.class,
                         e -> {
                             assertThat(e.reason()).isEqualTo(RejectReason.CORRUPT_IMAGE);
-                            assertThat(e.getMessage()).contains("WEBP 64x64", "read past the end");
+                            assertThat(e.getMessage()).contains(message);
                         });
         assertThat(System.nanoTime() - start).as("decode time (ns)").isLessThan(5_000_000_000L);
     }

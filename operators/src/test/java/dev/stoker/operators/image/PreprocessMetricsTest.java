@@ -21,17 +21,29 @@ class PreprocessMetricsTest {
             };
 
     @Test
-    void jpegDecoderNativeGaugeSaysWhichJpegDecoderRuns() {
-        new PreprocessMetrics(group, 14, true);
+    void nativeDecoderGaugesSayWhichDecodersRun() {
+        new PreprocessMetrics(group, 14, true, false);
         assertThat(gauges.get("jpegDecoderNative").getValue()).isEqualTo(1);
-        new PreprocessMetrics(group, 14, false);
+        assertThat(gauges.get("webpDecoderNative").getValue()).isEqualTo(0);
+        new PreprocessMetrics(group, 14, false, true);
         assertThat(gauges.get("jpegDecoderNative").getValue()).isEqualTo(0);
+        assertThat(gauges.get("webpDecoderNative").getValue()).isEqualTo(1);
     }
 
     @Test
-    void aProcessorReportsTheDecoderItUses() {
+    void aProcessorReportsTheDecodersItUses() {
         QwenVisionConfig config = new QwenVisionConfig();
-        assertThat(new QwenImageProcessor(config).nativeJpeg()).isEqualTo(TurboJpeg.available());
-        assertThat(new QwenImageProcessor(config, new ImageDecoder(false)).nativeJpeg()).isFalse();
+        QwenImageProcessor defaults = new QwenImageProcessor(config);
+        assertThat(defaults.nativeJpeg()).isEqualTo(TurboJpeg.available());
+        assertThat(defaults.nativeWebp()).isEqualTo(LibWebpDecoder.available());
+        QwenImageProcessor imageIo = new QwenImageProcessor(config, new ImageDecoder(false, false));
+        assertThat(imageIo.nativeJpeg()).isFalse();
+        assertThat(imageIo.nativeWebp()).isFalse();
+    }
+
+    @Test
+    void libwebpLoadsFromTheBundledNativeLibrary() {
+        // webp-imageio's jar carries libwebp for this platform (Linux x86-64 in CI): no set-up
+        assertThat(LibWebpDecoder.available()).isTrue();
     }
 }
