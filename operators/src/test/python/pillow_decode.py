@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Pillow's decoded RGB, the reference of Stoker's differential decode test.
 
-    python pillow_decode.py OUTDIR
+    python pillow_decode.py OUTDIR SHARED_DATA
 
 Run by ``PillowDifferentialDecodeTest`` (operators) with the dev venv (Pillow 12.0.0, numpy).
 Writes encoded images and, for each, the RGB that a user of the Hugging Face processor gets from
@@ -18,7 +18,8 @@ see ``16bit``). Groups:
 * ``webp``: WebP written here by Pillow's libwebp: lossy at every ``method`` 0-6 and several
   qualities, odd sizes, lossy with alpha, lossless, animated (first frame) and animations whose
   first frame is smaller than the canvas at an offset, with and without the canvas alpha flag.
-* ``shared``: every file under ``shared/data`` that Pillow opens (datasets and bad inputs).
+* ``shared``: every file under ``SHARED_DATA`` (``shared/data``) that Pillow opens (datasets and
+  bad inputs; JSON, JSONL, Markdown and the tokenizer skipped).
 * ``sample``: every image of ``scripts/make_sample_dataset.py`` (48 records, seed 0).
 * ``16bit``: PNGs with known 16-bit samples (grey ramp, constant dark grey, grey+alpha, RGB,
   RGBA), written here byte by byte. Their reference is Stoker's deliberate rule, not Pillow's
@@ -311,12 +312,12 @@ def sixteen_bit(w: Writer) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
+    if len(argv) != 3:
         print(__doc__, file=sys.stderr)
         return 2
     outdir = Path(argv[1])
     outdir.mkdir(parents=True, exist_ok=True)
-    data_root = REPO.parent / "shared" / "data"
+    data_root = Path(argv[2])
     if not data_root.is_dir():
         print(f"pillow_decode: {data_root} not found", file=sys.stderr)
         return 1

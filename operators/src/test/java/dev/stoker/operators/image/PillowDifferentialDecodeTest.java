@@ -4,6 +4,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import dev.stoker.operators.SharedData;
 import dev.stoker.operators.model.RejectedRecordException;
 import java.io.BufferedReader;
 import java.io.IOException;
@@ -86,12 +87,22 @@ class PillowDifferentialDecodeTest {
                                 + " .venv/bin/pip install -r python/requirements-dev.txt")
                 .isTrue();
         Path script = repo.resolve("operators/src/test/python/pillow_decode.py");
+        Path logFile = out.resolve("pillow_decode.log");
         Process p =
-                new ProcessBuilder(python.toString(), script.toString(), out.toString())
+                new ProcessBuilder(
+                                python.toString(),
+                                script.toString(),
+                                out.toString(),
+                                SharedData.root().toString())
                         .redirectErrorStream(true)
+                        .redirectOutput(logFile.toFile())
                         .start();
-        String log = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
-        assertThat(p.waitFor(5, TimeUnit.MINUTES)).as("pillow_decode.py finished").isTrue();
+        boolean finished = p.waitFor(5, TimeUnit.MINUTES);
+        if (!finished) {
+            p.destroyForcibly();
+        }
+        String log = Files.readString(logFile, StandardCharsets.UTF_8);
+        assertThat(finished).as("pillow_decode.py finished within 5 minutes:\n" + log).isTrue();
         assertThat(p.exitValue()).as("pillow_decode.py failed:\n" + log).isZero();
         System.out.print(log);
         ObjectMapper json = new ObjectMapper();
