@@ -97,7 +97,9 @@ final class LibWebpDecoder {
             checkPixels(file.canvasWidth, file.canvasHeight, maxSourcePixels);
             return firstFrame(file, encoded);
         }
-        Decoded still = decodeImage(encoded, 0, encoded.length, maxSourcePixels);
+        Decoded still =
+                decodeImage(
+                        encoded, 0, encoded.length, (w, h) -> checkPixels(w, h, maxSourcePixels));
         byte[] out = new byte[still.width * still.height * 3];
         RgbConverter.convertArgb(
                 still.argb, still.width, still.height, still.alpha, out, still.width, 0, 0);
@@ -112,27 +114,31 @@ final class LibWebpDecoder {
         int ch = file.canvasHeight;
         Decoded frame =
                 decodeImage(
-                        encoded, file.frameStart, file.frameEnd - file.frameStart, Long.MAX_VALUE);
-        if (frame.width != file.frameWidth
-                || frame.height != file.frameHeight
-                || file.frameX + frame.width > cw
-                || file.frameY + frame.height > ch) {
-            throw corrupt(
-                    file,
-                    "first frame "
-                            + frame.width
-                            + "x"
-                            + frame.height
-                            + " (ANMF says "
-                            + file.frameWidth
-                            + "x"
-                            + file.frameHeight
-                            + " at "
-                            + file.frameX
-                            + ","
-                            + file.frameY
-                            + ") does not fit the canvas");
-        }
+                        encoded,
+                        file.frameStart,
+                        file.frameEnd - file.frameStart,
+                        (w, h) -> {
+                            if (w != file.frameWidth
+                                    || h != file.frameHeight
+                                    || (long) file.frameX + w > cw
+                                    || (long) file.frameY + h > ch) {
+                                throw corrupt(
+                                        file,
+                                        "first frame "
+                                                + w
+                                                + "x"
+                                                + h
+                                                + " (ANMF says "
+                                                + file.frameWidth
+                                                + "x"
+                                                + file.frameHeight
+                                                + " at "
+                                                + file.frameX
+                                                + ","
+                                                + file.frameY
+                                                + ") does not fit the canvas");
+                            }
+                        });
         byte[] out = new byte[cw * ch * 3];
         if (file.alpha) {
             Arrays.fill(out, (byte) 0xFF); // transparent black over white
@@ -149,7 +155,13 @@ final class LibWebpDecoder {
         return new RgbImage(cw, ch, out);
     }
 
-    private Decoded decodeImage(byte[] data, int offset, int length, long maxSourcePixels)
+    /** Checks an image's header size before its pixels are decoded. */
+    @FunctionalInterface
+    private interface SizeCheck {
+        void check(int width, int height) throws RejectedRecordException;
+    }
+
+    private Decoded decodeImage(byte[] data, int offset, int length, SizeCheck sizeCheck)
             throws RejectedRecordException {
         String size = "";
         try (ByteArrayImageInputStream in = new ByteArrayImageInputStream(data, offset, length)) {
@@ -157,7 +169,7 @@ final class LibWebpDecoder {
             int w = reader.getWidth(0);
             int h = reader.getHeight(0);
             size = " " + w + "x" + h;
-            checkPixels(w, h, maxSourcePixels);
+            sizeCheck.check(w, h);
             BufferedImage img = reader.read(0, null);
             int[] argb = ((DataBufferInt) img.getRaster().getDataBuffer()).getData();
             return new Decoded(

@@ -249,6 +249,59 @@ class ImageDecoderTest {
         }
     }
 
+    /** An animated WebP whose VP8X canvas is made smaller than its first frame (40x30). */
+    @Test
+    void animatedWebpWhoseFrameDoesNotFitItsCanvasIsCorrupt() {
+        byte[] bytes = SharedData.bytes("bad-inputs/animated-images/images/three_frames_full.webp");
+        assertThat(bytes[24]).as("canvas width - 1 at VP8X + 4").isEqualTo((byte) 39);
+        bytes[24] = 19;
+        assertThatThrownBy(() -> decoder.decode(bytes, LIMIT))
+                .isInstanceOfSatisfying(
+                        RejectedRecordException.class,
+                        e -> {
+                            assertThat(e.reason()).isEqualTo(RejectReason.CORRUPT_IMAGE);
+                            assertThat(e.getMessage())
+                                    .contains("WEBP 20x30", "first frame 40x30", "canvas");
+                        });
+    }
+
+    /** The canvas size of an animated WebP is checked against the limit before any decoding. */
+    @Test
+    void animatedWebpCanvasBombIsRejectedFromTheHeader() {
+        byte[] bytes = SharedData.bytes("bad-inputs/animated-images/images/three_frames_full.webp");
+        byte[] canvas = {(byte) 0xFF, 0x3F, 0, (byte) 0xFF, 0x3F, 0}; // 16384 x 16384
+        System.arraycopy(canvas, 0, bytes, 24, canvas.length);
+        assertThatThrownBy(() -> decoder.decode(bytes, LIMIT))
+                .isInstanceOfSatisfying(
+                        RejectedRecordException.class,
+                        e -> {
+                            assertThat(e.reason()).isEqualTo(RejectReason.IMAGE_TOO_MANY_PIXELS);
+                            assertThat(e.getMessage()).contains("WEBP 16384x16384");
+                        });
+    }
+
+    @Test
+    void animatedWebpWithoutFramesAndCutWebpAreCorrupt() {
+        byte[] anim = SharedData.bytes("bad-inputs/animated-images/images/three_frames_full.webp");
+        byte[] noFrames = Arrays.copyOf(anim, 44); // RIFF, VP8X, ANIM
+        assertThatThrownBy(() -> decoder.decode(noFrames, LIMIT))
+                .isInstanceOfSatisfying(
+                        RejectedRecordException.class,
+                        e -> {
+                            assertThat(e.reason()).isEqualTo(RejectReason.CORRUPT_IMAGE);
+                            assertThat(e.getMessage()).contains("without an image");
+                        });
+        byte[] still = SharedData.bytes("llava-style/images/webp/flower.webp");
+        byte[] cut = Arrays.copyOf(still, still.length * 6 / 10);
+        assertThatThrownBy(() -> decoder.decode(cut, LIMIT))
+                .isInstanceOfSatisfying(
+                        RejectedRecordException.class,
+                        e -> {
+                            assertThat(e.reason()).isEqualTo(RejectReason.CORRUPT_IMAGE);
+                            assertThat(e.getMessage()).contains("corrupt WEBP 480x360", "libwebp");
+                        });
+    }
+
     @ParameterizedTest
     @ValueSource(strings = {"apng_real.png", "gif_real_42frames.gif"})
     void realAnimationsUseTheLogicalCanvas(String name) throws Exception {
