@@ -256,7 +256,7 @@ class Batch:
     @property
     def mm_token_type_ids(self) -> np.ndarray:
         """``(B, L)`` int64: 1 where ``input_ids`` is the image token, 0 elsewhere (text and
-        padding). A new array, not a view of the file.
+        padding). A new read-only array, not a view of the file.
 
         Matches what the Hugging Face Qwen-VL processors return under this name
         (``ProcessorMixin.create_mm_token_type_ids``, transformers 5.23.0: 0 text, 1 image,
@@ -264,7 +264,9 @@ class Batch:
         Qwen3-VL models need it to compute M-RoPE positions: Qwen2-VL raises without it,
         Qwen2.5-VL silently falls back to 1-D positions.
         """
-        return (self.input_ids == self.image_token_id).astype(np.int64)
+        types = (self.input_ids == self.image_token_id).astype(np.int64)
+        types.setflags(write=False)  # read-only like the views of the file
+        return types
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The model inputs as numpy arrays, named and typed as the Hugging Face Qwen-VL

@@ -91,14 +91,24 @@ def test_arrays_are_zero_copy_views_of_the_mapping(shm_root):
     b = next(iter(BatchReader(shm_root, 0, timeout_s=5)))
     start, size = b.mapping_range
     assert size == os.path.getsize(b.path)
-    for name, a in b.arrays().items():
+    # every array but mm_token_type_ids (computed from input_ids, documented as a new array)
+    views = {k: v for k, v in b.arrays().items() if k != "mm_token_type_ids"}
+    assert sorted(views) == [
+        "attention_mask",
+        "image_grid_thw",
+        "input_ids",
+        "labels",
+        "pixel_values",
+    ]
+    for name, a in views.items():
         assert a.size > 0, name
         assert not a.flags.writeable, name
         assert not a.flags.owndata, name
         assert start <= a.ctypes.data and a.ctypes.data + a.nbytes <= start + size, name
     whole = np.frombuffer(b._keepalive[1], dtype=np.uint8)
-    for name, a in b.arrays().items():
+    for name, a in views.items():
         assert np.shares_memory(a, whole), name
+    assert not b.arrays()["mm_token_type_ids"].flags.writeable
 
 
 @pytest.mark.parametrize("read_ahead", [False, True])

@@ -21,6 +21,7 @@ import org.apache.flink.configuration.StateBackendOptions;
 import org.apache.flink.configuration.StateRecoveryOptions;
 import org.apache.flink.core.execution.JobClient;
 import org.apache.flink.core.execution.SavepointFormatType;
+import org.apache.flink.runtime.client.JobStatusMessage;
 import org.apache.flink.runtime.minicluster.MiniCluster;
 import org.apache.flink.runtime.testutils.MiniClusterResourceConfiguration;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
@@ -124,7 +125,13 @@ class ExactlyOnceITCase {
     }
 
     @AfterEach
-    void deleteOutput() throws IOException {
+    void cancelJobsAndDeleteOutput() throws Exception {
+        // a test that failed half-way must not leave its job holding the cluster's slots
+        for (JobStatusMessage job : miniCluster.listJobs().get()) {
+            if (!job.getJobState().isGloballyTerminalState()) {
+                miniCluster.cancelJob(job.getJobId()).get();
+            }
+        }
         JobRun.deleteOutputRoot(outputRoot);
     }
 
@@ -318,6 +325,7 @@ class ExactlyOnceITCase {
     }
 
     private String stopWithSavepoint(JobClient job) throws Exception {
+        MiniClusterRest.awaitAllTasksRunning(miniCluster, job.getJobID(), Duration.ofSeconds(120));
         String path =
                 job.stopWithSavepoint(
                                 false,

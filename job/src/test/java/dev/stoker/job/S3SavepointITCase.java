@@ -5,6 +5,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import dev.stoker.connectors.s3.LocalS3Server;
 import java.io.IOException;
 import java.nio.file.Path;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import org.apache.flink.api.common.JobStatus;
@@ -13,7 +14,9 @@ import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.StateRecoveryOptions;
 import org.apache.flink.core.execution.JobClient;
 import org.apache.flink.core.execution.SavepointFormatType;
+import org.apache.flink.runtime.minicluster.MiniCluster;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
+import org.apache.flink.test.junit5.InjectMiniCluster;
 import org.apache.flink.test.junit5.MiniClusterExtension;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
@@ -89,7 +92,8 @@ class S3SavepointITCase {
     }
 
     @Test
-    void savepointOnS3ThenResumeWithTheTrainersStep() throws Exception {
+    void savepointOnS3ThenResumeWithTheTrainersStep(@InjectMiniCluster MiniCluster miniCluster)
+            throws Exception {
         long steps = (38 + 3) / 4; // 38 llava-style records, 2 ranks x 2 samples
         long stopAt = 3;
         Path jobDir = outputRoot.resolve("s3-savepoint");
@@ -99,6 +103,8 @@ class S3SavepointITCase {
         try (TrainerSim trainer = new TrainerSim(jobDir, WORLD_SIZE, 0, stopAt, 0)) {
             all.addAll(trainer.await(180_000));
         }
+        MiniClusterRest.awaitAllTasksRunning(
+                miniCluster, first.getJobID(), Duration.ofSeconds(120));
         String savepoint =
                 first.stopWithSavepoint(
                                 false,
