@@ -77,6 +77,15 @@ def _resume_fix(next_step: int) -> str:
     )
 
 
+def _optional_str(raw: dict[str, Any], key: str) -> str | None:
+    v = raw.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, str):
+        raise TypeError(f"{key} must be a string, got {v!r}")
+    return v
+
+
 @dataclass(frozen=True)
 class Manifest:
     """Job-level facts from ``manifest.json`` (format_version 2).
@@ -95,6 +104,10 @@ class Manifest:
         first_step: first step this generation produces (the job's resume step + 1).
         shuffle_seed: seed of the per-epoch shuffle, or ``None`` when the order is not shuffled.
         patch_dim: D, floats per ``pixel_values`` row, or ``None`` if absent.
+        dataset_fingerprint: ``"sha256:<hex>"`` of the dataset listing (files, sizes, where each
+            record starts), or ``None`` if absent.
+        model_preset: the job's ``stoker.model.preset`` (e.g. ``"qwen2-vl"``), or ``None`` if
+            absent.
         raw: the parsed JSON object.
     """
 
@@ -110,7 +123,9 @@ class Manifest:
     first_step: int
     shuffle_seed: int | None
     patch_dim: int | None
-    raw: dict[str, Any] = field(repr=False, compare=False)
+    dataset_fingerprint: str | None = None
+    model_preset: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def load(cls, path: Path) -> Manifest:
@@ -144,6 +159,8 @@ class Manifest:
                 first_step=int(raw["first_step"]),
                 shuffle_seed=int(seed) if seed is not None else None,
                 patch_dim=int(raw["patch_dim"]) if raw.get("patch_dim") is not None else None,
+                dataset_fingerprint=_optional_str(raw, "dataset_fingerprint"),
+                model_preset=_optional_str(raw, "model_preset"),
                 raw=raw,
             )
         except BatchFormatError:

@@ -231,14 +231,21 @@ def write_manifest(
     first_step: int = 0,
     epochs: int = 1,
     shuffle_seed: int | None = 0,
+    dataset_fingerprint: str | None = None,
+    model_preset: str | None = None,
 ) -> None:
-    """Like the sink: create gen-<generation>/, then publish manifest.json by atomic rename."""
+    """Like the sink: create gen-<generation>/, then publish manifest.json by atomic rename.
+
+    ``dataset_fingerprint`` and ``model_preset`` are written when given.
+    """
     (root / f"gen-{generation}").mkdir(mode=0o700, parents=True, exist_ok=True)
     steps_per_epoch = num_steps // epochs
     tmp = root / ".manifest.json.tmp"
+    optional = {"dataset_fingerprint": dataset_fingerprint, "model_preset": model_preset}
     tmp.write_text(
         json.dumps(
             {
+                **{k: v for k, v in optional.items() if v is not None},
                 "format_version": 2,
                 "job_name": job_name,
                 "generation": generation,

@@ -144,7 +144,9 @@ public final class StokerJob {
                         conf.get(StokerOptions.SHUFFLE)
                                 ? conf.get(StokerOptions.SHUFFLE_SEED)
                                 : null,
-                        vision.patchDim());
+                        vision.patchDim(),
+                        listing.fingerprint(),
+                        ModelOptions.preset(conf).key());
         outputs.slotsByRank
                 .sinkTo(
                         new ArrowBatchSink(

@@ -11,7 +11,9 @@ import java.util.LinkedHashMap;
 
 /**
  * The job-level {@code manifest.json} of the batch protocol: the current generation and the facts a
- * reader needs (world size, steps, first step of the generation).
+ * reader needs (world size, steps, first step of the generation), and what fixes the batch sequence
+ * (dataset fingerprint, seed, W, B, epochs, model preset), which a trainer's checkpointed data
+ * state is checked against (docs/batch-protocol.md).
  */
 public final class Manifest implements Serializable {
     private static final long serialVersionUID = 2L;
@@ -22,6 +24,10 @@ public final class Manifest implements Serializable {
     /**
      * @param firstStep the first step this generation produces (resume step + 1)
      * @param seed the shuffle seed, or {@code null} when the order is not shuffled
+     * @param patchDim D, values per {@code pixel_values} row
+     * @param datasetFingerprint the dataset listing's fingerprint ({@code
+     *     DatasetListing.fingerprint()}, {@code "sha256:<hex>"})
+     * @param modelPreset the {@code stoker.model.preset} key, e.g. {@code "qwen2-vl"}
      */
     public Manifest(
             String jobName,
@@ -29,7 +35,9 @@ public final class Manifest implements Serializable {
             BatchPlan plan,
             long firstStep,
             Long seed,
-            int patchDim) {
+            int patchDim,
+            String datasetFingerprint,
+            String modelPreset) {
         fields.put("format_version", BatchSchema.FORMAT_VERSION);
         fields.put("job_name", jobName);
         fields.put("generation", generation);
@@ -42,6 +50,8 @@ public final class Manifest implements Serializable {
         fields.put("first_step", firstStep);
         fields.put("shuffle_seed", seed);
         fields.put("patch_dim", patchDim);
+        fields.put("dataset_fingerprint", datasetFingerprint);
+        fields.put("model_preset", modelPreset);
     }
 
     /** Writes the manifest atomically (temporary file, then rename); idempotent across subtasks. */

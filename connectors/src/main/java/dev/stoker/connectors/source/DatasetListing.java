@@ -3,11 +3,16 @@ package dev.stoker.connectors.source;
 import dev.stoker.operators.parse.ByteOrderMark;
 import java.io.IOException;
 import java.io.Serializable;
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.FileSystems;
 import java.nio.file.PathMatcher;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collections;
+import java.util.HexFormat;
 import java.util.List;
 import org.apache.flink.core.fs.FileStatus;
 import org.apache.flink.core.fs.FileSystem;
@@ -27,6 +32,10 @@ import org.apache.flink.core.fs.Path;
  * (the first record starts after it). A file that starts with a UTF-16 or UTF-32 mark is listed as
  * exactly one record (line 1, byte 0), so it takes one slot of the plan and ends up as one dead
  * letter ({@code UNSUPPORTED_ENCODING}): per epoch, samples + dead letters = records still holds.
+ *
+ * <p>{@link #fingerprint()} identifies the listing (which files, in which order, where each record
+ * starts) for {@code manifest.json}'s {@code dataset_fingerprint}, so a trainer can tell a job over
+ * another dataset from the one its checkpoint was trained on.
  */
 public final class DatasetListing implements Serializable {
     private static final long serialVersionUID = 2L;
@@ -49,14 +58,22 @@ public final class DatasetListing implements Serializable {
     private final long[] fileBase;
     private final long[] offsets;
     private final long[] lines;
+    private final String fingerprint;
 
     private DatasetListing(
-            String root, List<String> files, long[] fileBase, long[] offsets, long[] lines) {
+            String root,
+            List<String> files,
+            List<String> relativeFiles,
+            long[] fileSizes,
+            long[] fileBase,
+            long[] offsets,
+            long[] lines) {
         this.root = root;
         this.files = files;
         this.fileBase = fileBase;
         this.offsets = offsets;
         this.lines = lines;
+        this.fingerprint = fingerprint(relativeFiles, fileSizes, fileBase, offsets, lines);
     }
 
     /**
@@ -73,19 +90,26 @@ public final class DatasetListing implements Serializable {
             throw new IOException("Dataset root does not exist: " + root);
         }
         PathMatcher matcher = FileSystems.getDefault().getPathMatcher("glob:" + glob);
-        List<Path> found = new ArrayList<>();
+        List<FileStatus> found = new ArrayList<>();
         collect(fs, root, matcher, found);
         if (found.isEmpty()) {
             throw new IOException("No file matching '" + glob + "' under dataset root " + root);
         }
-        found.sort((a, b) -> a.toString().compareTo(b.toString()));
+        found.sort((a, b) -> a.getPath().toString().compareTo(b.getPath().toString()));
         List<String> files = new ArrayList<>();
+        List<String> relative = new ArrayList<>();
+        String rootPath = root.toUri().getPath();
+        String prefix = rootPath.endsWith("/") ? rootPath : rootPath + "/";
         long[] base = new long[found.size()];
+        long[] sizes = new long[found.size()];
         LongList offsets = new LongList();
         LongList lines = new LongList();
         for (int f = 0; f < found.size(); f++) {
-            Path file = found.get(f);
+            Path file = found.get(f).getPath();
+            sizes[f] = found.get(f).getLen();
             files.add(file.toString());
+            String path = file.toUri().getPath();
+            relative.add(path.startsWith(prefix) ? path.substring(prefix.length()) : path);
             base[f] = offsets.size;
             try (JsonlLineReader reader =
                     JsonlLineReader.fromStartOfFile(fs.open(file), maxLineBytes)) {
@@ -107,21 +131,62 @@ public final class DatasetListing implements Serializable {
         return new DatasetListing(
                 root.toString(),
                 Collections.unmodifiableList(files),
+                relative,
+                sizes,
                 base,
                 offsets.toArray(),
                 lines.toArray());
     }
 
-    private static void collect(FileSystem fs, Path dir, PathMatcher matcher, List<Path> out)
+    private static void collect(FileSystem fs, Path dir, PathMatcher matcher, List<FileStatus> out)
             throws IOException {
         for (FileStatus status : fs.listStatus(dir)) {
             Path p = status.getPath();
             if (status.isDir()) {
                 collect(fs, p, matcher, out);
             } else if (matcher.matches(java.nio.file.Path.of(p.getName()))) {
-                out.add(p);
+                out.add(status);
             }
         }
+    }
+
+    /**
+     * SHA-256 of the listing, as {@code "sha256:<64 lowercase hex digits>"}: for each file in
+     * listing order, its path relative to the dataset root (UTF-8), a 0 byte, its size in bytes and
+     * its number of records, then for each of its records the byte offset and the 1-based line
+     * number (every number an 8-byte big-endian integer). The same for a copy of the dataset under
+     * another root or filesystem; another when a file is added, removed or renamed, or a record
+     * added, removed, moved to another line or changed in length. It does not read the records'
+     * bytes: an edit that keeps every record's length and line keeps the fingerprint.
+     */
+    public String fingerprint() {
+        return fingerprint;
+    }
+
+    private static String fingerprint(
+            List<String> relativeFiles,
+            long[] fileSizes,
+            long[] fileBase,
+            long[] offsets,
+            long[] lines) {
+        MessageDigest sha;
+        try {
+            sha = MessageDigest.getInstance("SHA-256");
+        } catch (NoSuchAlgorithmException e) {
+            throw new IllegalStateException("every Java platform has SHA-256", e);
+        }
+        ByteBuffer longs = ByteBuffer.allocate(16);
+        for (int f = 0; f < relativeFiles.size(); f++) {
+            long first = fileBase[f];
+            long end = f + 1 < fileBase.length ? fileBase[f + 1] : offsets.length;
+            sha.update(relativeFiles.get(f).getBytes(StandardCharsets.UTF_8));
+            sha.update((byte) 0);
+            sha.update(longs.clear().putLong(fileSizes[f]).putLong(end - first).array());
+            for (long i = first; i < end; i++) {
+                sha.update(longs.clear().putLong(offsets[(int) i]).putLong(lines[(int) i]).array());
+            }
+        }
+        return "sha256:" + HexFormat.of().formatHex(sha.digest());
     }
 
     /** Dataset root URI as given. */

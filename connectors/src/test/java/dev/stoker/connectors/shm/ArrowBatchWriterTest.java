@@ -298,7 +298,16 @@ class ArrowBatchWriterTest {
 
         ShmLayout layout = layout();
         Generations.removeOtherGenerations(layout);
-        new Manifest("test-job", "g1", new BatchPlan(8, 2, 2, 3), 5, 42L, PATCH_DIM)
+        String fingerprint = "sha256:" + "ab".repeat(32);
+        new Manifest(
+                        "test-job",
+                        "g1",
+                        new BatchPlan(8, 2, 2, 3),
+                        5,
+                        42L,
+                        PATCH_DIM,
+                        fingerprint,
+                        "qwen2.5-vl")
                 .writeTo(layout);
 
         assertThat(jobDir.resolve("gen-g0")).doesNotExist();
@@ -314,6 +323,9 @@ class ArrowBatchWriterTest {
         assertThat(manifest.get("steps_per_epoch").asLong()).isEqualTo(2);
         assertThat(manifest.get("first_step").asLong()).isEqualTo(5);
         assertThat(manifest.get("world_size").asInt()).isEqualTo(2);
+        assertThat(manifest.get("shuffle_seed").asLong()).isEqualTo(42);
+        assertThat(manifest.get("dataset_fingerprint").asText()).isEqualTo(fingerprint);
+        assertThat(manifest.get("model_preset").asText()).isEqualTo("qwen2.5-vl");
         assertThat(Acks.lastStepConsumedByAllRanks(jobDir)).hasValue(4);
     }
 

@@ -5,12 +5,16 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 import dev.stoker.operators.model.JsonlLine;
 import dev.stoker.operators.parse.ByteOrderMark;
+import java.io.ByteArrayOutputStream;
+import java.io.DataOutputStream;
 import java.io.IOException;
 import java.nio.charset.Charset;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.security.MessageDigest;
 import java.util.Arrays;
+import java.util.HexFormat;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -59,6 +63,71 @@ class DatasetListingTest {
         assertLocation(listing.locate(1), 0, 4, 2);
         assertLocation(listing.locate(2), 3, 0, 1);
         assertThatThrownBy(() -> listing.locate(3)).isInstanceOf(IndexOutOfBoundsException.class);
+    }
+
+    /**
+     * The fingerprint is the documented SHA-256 (assembled here with {@link DataOutputStream},
+     * whose longs are big-endian), the same for a copy under another root, and another for each
+     * change of the listing.
+     */
+    @Test
+    void fingerprintIsTheDocumentedDigestOfTheListing(@TempDir Path other) throws Exception {
+        Files.createDirectories(dir.resolve("sub"));
+        Files.writeString(dir.resolve("a.jsonl"), "{}\n\n{\"k\": 1}\n");
+        Files.writeString(dir.resolve("sub/b.jsonl"), "{}");
+        ByteArrayOutputStream bytes = new ByteArrayOutputStream();
+        DataOutputStream out = new DataOutputStream(bytes);
+        out.write("a.jsonl".getBytes(StandardCharsets.UTF_8));
+        out.write(0);
+        out.writeLong(13); // bytes
+        out.writeLong(2); // records
+        out.writeLong(0); // record 0: byte 0, line 1
+        out.writeLong(1);
+        out.writeLong(4); // record 1: after "{}\n\n", line 3
+        out.writeLong(3);
+        out.write("sub/b.jsonl".getBytes(StandardCharsets.UTF_8));
+        out.write(0);
+        out.writeLong(2);
+        out.writeLong(1);
+        out.writeLong(0);
+        out.writeLong(1);
+        String expected =
+                "sha256:"
+                        + HexFormat.of()
+                                .formatHex(
+                                        MessageDigest.getInstance("SHA-256")
+                                                .digest(bytes.toByteArray()));
+
+        assertThat(fingerprint(dir)).isEqualTo(expected);
+
+        Path copy = other.resolve("elsewhere");
+        Files.createDirectories(copy.resolve("sub"));
+        Files.copy(dir.resolve("a.jsonl"), copy.resolve("a.jsonl"));
+        Files.copy(dir.resolve("sub/b.jsonl"), copy.resolve("sub/b.jsonl"));
+        assertThat(fingerprint(copy)).as("a copy under another root").isEqualTo(expected);
+
+        Files.writeString(copy.resolve("a.jsonl"), "{}\n\n{\"k\": 2}\n");
+        assertThat(fingerprint(copy)).as("same lengths and lines (not read)").isEqualTo(expected);
+        Files.writeString(copy.resolve("a.jsonl"), "{}\n\n{\"k\": 10}\n");
+        assertThat(fingerprint(copy)).as("a record of another length").isNotEqualTo(expected);
+        Files.writeString(copy.resolve("a.jsonl"), "{}\n{\"k\": 1}\n");
+        assertThat(fingerprint(copy)).as("a record on another line").isNotEqualTo(expected);
+        Files.writeString(copy.resolve("a.jsonl"), "{}\n\n{\"k\": 1}\n{}\n");
+        assertThat(fingerprint(copy)).as("a record more").isNotEqualTo(expected);
+        Files.writeString(copy.resolve("a.jsonl"), "{}\n\n{\"k\": 1}\n");
+        Files.move(copy.resolve("sub/b.jsonl"), copy.resolve("sub/c.jsonl"));
+        assertThat(fingerprint(copy)).as("a file renamed").isNotEqualTo(expected);
+        Files.move(copy.resolve("sub/c.jsonl"), copy.resolve("sub/b.jsonl"));
+        assertThat(fingerprint(copy)).as("back as it was").isEqualTo(expected);
+        Files.writeString(copy.resolve("z.jsonl"), "");
+        assertThat(fingerprint(copy))
+                .as("a file more, even without records")
+                .isNotEqualTo(expected);
+    }
+
+    private static String fingerprint(Path root) throws IOException {
+        return DatasetListing.scan(new org.apache.flink.core.fs.Path(root.toUri()), "*.jsonl", 1024)
+                .fingerprint();
     }
 
     private static void assertLocation(

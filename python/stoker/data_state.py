@@ -1,0 +1,239 @@
+"""A trainer's checkpointed data position, and its checks against the job (no torch needed).
+
+The state is what :meth:`stoker.torch.StokerDataset.state_dict` returns and a trainer saves in
+its own checkpoint (``torch.save`` or JSON; only ``str``, ``int``, ``None`` and ``dict`` values,
+so ``torch.load(..., weights_only=True)`` reads it back)::
+
+    {
+        "format": "stoker.data-state/1",
+        "next_step": 10,          # the step the trainer reads next: it trained on 0 .. 9
+        "rank": 0,                # the DP rank whose batches these are
+        "world_size": 2,          # DP ranks W
+        "job_name": "sft-run-7",
+        "generation": "20260115-101500-3f2a1c",   # the generation the last batch came from
+        "sequence": {             # what fixes which record lands in which (step, rank, slot)
+            "dataset_fingerprint": "sha256:…", "num_records": 48, "shuffle_seed": 0,
+            "world_size": 2, "micro_batch_size": 4, "epochs": 1, "model_preset": "qwen2-vl",
+        },
+    }
+
+The job is resumed for it with ``--stoker.resume-step <next_step - 1>`` (``python -m
+stoker.resume`` prints the command line). :func:`check_restore` compares a state with the
+job's current manifest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from .reader import Manifest
+
+__all__ = [
+    "SEQUENCE_FIELDS",
+    "STATE_FORMAT",
+    "DataStateError",
+    "check_restore",
+    "check_sequence",
+    "find_states",
+    "make_state",
+    "sequence_of",
+    "validate_state",
+]
+
+#: Value of the state's ``"format"`` key.
+STATE_FORMAT = "stoker.data-state/1"
+
+#: Manifest fields that, together, fix the batch sequence: the record of every (step, rank, slot)
+#: is a function of them (docs/batch-protocol.md, "Row and slot order"; the preset fixes how
+#: each record is preprocessed).
+SEQUENCE_FIELDS = (
+    "dataset_fingerprint",
+    "num_records",
+    "shuffle_seed",
+    "world_size",
+    "micro_batch_size",
+    "epochs",
+    "model_preset",
+)
+
+_KEYS = {"format", "next_step", "rank", "world_size", "job_name", "generation", "sequence"}
+
+
+class DataStateError(ValueError):
+    """A trainer's data state does not fit the job (or is not a data state).
+
+    The message names the field and both values (the checkpoint's and the job's) and, for a job
+    resumed at another step, the ``--stoker.resume-step`` to resubmit it with.
+    """
+
+
+def sequence_of(manifest: Manifest) -> dict[str, Any]:
+    """The :data:`SEQUENCE_FIELDS` of ``manifest`` (``None`` for a field it lacks)."""
+    return {name: getattr(manifest, name) for name in SEQUENCE_FIELDS}
+
+
+def make_state(manifest: Manifest, rank: int, next_step: int, generation: str) -> dict[str, Any]:
+    """The state of rank ``rank`` about to read ``next_step`` of ``manifest``'s job."""
+    return {
+        "format": STATE_FORMAT,
+        "next_step": int(next_step),
+        "rank": int(rank),
+        "world_size": int(manifest.world_size),
+        "job_name": manifest.job_name,
+        "generation": generation,
+        "sequence": sequence_of(manifest),
+    }
+
+
+def validate_state(state: object) -> dict[str, Any]:
+    """``state`` if it is a well-formed data state.
+
+    Raises:
+        DataStateError: not a mapping, another ``format``, missing or extra keys, or values of
+            the wrong type.
+    """
+    if not isinstance(state, Mapping):
+        raise DataStateError(f"a data state is a dict, got {type(state).__name__}")
+    if state.get("format") != STATE_FORMAT:
+        raise DataStateError(
+            f"data state format {state.get('format')!r} is not {STATE_FORMAT!r} (not a Stoker "
+            "data state, or one of another release)"
+        )
+    if set(state) != _KEYS:
+        raise DataStateError(
+            f"data state keys {sorted(state)} are not {sorted(_KEYS)} (a corrupt checkpoint?)"
+        )
+    for key in ("next_step", "rank", "world_size"):
+        v = state[key]
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise DataStateError(f"data state {key}={v!r} is not an integer >= 0")
+    for key in ("job_name", "generation"):
+        if not isinstance(state[key], str):
+            raise DataStateError(f"data state {key}={state[key]!r} is not a string")
+    seq = state["sequence"]
+    if not isinstance(seq, Mapping) or set(seq) != set(SEQUENCE_FIELDS):
+        raise DataStateError(
+            f"data state sequence {seq!r} does not hold exactly the fields {list(SEQUENCE_FIELDS)}"
+        )
+    return dict(state)
+
+
+def check_sequence(state: Mapping[str, Any], manifest: Manifest, where: str) -> None:
+    """Raise when ``manifest`` (read from ``where``) is another job or batch sequence than
+    ``state``'s.
+
+    Raises:
+        DataStateError: another ``job_name``, or any :data:`SEQUENCE_FIELDS` differs; the message
+            lists each difference with the checkpoint's and the job's value.
+    """
+    diffs = []
+    if state["job_name"] != manifest.job_name:
+        diffs.append(f"job_name: checkpoint {state['job_name']!r}, job {manifest.job_name!r}")
+    seq = state["sequence"]
+    for name, value in sequence_of(manifest).items():
+        if seq[name] != value:
+            diffs.append(f"{name}: checkpoint {seq[name]!r}, job {value!r}")
+    if diffs:
+        raise DataStateError(
+            f"the trainer's data state does not match the job ({where}): "
+            + "; ".join(diffs)
+            + ". The job's batches would not continue the sequence the trainer was trained on: "
+            "resubmit the job with the options of the checkpoint's run, or start the trainer "
+            "without this data state"
+        )
+
+
+def check_restore(
+    state: Mapping[str, Any], manifest: Manifest, rank: int, world_size: int, where: str
+) -> None:
+    """Check that ``manifest`` (read from ``where``) continues ``state`` for DP rank ``rank`` of
+    ``world_size``.
+
+    The rank and world size must be the state's; the job and sequence as in
+    :func:`check_sequence`. A job resubmitted since (another generation than the state's) must
+    start exactly at the state's ``next_step`` (``first_step == next_step``); in the state's own
+    generation (only the trainer restarted) ``first_step <= next_step`` (the reader then checks
+    the rank's ``ack.json``).
+
+    Raises:
+        DataStateError: naming the field, the checkpoint's and the job's value, and for a step
+            mismatch the ``--stoker.resume-step`` to resubmit the job with.
+    """
+    if state["rank"] != rank:
+        raise DataStateError(
+            f"the data state is DP rank {state['rank']}'s, but this trainer is rank {rank}: "
+            "restore each rank from its own data state"
+        )
+    if state["world_size"] != world_size:
+        raise DataStateError(
+            f"world_size: checkpoint {state['world_size']}, this trainer {world_size}: the "
+            "data state was saved by a run with another number of DP ranks"
+        )
+    check_sequence(state, manifest, where)
+    step = state["next_step"]
+    fix = (
+        f"resubmit the job from its savepoint with --stoker.resume-step {step - 1} "
+        "(python -m stoker.resume prints the command line)"
+    )
+    if manifest.generation != state["generation"] and manifest.first_step != step:
+        raise DataStateError(
+            f"step: the checkpoint continues at step {step}, but the job (generation "
+            f"{manifest.generation}, {where}) was resumed to produce steps from first_step "
+            f"{manifest.first_step} (--stoker.resume-step {manifest.first_step - 1}); {fix}"
+        )
+    if manifest.first_step > step:
+        raise DataStateError(
+            f"step: the checkpoint continues at step {step}, but the job (generation "
+            f"{manifest.generation}, {where}) produces steps from first_step "
+            f"{manifest.first_step}; {fix}"
+        )
+    if step > manifest.num_steps:
+        raise DataStateError(
+            f"step: the checkpoint continues at step {step}, but the job's run has only "
+            f"{manifest.num_steps} steps ({where})"
+        )
+
+
+def find_states(obj: object, key: str | None = None) -> list[dict[str, Any]]:
+    """The data states inside a loaded trainer checkpoint ``obj``.
+
+    With ``key`` (dot-separated, e.g. ``"data"`` or ``"loader._snapshot.dataset_state"``) the
+    value at that path, which must be a data state (or a list of them, one per rank); without,
+    every dict with ``"format": STATE_FORMAT`` found in nested dicts, lists and tuples.
+
+    Raises:
+        DataStateError: the path does not exist, or nothing in ``obj`` is a data state.
+    """
+    if key is not None:
+        node = obj
+        for part in key.split("."):
+            if isinstance(node, Mapping) and part in node:
+                node = node[part]
+            elif isinstance(node, list | tuple) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                raise DataStateError(f"the checkpoint has no {key!r} (no {part!r})")
+        nodes = list(node) if isinstance(node, list | tuple) else [node]
+        return [validate_state(n) for n in nodes]
+    found = [validate_state(s) for s in _walk(obj, 0)]
+    if not found:
+        raise DataStateError(
+            f"the checkpoint holds no dict with format {STATE_FORMAT!r}: not a checkpoint with "
+            "StokerDataset.state_dict() in it (pass --key to point at it)"
+        )
+    return found
+
+
+def _walk(obj: object, depth: int) -> Iterator[object]:
+    if depth > 16:
+        return
+    if isinstance(obj, Mapping):
+        if obj.get("format") == STATE_FORMAT:
+            yield obj
+            return
+        for v in obj.values():
+            yield from _walk(v, depth + 1)
+    elif isinstance(obj, list | tuple):
+        for v in obj:
+            yield from _walk(v, depth + 1)

@@ -1,0 +1,169 @@
+"""Turn a trainer checkpoint's data state into the job's resume command line.
+
+::
+
+    python -m stoker.resume CHECKPOINT [CHECKPOINT ...] --savepoint PATH \\
+        [--jar job/target/stoker-job.jar] [--key PATH] [-- <the job's other options>]
+
+prints ``flink run -s PATH JAR <options> --stoker.resume-step S``, where ``S = next_step - 1``
+of the data state(s) (:mod:`stoker.data_state`) in the checkpoint file(s): a JSON file holding the
+state, or a ``torch.save`` checkpoint (read with ``torch.load(..., weights_only=True)``; needs
+torch) with it anywhere inside (or at ``--key``, dot-separated). Several states (one per rank, in
+one or more files) must agree on the step and the job. The job's name, world size, micro-batch
+size, epochs, shuffle seed and model preset come from the state and are added unless the options
+after ``--`` already set them; an option there that contradicts the state is an error. The other
+options (dataset, tokenizer, output root...) must be the original run's.
+
+Exit status: 0 printed, 2 bad arguments, an unreadable checkpoint or states that disagree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from .data_state import DataStateError, find_states
+
+__all__ = ["main", "resume_command"]
+
+
+def _load(path: Path) -> object:
+    raw = path.read_bytes()
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        pass
+    try:
+        import torch
+    except ImportError:
+        raise DataStateError(
+            f"{path} is not JSON, and reading a torch checkpoint needs torch, which is not "
+            "installed"
+        ) from None
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - torch raises many kinds for a file it cannot read
+        raise DataStateError(f"{path}: neither JSON nor a torch checkpoint: {e}") from e
+
+
+def _option_values(options: list[str]) -> dict[str, str]:
+    """``--key value`` pairs (and ``--key=value``) of ``options``."""
+    out = {}
+    i = 0
+    while i < len(options):
+        opt = options[i]
+        if opt.startswith("--") and "=" in opt:
+            k, v = opt[2:].split("=", 1)
+            out[k] = v
+        elif opt.startswith("--") and i + 1 < len(options):
+            out[opt[2:]] = options[i + 1]
+            i += 1
+        i += 1
+    return out
+
+
+def resume_command(
+    states: list[dict[str, Any]],
+    savepoint: str,
+    *,
+    jar: str = "job/target/stoker-job.jar",
+    options: list[str] | None = None,
+    flink: str = "flink",
+) -> list[str]:
+    """The ``flink run`` argument list that resumes the job for ``states``.
+
+    Raises:
+        DataStateError: no state, states that disagree (step, job, sequence, world size), or an
+            option in ``options`` that contradicts the states.
+    """
+    if not states:
+        raise DataStateError("no data state given")
+    first = states[0]
+    for s in states[1:]:
+        for key in ("next_step", "job_name", "world_size", "sequence"):
+            if s[key] != first[key]:
+                raise DataStateError(
+                    f"the data states disagree on {key}: rank {first['rank']} has "
+                    f"{first[key]!r}, rank {s['rank']} has {s[key]!r}; restore every rank from "
+                    "the same trainer checkpoint"
+                )
+    seq = first["sequence"]
+    implied = {
+        "stoker.job-name": first["job_name"],
+        "stoker.dp-world-size": str(first["world_size"]),
+        "stoker.micro-batch-size": str(seq["micro_batch_size"]),
+        "stoker.epochs": str(seq["epochs"]),
+    }
+    if seq["shuffle_seed"] is None:
+        implied["stoker.shuffle"] = "false"
+    else:
+        implied["stoker.shuffle.seed"] = str(seq["shuffle_seed"])
+    if seq["model_preset"] is not None:
+        implied["stoker.model.preset"] = seq["model_preset"]
+    options = list(options or [])
+    given = _option_values(options)
+    if "stoker.resume-step" in given:
+        raise DataStateError(
+            "leave --stoker.resume-step out of the options: it comes from the data state"
+        )
+    extra = []
+    for key, value in implied.items():
+        if key in given:
+            if given[key].strip().lower() != value.lower():
+                raise DataStateError(
+                    f"--{key} {given[key]} contradicts the data state, which was trained on "
+                    f"{key} {value}"
+                )
+        else:
+            extra += [f"--{key}", value]
+    return [
+        flink,
+        "run",
+        "-s",
+        savepoint,
+        jar,
+        *options,
+        *extra,
+        "--stoker.resume-step",
+        str(first["next_step"] - 1),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m stoker.resume",
+        description="Print the flink run command that resumes a Stoker job at a trainer "
+        "checkpoint's data state (StokerDataset.state_dict()).",
+    )
+    ap.add_argument("checkpoints", nargs="+", type=Path, help="JSON or torch.save checkpoint files")
+    ap.add_argument("--savepoint", required=True, help="the job's savepoint path (flink run -s)")
+    ap.add_argument("--jar", default="job/target/stoker-job.jar", help="the job jar")
+    ap.add_argument("--flink", default="flink", help="the flink CLI to name")
+    ap.add_argument(
+        "--key", default=None, help="dot-separated path of the data state in the checkpoint"
+    )
+    ap.epilog = "Options after -- are the job's other --key value options (dataset, tokenizer...)."
+    argv = sys.argv[1:] if argv is None else list(argv)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = ap.parse_args(argv[:cut])
+    options = argv[cut + 1 :]
+    try:
+        states = []
+        for path in args.checkpoints:
+            states += find_states(_load(path), args.key)
+        cmd = resume_command(
+            states, args.savepoint, jar=args.jar, options=options, flink=args.flink
+        )
+    except (OSError, DataStateError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(shlex.join(cmd))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

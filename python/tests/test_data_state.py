@@ -1,0 +1,152 @@
+"""stoker.data_state and ``python -m stoker.resume`` on JSON checkpoints (no torch: the dev venv),
+and that ``import stoker`` does not import torch. The torch side is in tests/model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO_ROOT, write_manifest
+
+from stoker import Manifest
+from stoker.data_state import (
+    STATE_FORMAT,
+    DataStateError,
+    check_restore,
+    find_states,
+    make_state,
+    validate_state,
+)
+from stoker.resume import main, resume_command
+
+FP = "sha256:" + "a" * 64
+
+
+def manifest(root, **kw):
+    fields = {
+        "world_size": 2,
+        "num_steps": 6,
+        "dataset_fingerprint": FP,
+        "model_preset": "qwen2-vl",
+    }
+    fields.update(kw)
+    write_manifest(root, **fields)
+    return Manifest.load(root / "manifest.json")
+
+
+def test_manifest_reads_the_fingerprint_and_preset_and_accepts_a_manifest_without(shm_root):
+    m = manifest(shm_root)
+    assert (m.dataset_fingerprint, m.model_preset) == (FP, "qwen2-vl")
+    write_manifest(shm_root, world_size=2, num_steps=6)
+    old = Manifest.load(shm_root / "manifest.json")
+    assert (old.dataset_fingerprint, old.model_preset) == (None, None)
+
+
+def test_import_stoker_does_not_import_torch():
+    code = (
+        "import sys, stoker, stoker.data_state, stoker.resume, stoker.images; "
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT / "python",
+        check=True,
+    )
+    assert out.stdout.strip() == "False"
+
+
+def test_check_restore_names_both_values(shm_root):
+    m = manifest(shm_root, first_step=3, generation="g2")
+    state = make_state(m, rank=1, next_step=3, generation="g1")
+    check_restore(state, m, 1, 2, "here")  # continues exactly
+    with pytest.raises(DataStateError, match=r"continues at step 4.*first_step 3.*resume-step 3"):
+        check_restore(dict(state, next_step=4), m, 1, 2, "here")
+    same_gen = dict(state, generation="g2", next_step=5)
+    check_restore(same_gen, m, 1, 2, "here")  # the job was not resubmitted: the reader checks acks
+    with pytest.raises(DataStateError, match="continues at step 2.*first_step 3"):
+        check_restore(dict(same_gen, next_step=2), m, 1, 2, "here")
+    seq = dict(state["sequence"], shuffle_seed=9)
+    with pytest.raises(DataStateError, match="shuffle_seed: checkpoint 9, job 0"):
+        check_restore(dict(state, sequence=seq), m, 1, 2, "here")
+
+
+@pytest.mark.parametrize(
+    ("broken", "match"),
+    [
+        ([], "is a dict"),
+        ({"format": "x"}, "format 'x'"),
+        ({"format": STATE_FORMAT}, "keys"),
+    ],
+)
+def test_validate_state_rejects_what_is_not_a_state(broken, match):
+    with pytest.raises(DataStateError, match=match):
+        validate_state(broken)
+
+
+def test_validate_state_rejects_bad_values(shm_root):
+    state = make_state(manifest(shm_root), 0, 3, "g1")
+    with pytest.raises(DataStateError, match="next_step=-1"):
+        validate_state(dict(state, next_step=-1))
+    with pytest.raises(DataStateError, match="sequence"):
+        validate_state(dict(state, sequence={"world_size": 2}))
+
+
+def test_find_states_in_nested_checkpoints_and_by_key(shm_root):
+    state = make_state(manifest(shm_root), 0, 3, "g1")
+    # torchdata's StatefulDataLoader keeps the dataset's state under "dataset_state"
+    ckpt = {"model": {"w": [1.0]}, "loader": {"_num_yielded": 3, "dataset_state": state}}
+    assert find_states(ckpt) == [state]
+    assert find_states(ckpt, "loader.dataset_state") == [state]
+    assert find_states({"ranks": [state, dict(state, rank=1)]}, "ranks") == [
+        state,
+        dict(state, rank=1),
+    ]
+    with pytest.raises(DataStateError, match="no 'loader.nope'"):
+        find_states(ckpt, "loader.nope")
+    with pytest.raises(DataStateError, match="holds no dict"):
+        find_states({"model": {}})
+
+
+def test_resume_command_from_json_states(shm_root, tmp_path, capsys):
+    state = make_state(manifest(shm_root, shuffle_seed=None), 0, 10, "g1")
+    a, b = tmp_path / "rank0.json", tmp_path / "rank1.json"
+    a.write_text(json.dumps({"data": state}))
+    b.write_text(json.dumps({"data": dict(state, rank=1)}))
+    argv = [str(a), str(b), "--savepoint", "s3://ckpt/sp-1", "--jar", "stoker-job.jar"]
+    assert main([*argv, "--", "--stoker.dataset.path", "s3://d", "--stoker.job-name=test-job"]) == 0
+    assert capsys.readouterr().out.split() == [
+        "flink",
+        "run",
+        "-s",
+        "s3://ckpt/sp-1",
+        "stoker-job.jar",
+        "--stoker.dataset.path",
+        "s3://d",
+        "--stoker.job-name=test-job",
+        "--stoker.dp-world-size",
+        "2",
+        "--stoker.micro-batch-size",
+        "4",
+        "--stoker.epochs",
+        "1",
+        "--stoker.shuffle",
+        "false",
+        "--stoker.model.preset",
+        "qwen2-vl",
+        "--stoker.resume-step",
+        "9",
+    ]
+    b.write_text(json.dumps(dict(state, rank=1, next_step=11)))
+    assert main(argv) == 2
+    assert "disagree on next_step: rank 0 has 10, rank 1 has 11" in capsys.readouterr().err
+    assert main([str(a), "--savepoint", "sp", "--", "--stoker.resume-step", "3"]) == 2
+    assert "leave --stoker.resume-step out" in capsys.readouterr().err
+    assert main([str(a), "--savepoint", "sp", "--", "--stoker.job-name", "x"]) == 2
+    assert "--stoker.job-name x contradicts the data state" in capsys.readouterr().err
+    assert main([str(tmp_path / "missing.json"), "--savepoint", "sp"]) == 2
+    with pytest.raises(DataStateError, match="no data state"):
+        resume_command([], "sp")
