@@ -165,5 +165,5 @@ case "$cmd" in
   down) need_root; check_names; cmd_down; log "nodes with prefix '$PREFIX' removed" ;;
   exec) need_root; check_names; cmd_exec "$@" ;;
   list) need_root; check_names; cmd_list ;;
-  *) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac
