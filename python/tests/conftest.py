@@ -13,6 +13,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -301,8 +302,10 @@ def make_job(
     patch_dim: int = PATCH_DIM,
     generation: str = GEN,
     first_step: int = 0,
+    **manifest: Any,
 ) -> dict[tuple[int, int], list]:
-    """A complete generation: manifest and steps ``first_step .. num_steps-1`` of every rank.
+    """A complete generation: manifest and steps ``first_step .. num_steps-1`` of every rank;
+    ``manifest`` are more :func:`write_manifest` fields.
 
     Returns the samples per (step, rank).
     """
@@ -314,6 +317,7 @@ def make_job(
         patch_dim=patch_dim,
         generation=generation,
         first_step=first_step,
+        **manifest,
     )
     return write_steps(
         root,

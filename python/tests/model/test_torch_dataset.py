@@ -23,11 +23,11 @@ import torch
 from conftest import (
     REPO_ROOT,
     build_record_batch,
+    make_job,
     make_samples,
     rank_dir,
     write_batch,
     write_manifest,
-    write_steps,
 )
 from torch.utils.data import DataLoader
 from transformers import Qwen2VLForConditionalGeneration
@@ -59,7 +59,7 @@ def job(root: Path, *, num_steps=6, first_step=0, generation="g1", world_size=W,
     """Manifest and steps ``first_step .. num_steps-1`` of every rank; the samples written."""
     fields = {"dataset_fingerprint": FP, "model_preset": PRESET, "shuffle_seed": 0}
     fields.update(manifest)
-    write_manifest(
+    return make_job(
         root,
         world_size=world_size,
         num_steps=num_steps,
@@ -67,13 +67,6 @@ def job(root: Path, *, num_steps=6, first_step=0, generation="g1", world_size=W,
         generation=generation,
         first_step=first_step,
         **fields,
-    )
-    return write_steps(
-        root,
-        range(first_step, num_steps),
-        world_size=world_size,
-        micro_batch_size=B,
-        generation=generation,
     )
 
 

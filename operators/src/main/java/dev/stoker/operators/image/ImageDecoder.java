@@ -320,7 +320,13 @@ public final class ImageDecoder {
         }
     }
 
-    private static void checkPixels(ImageFormat format, int w, int h, long maxSourcePixels)
+    /**
+     * The decompression-bomb guard from header dimensions.
+     *
+     * @throws RejectedRecordException {@link RejectReason#IMAGE_TOO_MANY_PIXELS} when {@code w * h
+     *     > maxSourcePixels}
+     */
+    static void checkPixels(ImageFormat format, int w, int h, long maxSourcePixels)
             throws RejectedRecordException {
         if ((long) w * h > maxSourcePixels) {
             throw new RejectedRecordException(

@@ -94,12 +94,17 @@ final class LibWebpDecoder {
     RgbImage decode(byte[] encoded, long maxSourcePixels) throws RejectedRecordException {
         Container file = Container.parse(encoded);
         if (file.animated) {
-            checkPixels(file.canvasWidth, file.canvasHeight, maxSourcePixels);
+            ImageDecoder.checkPixels(
+                    ImageFormat.WEBP, file.canvasWidth, file.canvasHeight, maxSourcePixels);
             return firstFrame(file, encoded);
         }
         Decoded still =
                 decodeImage(
-                        encoded, 0, encoded.length, (w, h) -> checkPixels(w, h, maxSourcePixels));
+                        encoded,
+                        0,
+                        encoded.length,
+                        (w, h) ->
+                                ImageDecoder.checkPixels(ImageFormat.WEBP, w, h, maxSourcePixels));
         byte[] out = new byte[still.width * still.height * 3];
         RgbConverter.convertArgb(
                 still.argb, still.width, still.height, still.alpha, out, still.width, 0, 0);
@@ -180,22 +185,6 @@ final class LibWebpDecoder {
         } finally {
             // drops the reader's copy of the file (its setInput rejects null)
             reader.setInput(new ByteArrayImageInputStream(new byte[0]), true, true);
-        }
-    }
-
-    private static void checkPixels(int w, int h, long maxSourcePixels)
-            throws RejectedRecordException {
-        if ((long) w * h > maxSourcePixels) {
-            throw new RejectedRecordException(
-                    RejectReason.IMAGE_TOO_MANY_PIXELS,
-                    "image too large: WEBP "
-                            + w
-                            + "x"
-                            + h
-                            + " = "
-                            + (long) w * h
-                            + " pixels > limit "
-                            + maxSourcePixels);
         }
     }
 
