@@ -30,6 +30,11 @@ DATASET = SHARED / "llava-style"
 TOKENIZER_DIR = SHARED / "tokenizers" / "qwen3"
 PATCH_DIM = 1176
 PAD = 151643
+#: The inputs the Hugging Face Qwen-VL processors return for images (transformers 5.23.0), plus
+#: labels: what ``Batch.arrays()`` / ``to_torch()`` must hold, by these names.
+MODEL_INPUT_NAMES = frozenset(
+    {"input_ids", "labels", "attention_mask", "mm_token_type_ids", "pixel_values", "image_grid_thw"}
+)
 IMAGE_PAD = 151655
 GEN = "g1"
 

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import (
+    MODEL_INPUT_NAMES,
     REPO_ROOT,
     build_record_batch,
     make_job,
@@ -38,14 +39,6 @@ from stoker.torch import StokerBatch, StokerDataset, discover_rank
 W, B = 2, 4
 FP = "sha256:" + "1" * 64
 PRESET = "qwen2-vl"
-HF_KEYS = {
-    "input_ids",
-    "labels",
-    "attention_mask",
-    "mm_token_type_ids",
-    "pixel_values",
-    "image_grid_thw",
-}
 RANK_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 
 
@@ -72,7 +65,7 @@ def job(root: Path, *, num_steps=6, first_step=0, generation="g1", world_size=W,
 
 def assert_is_sample_batch(batch, samples):
     """``batch`` holds exactly ``samples`` (as the helpers wrote them), in row order."""
-    assert set(batch) == HF_KEYS
+    assert set(batch) == MODEL_INPUT_NAMES
     L = batch["input_ids"].shape[1]
     for row, s in enumerate(samples):
         n = len(s["ids"])
@@ -101,7 +94,7 @@ def test_dataloader_hands_over_every_step_with_the_models_keyword_arguments(shm_
         warnings.simplefilter("ignore", UserWarning)  # pin_memory without an accelerator
         for batch in loader:
             assert isinstance(batch, StokerBatch)  # attributes survive default_convert
-            assert HF_KEYS <= set(forward), "model(**batch) takes every key"
+            assert MODEL_INPUT_NAMES <= set(forward), "model(**batch) takes every key"
             assert batch.rank == 1 and batch.generation == "g1"
             assert_is_sample_batch(batch, written[(batch.step, 1)])
             assert batch.keep.tolist() == [True] * B
@@ -434,8 +427,8 @@ def test_device_hand_off_gives_the_plain_paths_values_in_owned_memory(shm_root, 
     assert [b.step for b in moved] == [b.step for b in plain] == list(range(6))
     for p, m in zip(plain, moved, strict=True):
         assert_is_sample_batch(m, written[(m.step, 1)])
-        assert set(m) == set(p) == HF_KEYS
-        for k in HF_KEYS:
+        assert set(m) == set(p) == MODEL_INPUT_NAMES
+        for k in MODEL_INPUT_NAMES:
             assert m[k].dtype == p[k].dtype and m[k].device.type == "cpu"
             assert torch.equal(m[k], p[k]), k
             assert m[k].data_ptr() != p[k].data_ptr()
