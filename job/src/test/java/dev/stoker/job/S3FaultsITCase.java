@@ -4,9 +4,9 @@ import static org.assertj.core.api.Assertions.assertThat;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import dev.stoker.connectors.fetch.TransientFailurePolicy;
-import dev.stoker.connectors.s3.FaultInjectingBlobStore;
-import dev.stoker.connectors.s3.FaultInjectingBlobStore.Body;
-import dev.stoker.connectors.s3.LocalS3Server;
+import dev.stoker.testkit.FaultInjectingBlobStore;
+import dev.stoker.testkit.FaultInjectingBlobStore.Body;
+import dev.stoker.testkit.LocalS3Server;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;

@@ -1,4 +1,4 @@
-package dev.stoker.connectors.s3;
+package dev.stoker.testkit;
 
 import com.google.common.util.concurrent.RateLimiter;
 import java.io.FilterInputStream;
