@@ -7,7 +7,9 @@
 Each rank runs a :class:`~stoker.reader.BatchReader` (from ``--start-step``, default the
 manifest's ``first_step``), touches the arrays of every batch (so a broken mapping would fail
 loudly), then sleeps ``--step-time-ms`` (no CPU use). A progress line is printed about once a
-second; a summary at the end. With ``--record FILE``, one JSON line per batch is appended to
+second; a summary at the end, per rank and in total: ``wait_time_ratio`` (data-wait time / time
+since the first request) over the whole run, ``first_batch_s`` (time to the first batch: the
+start-up) and ``steady_wait_time_ratio`` (the ratio after the first batch). With ``--record FILE``, one JSON line per batch is appended to
 FILE: ``{"step", "rank", "sha256", "rows", "backfilled"}`` (``sha256``: hex digest of the batch
 file's bytes, read from the mapping before the step is acknowledged; ``rows``: B;
 ``backfilled``: list of back-filled rows). With ``--stop-after-step S`` every rank stops after
