@@ -62,12 +62,21 @@ STEP_TIME_MS = 20
 #: What the job logs (dev.stoker.job.StokerJob) when a run from step 0 ends with its accounting
 #: checked: "Run finished: records in steps 0..N=R, read=R, samples emitted=E, dead letters=D".
 ACCOUNTING_MARK = "Run finished: "
-MEANING = (
-    "wait_time_ratio is the share of the trainer's time spent waiting for its next batch "
-    "(0 = never waited). Over the whole run it counts the start-up once: the trainer starts "
-    "before the job, and first_batch_s covers the JVM, Flink and the first images. "
-    "steady_wait_time_ratio is after the first batch, what a long run sees."
-)
+
+
+def meaning(world_size: int, micro_batch_size: int, step_time_ms: float, cpus: int) -> str:
+    """One line on what the trainer's wait-time figures mean, with this run's numbers."""
+    wanted = world_size * micro_batch_size * 1000 / step_time_ms
+    return (
+        "wait_time_ratio is the share of the trainer's time spent waiting for its next batch "
+        "(0 = never waited). The whole-run figure counts the start-up once (first_batch_s: the "
+        "trainer starts before the JVM, Flink and the first images); steady_wait_time_ratio is "
+        "after the first batch, what a long run sees. The simulated trainer takes "
+        f"{step_time_ms:g} ms a step, so it wants {wanted:.0f} samples/s ({world_size} ranks x "
+        f"{micro_batch_size}); a steady figure above 0 means the job made fewer on this "
+        f"machine's {cpus} CPU cores (a real training step of a vision-language model is far "
+        "longer than that)."
+    )
 
 
 class DemoError(Exception):
@@ -372,7 +381,9 @@ def run(repo: Path, state: Path, tokenizer: Path, args: Sequence[str]) -> int:
         print(f"[job] {accounting_line(job_log)}", flush=True)
         print_dead_letters([str(job_dir / "dead-letters")])
         if with_trainer:
-            log(MEANING)
+            world_size = int(options["stoker.dp-world-size"])
+            micro_batch_size = int(options["stoker.micro-batch-size"])
+            log(meaning(world_size, micro_batch_size, STEP_TIME_MS, os.cpu_count() or 1))
         else:
             log(
                 f"every batch is in {job_dir} (no trainer consumed them); look at them with "
