@@ -4,6 +4,7 @@ import org.apache.logging.log4j.core.Filter;
 import org.apache.logging.log4j.core.LogEvent;
 import org.apache.logging.log4j.core.config.Node;
 import org.apache.logging.log4j.core.config.plugins.Plugin;
+import org.apache.logging.log4j.core.config.plugins.PluginAttribute;
 import org.apache.logging.log4j.core.config.plugins.PluginFactory;
 import org.apache.logging.log4j.core.filter.AbstractFilter;
 import org.junit.jupiter.api.extension.AfterAllCallback;
@@ -45,10 +46,19 @@ public final class ExpectedFaultFilter extends AbstractFilter {
         super(onMatch, onMismatch);
     }
 
-    /** The filter, from a log4j configuration. */
+    /**
+     * The filter, from a log4j configuration.
+     *
+     * @param onMatch result for an expected fault, default DENY
+     * @param onMismatch result for any other event, default NEUTRAL
+     */
     @PluginFactory
-    public static ExpectedFaultFilter createFilter() {
-        return new ExpectedFaultFilter(Result.DENY, Result.NEUTRAL);
+    public static ExpectedFaultFilter createFilter(
+            @PluginAttribute("onMatch") Result onMatch,
+            @PluginAttribute("onMismatch") Result onMismatch) {
+        return new ExpectedFaultFilter(
+                onMatch == null ? Result.DENY : onMatch,
+                onMismatch == null ? Result.NEUTRAL : onMismatch);
     }
 
     @Override

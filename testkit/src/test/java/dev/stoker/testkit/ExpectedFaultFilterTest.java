@@ -13,7 +13,7 @@ import org.junit.jupiter.api.Test;
 class ExpectedFaultFilterTest {
     private static final String DEAD_LETTERS =
             "dev.stoker.operators.accounting.DeadLetterAccounting";
-    private final ExpectedFaultFilter filter = ExpectedFaultFilter.createFilter();
+    private final ExpectedFaultFilter filter = ExpectedFaultFilter.createFilter(null, null);
 
     private static LogEvent event(String logger, String message, Throwable thrown) {
         return Log4jLogEvent.newBuilder()
