@@ -19,6 +19,8 @@ import org.jclouds.blobstore.BlobStoreContext;
 import org.junit.jupiter.api.extension.AfterAllCallback;
 import org.junit.jupiter.api.extension.BeforeAllCallback;
 import org.junit.jupiter.api.extension.ExtensionContext;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 import software.amazon.awssdk.auth.credentials.AwsBasicCredentials;
 import software.amazon.awssdk.auth.credentials.StaticCredentialsProvider;
 import software.amazon.awssdk.core.async.AsyncRequestBody;
@@ -55,6 +57,8 @@ public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback,
 
     /** Secret key the server accepts. Test credentials, not a secret. */
     public static final String SECRET_KEY = "stoker-local-secret";
+
+    private static final Logger LOG = LoggerFactory.getLogger(LocalS3Server.class);
 
     private final int port;
     private Path basedir;
@@ -106,6 +110,7 @@ public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback,
             }
             Thread.sleep(10);
         }
+        LOG.info("S3Proxy serving {} from {}", endpoint(), basedir);
         return this;
     }
 
@@ -222,8 +227,21 @@ public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback,
         close();
     }
 
-    /** Serves until killed; see the class comment for the arguments. */
+    /**
+     * Serves until killed (or until its standard input closes); see the class comment for the
+     * arguments. Exits with status 1, the error on standard error, if it cannot start or upload.
+     */
     public static void main(String[] args) throws Exception {
+        try {
+            serve(args);
+        } catch (Exception e) {
+            // the server's non-daemon threads would keep the JVM alive after a failed upload
+            e.printStackTrace();
+            System.exit(1);
+        }
+    }
+
+    private static void serve(String[] args) throws Exception {
         int port = 9000;
         Path basedir = null;
         Path upload = null;
