@@ -110,7 +110,7 @@ public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback,
             }
             Thread.sleep(10);
         }
-        LOG.info("S3Proxy serving {} from {}", endpoint(), basedir);
+        LOG.debug("S3Proxy serving {} from {}", endpoint(), basedir);
         return this;
     }
 
