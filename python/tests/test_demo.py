@@ -88,6 +88,12 @@ def test_the_demo_runs_twice_in_a_row_in_one_clone(tmp_path):
             assert planned == read == records == emitted + dead, m.group(0)
             assert re.search(r"total: .* steady_wait_time_ratio=[0-9.]+", proc.stdout), output
             assert "steady_wait_time_ratio is after the first batch" in proc.stderr
+            print(
+                f"run {run}:",
+                *proc.stdout.splitlines()[-8:],
+                proc.stderr.splitlines()[-1],
+                sep="\n",
+            )
             # the demo removed its job directory; nothing left running on its ports
             assert list(out_root.iterdir()) == [], f"run {run}"
         with socket.socket() as s:
