@@ -16,10 +16,10 @@ if [ ! -f "$VENV/.installed" ] || [ bench/requirements.txt -nt "$VENV/.installed
   touch "$VENV/.installed"
 fi
 if [ ! -f job/target/stoker-job.jar ] || [ ! -f job/target/runtime-classpath.txt ] \
-    || [ ! -f connectors/target/test-classpath.txt ] || [ ! -d connectors/target/test-classes ] \
+    || [ ! -f testkit/target/stoker-testkit.jar ] || [ ! -f testkit/target/runtime-classpath.txt ] \
     || [ ! -f operators/target/test-classpath.txt ]; then
   echo "[loaders] building the job jar (mvn -o package)" >&2
-  mvn -o -q -B package -DskipTests  # also writes the job's and connectors' classpath files
+  mvn -o -q -B package -DskipTests  # also writes the job's and the testkit's classpath files
   mvn -o -q -B -pl operators dependency:build-classpath -Dmdep.includeScope=test \
     -Dmdep.outputFile="$PWD/operators/target/test-classpath.txt"
 fi

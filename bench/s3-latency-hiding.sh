@@ -17,4 +17,4 @@ mvn -q -B -pl job -am dependency:build-classpath -Dmdep.includeScope=test -Dmdep
 FLINK_PLUGINS_DIR="$(pwd)/job/target/plugins" AWS_EC2_METADATA_DISABLED=true \
   java $JVM_OPENS -Daws.java.v1.disableDeprecationAnnouncement=true \
   -Dlog4j.configurationFile="file:$(pwd)/job/src/test/resources/log4j2-test.properties" \
-  -cp "job/target/test-classes:job/target/classes:connectors/target/test-classes:connectors/target/classes:$(cat "$CP_FILE")" dev.stoker.job.S3LatencyBench "$@"
+  -cp "job/target/test-classes:job/target/classes:connectors/target/classes:$(cat "$CP_FILE")" dev.stoker.job.S3LatencyBench "$@"

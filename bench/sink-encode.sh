@@ -7,8 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PAIRS=${1:-3}; BATCHES=${2:-60}; SAMPLES=${3:-8}; PATCHES=${4:-1024}
 CP_FILE=$(pwd)/connectors/target/test-classpath.txt
-# -am: the modules come from this checkout, not from ~/.m2; the package phase writes $CP_FILE
+# -am: the modules come from this checkout, not from ~/.m2
 mvn -o -q -B -pl connectors -am package -DskipTests -Dspotless.check.skip=true -Dcheckstyle.skip
+mvn -o -q -B -pl connectors -am dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile="$CP_FILE"
 CP="connectors/target/test-classes:connectors/target/classes:operators/target/classes:$(cat "$CP_FILE")"
 for _ in $(seq "$PAIRS"); do
   for mode in unpooled pooled; do

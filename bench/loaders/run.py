@@ -77,9 +77,8 @@ def start_s3(dataset: Path, latency_ms: int, jitter_ms: int) -> tuple[subprocess
     """LocalS3Server on a free port with the dataset uploaded to s3://bench/data."""
     classpath = ":".join(
         [
-            str(REPO / "connectors" / "target" / "test-classes"),
-            str(REPO / "connectors" / "target" / "classes"),
-            (REPO / "connectors" / "target" / "test-classpath.txt").read_text().strip(),
+            str(REPO / "testkit" / "target" / "stoker-testkit.jar"),
+            (REPO / "testkit" / "target" / "runtime-classpath.txt").read_text().strip(),
         ]
     )
     basedir = STATE / "bench-s3"
@@ -91,7 +90,7 @@ def start_s3(dataset: Path, latency_ms: int, jitter_ms: int) -> tuple[subprocess
         f"-Dlog4j.configurationFile=file:{REPO / 'flink-conf' / 'log4j-s3proxy.properties'}",
         "-cp",
         classpath,
-        "dev.stoker.connectors.s3.LocalS3Server",
+        "dev.stoker.testkit.LocalS3Server",
         "--port",
         "0",
         "--basedir",

@@ -7,7 +7,9 @@
 Each rank runs a :class:`stoker.BatchReader` (from ``--start-step``, default the
 manifest's ``first_step``), touches the arrays of every batch (so a broken mapping would fail
 loudly), then sleeps ``--step-time-ms`` (no CPU use). A progress line is printed about once a
-second; a summary at the end. With ``--record FILE``, one JSON line per batch is appended to
+second; a summary at the end, per rank and in total: ``wait_time_ratio`` (data-wait time / time
+since the first request) over the whole run, ``first_batch_s`` (time to the first batch: the
+start-up) and ``steady_wait_time_ratio`` (the ratio after the first batch). With ``--record FILE``, one JSON line per batch is appended to
 FILE: ``{"step", "rank", "sha256", "rows", "backfilled"}`` (``sha256``: hex digest of the batch
 file's bytes, read from the mapping before the step is acknowledged; ``rows``: B;
 ``backfilled``: list of back-filled rows). With ``--stop-after-step S`` every rank stops after
@@ -59,6 +61,10 @@ class RankResult:
     checksum: int = 0
     wait_s: float = 0.0
     elapsed_s: float = 0.0
+    #: ``wait_s`` and ``elapsed_s`` when the first batch arrived: the start-up (the job's start,
+    #: its first images); ``None`` before it arrived.
+    first_batch_wait_s: float | None = None
+    first_batch_elapsed_s: float | None = None
     error: str | None = None
     done: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -66,6 +72,15 @@ class RankResult:
     @property
     def wait_time_ratio(self) -> float:
         return self.wait_s / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def steady_wait_time_ratio(self) -> float | None:
+        """Wait-time ratio after the first batch (the start-up left out); ``None`` before the
+        second batch arrived."""
+        if self.first_batch_wait_s is None or self.first_batch_elapsed_s is None:
+            return None
+        elapsed = self.elapsed_s - self.first_batch_elapsed_s
+        return (self.wait_s - self.first_batch_wait_s) / elapsed if elapsed > 0 else None
 
     @property
     def expected_steps(self) -> int | None:
@@ -147,6 +162,9 @@ def run_rank(
                 result.checksum = (result.checksum + touched) & 0xFFFFFFFF
                 result.wait_s = reader.data_wait_s
                 result.elapsed_s = reader.elapsed_s
+                if result.first_batch_wait_s is None:
+                    result.first_batch_wait_s = result.wait_s
+                    result.first_batch_elapsed_s = result.elapsed_s
             del batch
             if step_time_s > 0:
                 time.sleep(step_time_s)
@@ -175,6 +193,13 @@ def _batches_written(rank_dir: Path | None, received: int, next_step: int) -> in
         except ValueError:
             continue
     return received + waiting
+
+
+def _startup_and_steady(res: RankResult) -> str:
+    """``first_batch_s=<s> steady_wait_time_ratio=<ratio>`` of a rank's summary line."""
+    first = "n/a" if res.first_batch_elapsed_s is None else f"{res.first_batch_elapsed_s:.2f}"
+    steady = res.steady_wait_time_ratio
+    return f"first_batch_s={first} steady_wait_time_ratio={'n/a' if steady is None else f'{steady:.3f}'}"
 
 
 def _parse_ranks(text: str) -> list[int]:
@@ -349,7 +374,7 @@ def _run(
 
     ok = True
     total_samples = total_images = 0
-    total_wait = total_el = 0.0
+    total_wait = total_el = first_wait = first_el = 0.0
     print("summary:")
     for r in ranks:
         res = results[r]
@@ -369,12 +394,19 @@ def _run(
         print(
             f"  rank {r}: steps={res.steps}/{'?' if expected is None else expected}{span} "
             f"samples={res.samples} backfilled={res.backfilled} images={res.images} "
-            f"tokens={res.tokens} wait_time_ratio={res.wait_time_ratio:.3f} {status}"
+            f"tokens={res.tokens} wait_time_ratio={res.wait_time_ratio:.3f} "
+            f"{_startup_and_steady(res)} {status}"
         )
+        if res.first_batch_wait_s is not None and res.first_batch_elapsed_s is not None:
+            first_wait += res.first_batch_wait_s
+            first_el += res.first_batch_elapsed_s
     overall_ratio = total_wait / total_el if total_el > 0 else 0.0
+    steady_el = total_el - first_el
+    steady = f"{(total_wait - first_wait) / steady_el:.3f}" if steady_el > 0 else "n/a"
     print(
         f"  total: samples={total_samples} images={total_images} elapsed_s={elapsed:.2f} "
-        f"samples/s={total_samples / elapsed if elapsed > 0 else 0.0:.1f} wait_time_ratio={overall_ratio:.3f}"
+        f"samples/s={total_samples / elapsed if elapsed > 0 else 0.0:.1f} wait_time_ratio={overall_ratio:.3f} "
+        f"steady_wait_time_ratio={steady}"
     )
     if args.flink_rest:
         print("  " + flink_job_status(args.flink_rest, manifest.job_name))

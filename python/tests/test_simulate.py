@@ -1,7 +1,9 @@
 import hashlib
 import json
+import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from conftest import build_record_batch, make_job, make_samples, rank_dir, write_batch
@@ -53,6 +55,39 @@ def test_simulate_fails_when_a_rank_is_incomplete(shm_root, capsys):
     assert "rank 0: steps=2/2" in out
     assert "rank 1: steps=1/2" in out and "TimeoutError" in out
     assert "result: FAILED" in out
+
+
+def test_simulate_reports_the_start_up_apart_from_the_steady_state(shm_root, capsys):
+    """Step 0 appears 1 s late, every later step is there at once: the whole-run wait-time ratio
+    is mostly that start-up, the ratio after the first batch is near 0."""
+    make_job(shm_root, world_size=2, num_steps=5)
+    held = shm_root.parent / "held"
+    held.mkdir()
+    for r in (0, 1):
+        (rank_dir(shm_root, r) / "step-0000000000.arrow").rename(held / f"r{r}.arrow")
+
+    def publish_step_0() -> None:
+        for r in (0, 1):  # a rename, as the sink publishes
+            (held / f"r{r}.arrow").rename(rank_dir(shm_root, r) / "step-0000000000.arrow")
+
+    timer = threading.Timer(1.0, publish_step_0)
+    timer.start()
+    try:
+        rc = main(["--root", str(shm_root), "--step-time-ms", "20", "--timeout-s", "10"])
+    finally:
+        timer.cancel()
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    for r in (0, 1):
+        line = next(x for x in out.splitlines() if x.startswith(f"  rank {r}:"))
+        first = float(re.search(r"first_batch_s=([0-9.]+)", line).group(1))
+        whole = float(re.search(r" wait_time_ratio=([0-9.]+)", line).group(1))
+        steady = float(re.search(r"steady_wait_time_ratio=([0-9.]+)", line).group(1))
+        assert 0.95 <= first < 5, line
+        assert whole > 0.8, line  # ~1 s waited of ~1.1 s
+        assert steady < 0.3, line  # 4 steps of 20 ms, each batch already written
+    total = next(x for x in out.splitlines() if x.startswith("  total:"))
+    assert float(re.search(r"steady_wait_time_ratio=([0-9.]+)", total).group(1)) < 0.3, total
 
 
 def test_flink_status_is_best_effort():

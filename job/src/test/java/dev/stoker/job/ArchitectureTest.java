@@ -104,6 +104,19 @@ class ArchitectureTest {
                                     + " through the protocol package's Ack");
 
     @ArchTest
+    static final ArchRule THE_TESTKIT_IS_FOR_TESTS_ONLY =
+            noClasses()
+                    .that()
+                    .resideInAnyPackage(
+                            "dev.stoker.operators..", "dev.stoker.connectors..", "dev.stoker.job..")
+                    .should()
+                    .dependOnClassesThat()
+                    .resideInAPackage("dev.stoker.testkit..")
+                    .because(
+                            "the testkit (local S3 server, fault injection) is a test dependency and"
+                                    + " never in the job jar");
+
+    @ArchTest
     static final ArchRule NO_PACKAGE_CYCLES =
             slices().matching("dev.stoker.(**)")
                     .should()

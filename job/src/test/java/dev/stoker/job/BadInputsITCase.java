@@ -6,6 +6,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import dev.stoker.operators.batch.BatchPlan;
 import dev.stoker.operators.model.RejectReason;
 import dev.stoker.operators.tokenize.SequenceLengthPolicy;
+import dev.stoker.testkit.ExpectedFaultFilter;
 import java.io.IOException;
 import java.net.URI;
 import java.nio.file.Path;
@@ -21,6 +22,7 @@ import org.apache.flink.test.junit5.MiniClusterExtension;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.ExtendWith;
 import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
@@ -33,6 +35,7 @@ import org.junit.jupiter.api.extension.RegisterExtension;
  * <p>Pixel content (colours, orientation, compositing) is checked per image in the operator unit
  * tests ({@code ImageDecoderTest}); here the grid of the oriented size stands for it.
  */
+@ExtendWith(ExpectedFaultFilter.DeadLettersExpected.class) // bad records on purpose, each asserted
 class BadInputsITCase {
     private static final int WORLD_SIZE = 2;
     private static final int MICRO_BATCH_SIZE = 3;

@@ -3,8 +3,8 @@ package dev.stoker.job;
 import static org.assertj.core.api.Assertions.assertThat;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import dev.stoker.connectors.s3.FaultInjectingBlobStore.Faults;
-import dev.stoker.connectors.s3.LocalS3Server;
+import dev.stoker.testkit.FaultInjectingBlobStore.Faults;
+import dev.stoker.testkit.LocalS3Server;
 import java.io.IOException;
 import java.nio.file.Path;
 import java.time.Duration;

@@ -3,6 +3,7 @@ package dev.stoker.job;
 import static org.assertj.core.api.Assertions.assertThat;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import dev.stoker.testkit.ExpectedFaultFilter;
 import java.awt.image.BufferedImage;
 import java.io.IOException;
 import java.nio.file.Files;
@@ -31,6 +32,7 @@ import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.ExtendWith;
 import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.api.io.TempDir;
 import org.slf4j.Logger;
@@ -44,6 +46,7 @@ import org.slf4j.LoggerFactory;
  * and a slow trainer during which checkpoints keep completing and no rank ever has more than
  * prefetch-depth batches in shared memory.
  */
+@ExtendWith(ExpectedFaultFilter.DeadLettersExpected.class) // bad records on purpose, each asserted
 class ExactlyOnceITCase {
     private static final Logger LOG = LoggerFactory.getLogger(ExactlyOnceITCase.class);
     private static final int WORLD_SIZE = 2;

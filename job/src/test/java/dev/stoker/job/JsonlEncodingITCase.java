@@ -3,6 +3,7 @@ package dev.stoker.job;
 import static org.assertj.core.api.Assertions.assertThat;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import dev.stoker.testkit.ExpectedFaultFilter;
 import java.io.IOException;
 import java.nio.charset.Charset;
 import java.nio.charset.StandardCharsets;
@@ -18,6 +19,7 @@ import org.apache.flink.test.junit5.MiniClusterExtension;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.ExtendWith;
 import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -32,6 +34,7 @@ import org.junit.jupiter.api.io.TempDir;
  * rejected file counts as one record. An image whose file name is NFD is found by its NFD spelling
  * and {@code IMAGE_NOT_FOUND}, naming the path, by its NFC spelling (paths are used as written).
  */
+@ExtendWith(ExpectedFaultFilter.DeadLettersExpected.class) // bad records on purpose, each asserted
 class JsonlEncodingITCase {
     private static final int WORLD_SIZE = 2;
     private static final int MICRO_BATCH_SIZE = 3;

@@ -4,9 +4,10 @@ import static org.assertj.core.api.Assertions.assertThat;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import dev.stoker.connectors.fetch.TransientFailurePolicy;
-import dev.stoker.connectors.s3.FaultInjectingBlobStore;
-import dev.stoker.connectors.s3.FaultInjectingBlobStore.Body;
-import dev.stoker.connectors.s3.LocalS3Server;
+import dev.stoker.testkit.ExpectedFaultFilter;
+import dev.stoker.testkit.FaultInjectingBlobStore;
+import dev.stoker.testkit.FaultInjectingBlobStore.Body;
+import dev.stoker.testkit.LocalS3Server;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -26,6 +27,7 @@ import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Order;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.ExtendWith;
 import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -36,6 +38,7 @@ import org.junit.jupiter.api.io.TempDir;
  * JobRun}) and checks its own accounting, except where a test asks for restarts (the FAIL_OVER
  * policy for transient failures).
  */
+@ExtendWith(ExpectedFaultFilter.DeadLettersExpected.class) // bad records on purpose, each asserted
 class S3FaultsITCase {
     private static final String BUCKET = "sft-test";
 

@@ -1,13 +1,15 @@
 package dev.stoker.job;
 
-import dev.stoker.connectors.s3.LocalS3Server;
+import dev.stoker.connectors.fetch.S3ClientSettings;
+import dev.stoker.testkit.LocalS3Server;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.core.fs.FileSystem;
 import org.apache.flink.core.plugin.PluginUtils;
 
 /**
  * Flink's S3 filesystem for tests, as on a cluster: the plugin from FLINK_PLUGINS_DIR
- * (target/plugins), given the test server's {@code s3.*} keys.
+ * (target/plugins), given the test server's {@code s3.*} keys; and the image fetch's settings for
+ * it.
  */
 final class S3FileSystems {
     private S3FileSystems() {}
@@ -15,6 +17,16 @@ final class S3FileSystems {
     /** The {@code s3.*} options that point Flink and the image fetch at {@code s3}. */
     static Configuration config(LocalS3Server s3) {
         return Configuration.fromMap(s3.flinkS3Options());
+    }
+
+    /** Image-fetch client settings for {@code s3}: its endpoint and keys, path-style. */
+    static S3ClientSettings clientSettings(LocalS3Server s3) {
+        S3ClientSettings s = new S3ClientSettings();
+        s.endpoint = s3.endpoint();
+        s.pathStyleAccess = true;
+        s.accessKey = LocalS3Server.ACCESS_KEY;
+        s.secretKey = LocalS3Server.SECRET_KEY;
+        return s;
     }
 
     /** Initializes Flink's filesystems with the S3 plugin configured for {@code s3}. */

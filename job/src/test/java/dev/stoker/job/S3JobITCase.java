@@ -3,8 +3,9 @@ package dev.stoker.job;
 import static org.assertj.core.api.Assertions.assertThat;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import dev.stoker.connectors.s3.FaultInjectingBlobStore;
-import dev.stoker.connectors.s3.LocalS3Server;
+import dev.stoker.testkit.ExpectedFaultFilter;
+import dev.stoker.testkit.FaultInjectingBlobStore;
+import dev.stoker.testkit.LocalS3Server;
 import java.io.IOException;
 import java.nio.file.Path;
 import java.util.HashMap;
@@ -25,6 +26,7 @@ import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Order;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.ExtendWith;
 import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -35,6 +37,7 @@ import org.junit.jupiter.api.io.TempDir;
  * StokerJobITCase} ({@link JobRun.Result#assertAccounted()}): every record is in exactly one batch
  * (of its planned step and rank) or in exactly one dead letter.
  */
+@ExtendWith(ExpectedFaultFilter.DeadLettersExpected.class) // bad records on purpose, each asserted
 class S3JobITCase {
     private static final int WORLD_SIZE = 2;
     private static final int MICRO_BATCH_SIZE = 3;

@@ -3,8 +3,8 @@ package dev.stoker.job;
 import dev.stoker.connectors.fetch.S3ClientSettings;
 import dev.stoker.connectors.fetch.S3FetchMetrics;
 import dev.stoker.connectors.fetch.S3ImageStore;
-import dev.stoker.connectors.s3.FaultInjectingBlobStore;
-import dev.stoker.connectors.s3.LocalS3Server;
+import dev.stoker.testkit.FaultInjectingBlobStore;
+import dev.stoker.testkit.LocalS3Server;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
@@ -105,7 +105,7 @@ public final class S3LatencyBench {
         int capacity = StokerOptions.FETCH_CAPACITY.defaultValue();
         try (LocalS3Server s3 = new LocalS3Server().start()) {
             uploadPayloads(s3, 100 * 1024);
-            S3ClientSettings settings = s3.clientSettings();
+            S3ClientSettings settings = S3FileSystems.clientSettings(s3);
             settings.maxConcurrency = capacity;
             S3FetchMetrics metrics = new S3FetchMetrics(new UnregisteredMetricsGroup());
             try (S3ImageStore store = store(settings, metrics, 0, java.time.Duration.ZERO)) {
@@ -144,7 +144,7 @@ public final class S3LatencyBench {
             uploadPayloads(s3, 20 * 1024);
             s3.faults().setFaults(new FaultInjectingBlobStore.Faults(20, 0, 0, "data/images/.*"));
             s3.faults().setRateLimit(serverRate);
-            S3ClientSettings settings = s3.clientSettings();
+            S3ClientSettings settings = S3FileSystems.clientSettings(s3);
             settings.maxConcurrency = capacity;
             for (int round = 1; round <= 2; round++) {
                 for (double clientRate : new double[] {0, 0.9 * serverRate}) {
@@ -179,7 +179,7 @@ public final class S3LatencyBench {
         int capacity = StokerOptions.FETCH_CAPACITY.defaultValue();
         try (LocalS3Server s3 = new LocalS3Server().start()) {
             uploadPayloads(s3, 20 * 1024);
-            S3ClientSettings settings = s3.clientSettings();
+            S3ClientSettings settings = S3FileSystems.clientSettings(s3);
             settings.maxConcurrency = 2 * capacity; // room for the hedges
             for (int round = 1; round <= 2; round++) {
                 for (long hedgeMs : new long[] {0, 100}) {

@@ -2,7 +2,7 @@ package dev.stoker.job;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
-import dev.stoker.connectors.s3.LocalS3Server;
+import dev.stoker.testkit.LocalS3Server;
 import java.io.IOException;
 import java.nio.file.Path;
 import java.time.Duration;

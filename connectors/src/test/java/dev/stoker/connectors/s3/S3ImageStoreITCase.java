@@ -7,6 +7,8 @@ import dev.stoker.connectors.fetch.S3FetchMetrics;
 import dev.stoker.connectors.fetch.S3ImageStore;
 import dev.stoker.operators.model.RejectReason;
 import dev.stoker.operators.model.RejectedRecordException;
+import dev.stoker.testkit.FaultInjectingBlobStore;
+import dev.stoker.testkit.LocalS3Server;
 import java.io.IOException;
 import java.net.ServerSocket;
 import java.net.Socket;
@@ -52,6 +54,16 @@ class S3ImageStoreITCase {
         return new S3FetchMetrics(new UnregisteredMetricsGroup());
     }
 
+    /** Client settings for the test server: its endpoint and keys, path-style. */
+    private static S3ClientSettings clientSettings() {
+        S3ClientSettings s = new S3ClientSettings();
+        s.endpoint = S3.endpoint();
+        s.pathStyleAccess = true;
+        s.accessKey = LocalS3Server.ACCESS_KEY;
+        s.secretKey = LocalS3Server.SECRET_KEY;
+        return s;
+    }
+
     private static S3ImageStore store(S3ClientSettings settings, S3FetchMetrics metrics) {
         return new S3ImageStore(
                 ROOT,
@@ -75,7 +87,7 @@ class S3ImageStoreITCase {
     @Test
     void readsObjectsRelativeToTheRootAndCountsThem() {
         S3FetchMetrics metrics = metrics();
-        try (S3ImageStore store = store(S3.clientSettings(), metrics)) {
+        try (S3ImageStore store = store(clientSettings(), metrics)) {
             assertThat(store.read("images/a.jpg").join()).containsExactly(1, 2, 3);
             assertThat(store.read("images/../images/a.jpg").join()).containsExactly(1, 2, 3);
         }
@@ -92,7 +104,7 @@ class S3ImageStoreITCase {
                         BUCKET,
                         "data/images/a.jpg",
                         FaultInjectingBlobStore.Body.firstByteAfter(60_000));
-        S3ClientSettings settings = S3.clientSettings();
+        S3ClientSettings settings = clientSettings();
         settings.hedgeAfter = Duration.ofMillis(200);
         S3FetchMetrics metrics = metrics();
         long start = System.nanoTime();
@@ -110,7 +122,7 @@ class S3ImageStoreITCase {
     @Test
     void missingObjectIsNotFoundNamingTheKeyWithoutRetry() {
         S3FetchMetrics metrics = metrics();
-        try (S3ImageStore store = store(S3.clientSettings(), metrics)) {
+        try (S3ImageStore store = store(clientSettings(), metrics)) {
             RejectedRecordException e = rejection(store, "images/none.png");
             assertThat(e.reason()).isEqualTo(RejectReason.IMAGE_NOT_FOUND);
             assertThat(e.getMessage()).contains("s3://images/data/images/none.png").contains("404");
@@ -121,7 +133,7 @@ class S3ImageStoreITCase {
 
     @Test
     void forbiddenIsAFetchFailureWithoutRetryAndWithoutTheSecret() {
-        S3ClientSettings wrong = S3.clientSettings();
+        S3ClientSettings wrong = clientSettings();
         wrong.secretKey = "not-the-secret-0123456789";
         S3FetchMetrics metrics = metrics();
         try (S3ImageStore store = store(wrong, metrics)) {
@@ -137,7 +149,7 @@ class S3ImageStoreITCase {
     @Test
     void keysOutsideTheImageRootAreRejectedBeforeAnyRequest() {
         S3FetchMetrics metrics = metrics();
-        try (S3ImageStore store = store(S3.clientSettings(), metrics)) {
+        try (S3ImageStore store = store(clientSettings(), metrics)) {
             for (String path :
                     List.of(
                             "../other/secret.jpg",
@@ -165,7 +177,7 @@ class S3ImageStoreITCase {
                         java.text.Normalizer.normalize(
                                 "images/" + NFD_NAME, java.text.Normalizer.Form.NFC))
                 .isEqualTo(nfc);
-        try (S3ImageStore store = store(S3.clientSettings(), metrics())) {
+        try (S3ImageStore store = store(clientSettings(), metrics())) {
             assertThat(store.read("images/" + NFD_NAME).join()).containsExactly(7);
             RejectedRecordException e = rejection(store, nfc);
             assertThat(e.reason()).isEqualTo(RejectReason.IMAGE_NOT_FOUND);
@@ -179,7 +191,7 @@ class S3ImageStoreITCase {
 
     @Test
     void oversizedObjectIsRejectedFromItsTotalSize() {
-        try (S3ImageStore store = store(S3.clientSettings(), metrics())) {
+        try (S3ImageStore store = store(clientSettings(), metrics())) {
             RejectedRecordException e = rejection(store, "images/big.jpg");
             assertThat(e.reason()).isEqualTo(RejectReason.IMAGE_TOO_LARGE);
             assertThat(e.getMessage()).contains("1000 bytes");
@@ -189,7 +201,7 @@ class S3ImageStoreITCase {
     @Test
     void throttlingAndServerErrorsAreRetriedUntilTheObjectArrives() {
         S3.faults().answerNext(BUCKET, "data/images/a.jpg", 503, 500, 503);
-        S3ClientSettings settings = S3.clientSettings();
+        S3ClientSettings settings = clientSettings();
         settings.retryBaseDelay = Duration.ofMillis(10);
         S3FetchMetrics metrics = metrics();
         try (S3ImageStore store = store(settings, metrics)) {
@@ -202,7 +214,7 @@ class S3ImageStoreITCase {
     @Test
     void endlessSlowDownIsAFetchFailureAfterTheAttemptBudget() {
         S3.faults().answerNext(BUCKET, "data/images/a.jpg", 503, 503, 503, 503);
-        S3ClientSettings settings = S3.clientSettings();
+        S3ClientSettings settings = clientSettings();
         settings.maxAttempts = 4;
         settings.retryBaseDelay = Duration.ofMillis(10);
         S3FetchMetrics metrics = metrics();
@@ -223,7 +235,7 @@ class S3ImageStoreITCase {
         try (ServerSocket s = new ServerSocket(0)) {
             closedPort = s.getLocalPort();
         }
-        S3ClientSettings settings = S3.clientSettings();
+        S3ClientSettings settings = clientSettings();
         settings.endpoint = "http://127.0.0.1:" + closedPort;
         settings.maxAttempts = 3;
         settings.retryBaseDelay = Duration.ofMillis(10);
@@ -255,7 +267,7 @@ class S3ImageStoreITCase {
                             });
             acceptor.setDaemon(true);
             acceptor.start();
-            S3ClientSettings settings = S3.clientSettings();
+            S3ClientSettings settings = clientSettings();
             settings.endpoint = "http://127.0.0.1:" + silent.getLocalPort();
             settings.maxAttempts = 3;
             settings.attemptTimeout = Duration.ofMillis(300);
@@ -297,7 +309,7 @@ class S3ImageStoreITCase {
                         BUCKET,
                         "data/images/big.jpg",
                         FaultInjectingBlobStore.Body.firstByteAfter(120_000));
-        S3ClientSettings settings = S3.clientSettings();
+        S3ClientSettings settings = clientSettings();
         settings.maxConcurrency = connections;
         settings.maxAttempts = 1;
         settings.attemptTimeout = Duration.ofMillis(500);

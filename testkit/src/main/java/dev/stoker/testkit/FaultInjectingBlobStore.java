@@ -1,4 +1,4 @@
-package dev.stoker.connectors.s3;
+package dev.stoker.testkit;
 
 import com.google.common.util.concurrent.RateLimiter;
 import java.io.FilterInputStream;
@@ -33,6 +33,12 @@ import org.jclouds.io.Payloads;
  * wrapping the payload's InputStream. Waits end early on {@link #clearAnswers()}.
  */
 public final class FaultInjectingBlobStore extends ForwardingBlobStore {
+
+    /**
+     * How the message of every exception this store throws into a body begins, so test logging can
+     * tell an injected fault from a real one ({@link ExpectedFaultFilter}).
+     */
+    public static final String INJECTED = "injected fault: ";
 
     /**
      * What to inject into GETs of matching keys.
@@ -261,7 +267,7 @@ public final class FaultInjectingBlobStore extends ForwardingBlobStore {
         public int read() throws IOException {
             if (body.endAfterBytes() >= 0 && served >= body.endAfterBytes()) {
                 if (body.reset()) {
-                    throw new IOException("injected connection reset after " + served + " bytes");
+                    throw new IOException(INJECTED + "connection reset after " + served + " bytes");
                 }
                 return -1;
             }
@@ -269,7 +275,7 @@ public final class FaultInjectingBlobStore extends ForwardingBlobStore {
                 long due = start + (served * 1_000_000_000L) / body.bytesPerSecond();
                 while (System.nanoTime() < due) {
                     if (generation.get() != gen) {
-                        throw new IOException("injected slow body cancelled");
+                        throw new IOException(INJECTED + "slow body cancelled");
                     }
                     try {
                         Thread.sleep(
@@ -292,17 +298,12 @@ public final class FaultInjectingBlobStore extends ForwardingBlobStore {
         public long transferTo(java.io.OutputStream out) throws IOException {
             byte[] buf = new byte[8192];
             long total = 0;
-            try {
-                for (int n; (n = read(buf, 0, buf.length)) >= 0; ) {
-                    out.write(buf, 0, n);
-                    total += n;
-                    if (body.bytesPerSecond() > 0) {
-                        out.flush(); // each trickled byte leaves now, not when a buffer fills
-                    }
+            for (int n; (n = read(buf, 0, buf.length)) >= 0; ) {
+                out.write(buf, 0, n);
+                total += n;
+                if (body.bytesPerSecond() > 0) {
+                    out.flush(); // each trickled byte leaves now, not when a buffer fills
                 }
-            } catch (IOException | RuntimeException e) {
-                e.printStackTrace();
-                throw e;
             }
             return total;
         }

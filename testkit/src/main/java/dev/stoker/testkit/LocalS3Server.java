@@ -1,6 +1,5 @@
-package dev.stoker.connectors.s3;
+package dev.stoker.testkit;
 
-import dev.stoker.connectors.fetch.S3ClientSettings;
 import java.io.IOException;
 import java.net.URI;
 import java.nio.file.Files;
@@ -20,7 +19,15 @@ import org.jclouds.blobstore.BlobStoreContext;
 import org.junit.jupiter.api.extension.AfterAllCallback;
 import org.junit.jupiter.api.extension.BeforeAllCallback;
 import org.junit.jupiter.api.extension.ExtensionContext;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+import software.amazon.awssdk.auth.credentials.AwsBasicCredentials;
+import software.amazon.awssdk.auth.credentials.StaticCredentialsProvider;
 import software.amazon.awssdk.core.async.AsyncRequestBody;
+import software.amazon.awssdk.core.checksums.RequestChecksumCalculation;
+import software.amazon.awssdk.core.checksums.ResponseChecksumValidation;
+import software.amazon.awssdk.http.nio.netty.NettyNioAsyncHttpClient;
+import software.amazon.awssdk.regions.Region;
 import software.amazon.awssdk.services.s3.S3AsyncClient;
 
 /**
@@ -29,17 +36,20 @@ import software.amazon.awssdk.services.s3.S3AsyncClient;
  *
  * <p>As a JUnit 5 extension ({@code @RegisterExtension static final LocalS3Server S3 = new
  * LocalS3Server();}) it starts before the class's tests and stops (deleting its data) after them.
- * As a program it serves until killed:
+ * As a program ({@code ./stoker demo} and the benchmarks start it so, from this module's jar and
+ * {@code testkit/target/runtime-classpath.txt}) it serves until killed or until its standard input
+ * closes:
  *
  * <pre>
- * java -cp ... dev.stoker.connectors.s3.LocalS3Server --port 9000 [--basedir DIR] [--upload DIR s3://bucket/prefix]
- *     [--get-latency-ms 50 [--get-jitter-ms 20] [--get-latency-keys REGEX]]
+ * java -cp ... dev.stoker.testkit.LocalS3Server --port 9000 [--basedir DIR] [--upload DIR s3://bucket/prefix]
+ *     [--get-latency-ms 50 [--get-jitter-ms 20] [--get-latency-keys REGEX]] [--exit-on-stdin-eof]
  * </pre>
  *
- * (the latency options add time to first byte to every GET of a key matching REGEX, default all
- * keys, uniform in {@code latency +- jitter} ms, as {@link FaultInjectingBlobStore} does for tests)
- * and prints {@code endpoint=http://127.0.0.1:PORT} once it serves (after any upload). Objects are
- * always put through the S3 API, never copied into the backing directory.
+ * (port 0: a free one; the latency options add time to first byte to every GET of a key matching
+ * REGEX, default all keys, uniform in {@code latency +- jitter} ms, as {@link
+ * FaultInjectingBlobStore} does for tests) and prints {@code endpoint=http://127.0.0.1:PORT} on
+ * standard output once it serves (after any upload), the last line it prints. Objects are always
+ * put through the S3 API, never copied into the backing directory.
  */
 public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback, AutoCloseable {
     /** Access key id the server accepts. Test credentials, not a secret. */
@@ -47,6 +57,8 @@ public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback,
 
     /** Secret key the server accepts. Test credentials, not a secret. */
     public static final String SECRET_KEY = "stoker-local-secret";
+
+    private static final Logger LOG = LoggerFactory.getLogger(LocalS3Server.class);
 
     private final int port;
     private Path basedir;
@@ -98,6 +110,7 @@ public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback,
             }
             Thread.sleep(10);
         }
+        LOG.debug("S3Proxy serving {} from {}", endpoint(), basedir);
         return this;
     }
 
@@ -111,16 +124,6 @@ public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback,
         return "http://127.0.0.1:" + proxy.getPort();
     }
 
-    /** Client settings for this server (path-style, its credentials). */
-    public S3ClientSettings clientSettings() {
-        S3ClientSettings s = new S3ClientSettings();
-        s.endpoint = endpoint();
-        s.pathStyleAccess = true;
-        s.accessKey = ACCESS_KEY;
-        s.secretKey = SECRET_KEY;
-        return s;
-    }
-
     /** The Flink configuration keys for its S3 filesystem plugins (and Stoker's fallbacks). */
     public Map<String, String> flinkS3Options() {
         Map<String, String> m = new LinkedHashMap<>();
@@ -131,10 +134,23 @@ public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback,
         return m;
     }
 
-    /** A client for setting up and changing test data (uploads, deletes). */
+    /** A client for setting up and changing test data (uploads, deletes): path-style, its keys. */
     public synchronized S3AsyncClient client() {
         if (client == null) {
-            client = clientSettings().createClient(List.of());
+            client =
+                    S3AsyncClient.builder()
+                            .endpointOverride(URI.create(endpoint()))
+                            .region(Region.US_EAST_1)
+                            .forcePathStyle(true)
+                            // S3Proxy checks the classic Content-MD5 / SHA-256 payload signing,
+                            // not the SDK's default CRC trailers
+                            .requestChecksumCalculation(RequestChecksumCalculation.WHEN_REQUIRED)
+                            .responseChecksumValidation(ResponseChecksumValidation.WHEN_REQUIRED)
+                            .httpClientBuilder(NettyNioAsyncHttpClient.builder())
+                            .credentialsProvider(
+                                    StaticCredentialsProvider.create(
+                                            AwsBasicCredentials.create(ACCESS_KEY, SECRET_KEY)))
+                            .build();
         }
         return client;
     }
@@ -211,8 +227,21 @@ public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback,
         close();
     }
 
-    /** Serves until killed; see the class comment for the arguments. */
+    /**
+     * Serves until killed (or until its standard input closes); see the class comment for the
+     * arguments. Exits with status 1, the error on standard error, if it cannot start or upload.
+     */
     public static void main(String[] args) throws Exception {
+        try {
+            serve(args);
+        } catch (Exception e) {
+            // the server's non-daemon threads would keep the JVM alive after a failed upload
+            e.printStackTrace();
+            System.exit(1);
+        }
+    }
+
+    private static void serve(String[] args) throws Exception {
         int port = 9000;
         Path basedir = null;
         Path upload = null;
@@ -220,6 +249,7 @@ public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback,
         long latencyMs = 0;
         long jitterMs = 0;
         String latencyKeys = ".*";
+        boolean exitOnStdinEof = false;
         for (int i = 0; i < args.length; i++) {
             switch (args[i]) {
                 case "--port" -> port = Integer.parseInt(args[++i]);
@@ -231,6 +261,7 @@ public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback,
                 case "--get-latency-ms" -> latencyMs = Long.parseLong(args[++i]);
                 case "--get-jitter-ms" -> jitterMs = Long.parseLong(args[++i]);
                 case "--get-latency-keys" -> latencyKeys = args[++i];
+                case "--exit-on-stdin-eof" -> exitOnStdinEof = true;
                 default -> throw new IllegalArgumentException("unknown argument " + args[i]);
             }
         }
@@ -259,6 +290,13 @@ public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback,
                 .setFaults(new FaultInjectingBlobStore.Faults(latencyMs, jitterMs, 0, latencyKeys));
         System.out.println("endpoint=" + server.endpoint());
         System.out.flush();
+        if (exitOnStdinEof) {
+            // the process that started this one holds the other end: when it dies, so does this
+            while (System.in.read() >= 0) {
+                // discard
+            }
+            System.exit(0);
+        }
         Thread.currentThread().join();
     }
 }

@@ -1,0 +1,75 @@
+package dev.stoker.testkit;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+import java.io.IOException;
+import org.apache.logging.log4j.Level;
+import org.apache.logging.log4j.core.Filter.Result;
+import org.apache.logging.log4j.core.LogEvent;
+import org.apache.logging.log4j.core.impl.Log4jLogEvent;
+import org.apache.logging.log4j.message.SimpleMessage;
+import org.junit.jupiter.api.Test;
+
+class ExpectedFaultFilterTest {
+    private static final String DEAD_LETTERS =
+            "dev.stoker.operators.accounting.DeadLetterAccounting";
+    private final ExpectedFaultFilter filter = ExpectedFaultFilter.createFilter(null, null);
+
+    private static LogEvent event(String logger, String message, Throwable thrown) {
+        return Log4jLogEvent.newBuilder()
+                .setLoggerName(logger)
+                .setLevel(Level.WARN)
+                .setMessage(new SimpleMessage(message))
+                .setThrown(thrown)
+                .build();
+    }
+
+    @Test
+    void anInjectedBodyFaultIsExpectedInTheMessageOrAnywhereInTheCauses() {
+        IOException injected =
+                new IOException(FaultInjectingBlobStore.INJECTED + "connection reset");
+        assertThat(filter.filter(event("jetty", "handleException /b/k " + injected, null)))
+                .isEqualTo(Result.DENY);
+        assertThat(
+                        filter.filter(
+                                event(
+                                        "task",
+                                        "switched from RUNNING to FAILED",
+                                        new RuntimeException("wrapped", injected))))
+                .isEqualTo(Result.DENY);
+    }
+
+    @Test
+    void theSameFaultWithoutTheMarkIsARealOne() {
+        assertThat(
+                        filter.filter(
+                                event(
+                                        "task",
+                                        "switched from RUNNING to FAILED",
+                                        new RuntimeException(
+                                                "wrapped", new IOException("connection reset")))))
+                .isEqualTo(Result.NEUTRAL);
+        assertThat(filter.filter(event("jetty", "injected", null))).isEqualTo(Result.NEUTRAL);
+    }
+
+    @Test
+    void deadLettersAreExpectedOnlyWhileATestClassSaysSo() {
+        LogEvent deadLetter =
+                event(DEAD_LETTERS, "Dead letter: f.jsonl:3 (id=r2): FETCH/...", null);
+        ExpectedFaultFilter.DeadLettersExpected extension =
+                new ExpectedFaultFilter.DeadLettersExpected();
+        assertThat(filter.filter(deadLetter)).isEqualTo(Result.NEUTRAL);
+        extension.beforeAll(null);
+        try {
+            assertThat(filter.filter(deadLetter)).isEqualTo(Result.DENY);
+            // another logger's line, or another line of that logger, stays
+            assertThat(filter.filter(event("other", "Dead letter: x", null)))
+                    .isEqualTo(Result.NEUTRAL);
+            assertThat(filter.filter(event(DEAD_LETTERS, "something else", null)))
+                    .isEqualTo(Result.NEUTRAL);
+        } finally {
+            extension.afterAll(null);
+        }
+        assertThat(filter.filter(deadLetter)).isEqualTo(Result.NEUTRAL);
+    }
+}
