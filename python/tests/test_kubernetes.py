@@ -34,7 +34,9 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parents[2]
 K8S = REPO_ROOT / "deploy" / "kubernetes"
 FLINK_CONF = REPO_ROOT / "flink-conf" / "config.yaml"
-STOKER_OPTIONS = REPO_ROOT / "job" / "src" / "main" / "java" / "dev" / "stoker" / "job" / "StokerOptions.java"
+STOKER_OPTIONS = (
+    REPO_ROOT / "job" / "src" / "main" / "java" / "dev" / "stoker" / "job" / "StokerOptions.java"
+)
 SCRIPT = K8S / "edge-taskmanager.sh"
 
 #: Keys of flink-conf/config.yaml that bind loopback; on Kubernetes Flink's defaults (the pod's
@@ -95,16 +97,32 @@ def _flink_string(value: Any) -> str:
 
 def _flink_core_constants() -> set[str]:
     """String constants of Flink's ConfigOption classes, from the flink-core jar the build uses."""
-    version = re.search(r"<flink\.version>([^<]+)</flink\.version>", (REPO_ROOT / "pom.xml").read_text())
+    version = re.search(
+        r"<flink\.version>([^<]+)</flink\.version>", (REPO_ROOT / "pom.xml").read_text()
+    )
     assert version, "no flink.version in pom.xml"
     v = version.group(1)
-    jar = Path.home() / ".m2" / "repository" / "org" / "apache" / "flink" / "flink-core" / v / f"flink-core-{v}.jar"
-    assert jar.is_file(), f"{jar} is missing: build once with Maven (mvn -q -pl job -am package -DskipTests)"
+    jar = (
+        Path.home()
+        / ".m2"
+        / "repository"
+        / "org"
+        / "apache"
+        / "flink"
+        / "flink-core"
+        / v
+        / f"flink-core-{v}.jar"
+    )
+    assert jar.is_file(), (
+        f"{jar} is missing: build once with Maven (mvn -q -pl job -am package -DskipTests)"
+    )
     strings: set[str] = set()
     with zipfile.ZipFile(jar) as z:
         for n in z.namelist():
             if n.startswith("org/apache/flink/configuration/") and n.endswith("Options.class"):
-                strings.update(s.decode("ascii") for s in re.findall(rb"[\x21-\x7e]{3,}", z.read(n)))
+                strings.update(
+                    s.decode("ascii") for s in re.findall(rb"[\x21-\x7e]{3,}", z.read(n))
+                )
     return strings
 
 
@@ -117,7 +135,9 @@ def _assert_flink_keys_exist(keys: set[str], where: str) -> None:
         for k in keys
         if k not in constants and not re.fullmatch(r"external-resource\.[a-z0-9-]+\.amount", k)
     }
-    assert not unknown, f"{where}: keys that are no ConfigOption of Flink's flink-core: {sorted(unknown)}"
+    assert not unknown, (
+        f"{where}: keys that are no ConfigOption of Flink's flink-core: {sorted(unknown)}"
+    )
 
 
 def _run_script(tmp_path: Path, pod_name: str, ranks: str) -> subprocess.CompletedProcess[str]:
@@ -133,7 +153,9 @@ def _run_script(tmp_path: Path, pod_name: str, ranks: str) -> subprocess.Complet
         "STOKER_RANKS_PER_NODE": ranks,
         "STOKER_EDGE_PROCESS_SIZE": str(_edge_env()["STOKER_EDGE_PROCESS_SIZE"]),
     }
-    return subprocess.run(["/bin/sh", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        ["/bin/sh", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=30
+    )
 
 
 def _dynamic_properties(argv: list[str]) -> dict[str, str]:
@@ -155,13 +177,17 @@ def test_every_manifest_parses_and_kustomization_lists_them() -> None:
     assert generated == {"stoker-edge-start": [SCRIPT.name]}
 
 
-def test_flink_deployment_is_standalone_with_default_scheduler_savepoints_and_kubernetes_ha() -> None:
+def test_flink_deployment_is_standalone_with_default_scheduler_savepoints_and_kubernetes_ha() -> (
+    None
+):
     fd = _flink_deployment()
     assert fd["apiVersion"] == "flink.apache.org/v1beta1"
     spec = fd["spec"]
     # Native mode would let Flink request TaskManager pods for a resource no pod can have.
     assert spec["mode"] == "standalone"
-    flink_version = re.search(r"<flink\.version>(\d+)\.(\d+)\.", (REPO_ROOT / "pom.xml").read_text())
+    flink_version = re.search(
+        r"<flink\.version>(\d+)\.(\d+)\.", (REPO_ROOT / "pom.xml").read_text()
+    )
     assert flink_version
     assert spec["flinkVersion"] == f"v{flink_version.group(1)}_{flink_version.group(2)}"
     conf = spec["flinkConfiguration"]
@@ -187,7 +213,9 @@ def test_flink_configuration_is_the_production_config_plus_kubernetes_keys() -> 
         if key in LOOPBACK_KEYS:
             assert key not in conf, f"{key} binds loopback; on Kubernetes the pod's address applies"
         else:
-            assert conf.get(key) == _flink_string(value), f"{key}: {conf.get(key)!r} != {value!r} in {FLINK_CONF}"
+            assert conf.get(key) == _flink_string(value), (
+                f"{key}: {conf.get(key)!r} != {value!r} in {FLINK_CONF}"
+            )
     added = set(conf) - set(production)
     assert added, "no Kubernetes keys"
     # Keys beyond the production config must be Flink 2.3 options: Flink ignores unknown keys.
@@ -202,7 +230,9 @@ def test_cpu_taskmanagers_declare_only_stoker_cpu() -> None:
 
 
 @pytest.mark.parametrize("ordinal", [0, 1, 11])
-def test_edge_start_script_declares_the_resource_of_its_ordinal(tmp_path: Path, ordinal: int) -> None:
+def test_edge_start_script_declares_the_resource_of_its_ordinal(
+    tmp_path: Path, ordinal: int
+) -> None:
     ranks = str(_edge_env()["STOKER_RANKS_PER_NODE"])
     pod = f"{_edge()['metadata']['name']}-{ordinal}"
     result = _run_script(tmp_path, pod, ranks)
@@ -271,10 +301,15 @@ def test_edge_statefulset_runs_one_small_taskmanager_per_gpu_node_on_the_cluster
     assert output_root.startswith("/dev/shm/")
     (init,) = spec["initContainers"]
     assert {m["mountPath"] for m in init["volumeMounts"]} == {output_root}
-    assert f"{spec['securityContext']['runAsUser']}:{spec['securityContext']['runAsGroup']} {output_root}" in init["command"][-1]
+    assert (
+        f"{spec['securityContext']['runAsUser']}:{spec['securityContext']['runAsGroup']} {output_root}"
+        in init["command"][-1]
+    )
     # The memory limit holds the JVM and the batch files it writes to tmpfs (charged to it).
     process = str(_edge_env()["STOKER_EDGE_PROCESS_SIZE"])
-    assert re.fullmatch(r"\d+g", process) and re.fullmatch(r"\d+Gi", container["resources"]["limits"]["memory"])
+    assert re.fullmatch(r"\d+g", process) and re.fullmatch(
+        r"\d+Gi", container["resources"]["limits"]["memory"]
+    )
     assert int(container["resources"]["limits"]["memory"][:-2]) > int(process[:-1])
 
 
