@@ -200,6 +200,9 @@ def test_flink_deployment_is_standalone_with_default_scheduler_savepoints_and_ku
     assert conf["high-availability.storageDir"].startswith("s3://")
     assert conf["execution.checkpointing.dir"].startswith("s3://")
     assert conf["execution.checkpointing.savepoint-dir"].startswith("s3://")
+    # The operator sets the process sizes from the pods' memory; they must be the config's.
+    assert spec["jobManager"]["resource"]["memory"] == conf["jobmanager.memory.process.size"]
+    assert spec["taskManager"]["resource"]["memory"] == conf["taskmanager.memory.process.size"]
     job = spec["job"]
     assert job["upgradeMode"] == "savepoint"
     assert job["jarURI"] == "local:///opt/flink/usrlib/stoker-job.jar"
