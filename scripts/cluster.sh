@@ -304,15 +304,16 @@ build_zookeeper() {
   touch "$stamp"
 }
 
-# ZooKeeper answers "imok" to its ruok command.
+# ZooKeeper serves requests: its "srvr" command reports the server's mode (while it is still
+# loading, or after a failed start, it says it is "not currently serving requests").
 zk_up() {
   alive "$PIDS/zookeeper.pid" || die "ZooKeeper exited; see $LOG/zookeeper.log and .out"
-  local reply=''
+  local reply
   { exec 3<>"/dev/tcp/127.0.0.1/$ZK_PORT"; } 2>/dev/null || return 1
-  printf ruok >&3
-  read -r -t 2 reply <&3 || true
+  printf srvr >&3
+  reply=$(timeout 2 cat <&3 || true)
   exec 3>&-
-  [ "$reply" = imok ]
+  [[ "$reply" == *"Mode: standalone"* ]]
 }
 
 # One standalone ZooKeeper server on 127.0.0.1:$ZK_PORT (a production ensemble has 3 or 5 on
@@ -326,9 +327,9 @@ tickTime=2000
 dataDir=$RUN/zookeeper/data
 clientPort=$ZK_PORT
 clientPortAddress=127.0.0.1
-# no AdminServer (an HTTP listener on 8080); the four-letter "ruok" tells that the server is up
+# no AdminServer (an HTTP listener on 8080); the four-letter "srvr" tells that the server is up
 admin.enableServer=false
-4lw.commands.whitelist=ruok,srvr,stat
+4lw.commands.whitelist=srvr,stat
 # keep the last snapshots only (ZooKeeper's default keeps every one forever)
 autopurge.snapRetainCount=3
 autopurge.purgeInterval=1

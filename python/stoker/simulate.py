@@ -85,15 +85,21 @@ class BatchRecorder:
     """Appends one JSON line per batch to a file; safe to share between rank threads.
 
     Line: ``{"step": int, "rank": int, "sha256": str (hex digest of the batch file's bytes),
-    "rows": int (B), "backfilled": list[int] (back-filled rows)}``.
+    "rows": int (B), "backfilled": list[int] (back-filled rows), "wait_s": float (seconds the
+    rank waited for this batch: its reader's data wait since the previous batch), "received_at":
+    float (Unix time in seconds when the batch was handed over)}``.
     """
 
     def __init__(self, out: TextIO) -> None:
         self._out = out
         self._lock = threading.Lock()
 
-    def record(self, batch: Batch) -> None:
-        """Hash ``batch``'s file from its mapping and append its line (flushed at once)."""
+    def record(self, batch: Batch, wait_s: float = 0.0) -> None:
+        """Hash ``batch``'s file from its mapping and append its line (flushed at once).
+
+        ``wait_s`` is the time the rank waited for this batch (seconds).
+        """
+        received_at = time.time()
         line = json.dumps(
             {
                 "step": batch.step,
@@ -101,6 +107,8 @@ class BatchRecorder:
                 "sha256": hashlib.sha256(batch.file_bytes()).hexdigest(),
                 "rows": batch.num_samples,
                 "backfilled": list(batch.backfilled_slots),
+                "wait_s": round(wait_s, 4),
+                "received_at": round(received_at, 4),
             }
         )
         with self._lock:
@@ -125,13 +133,15 @@ def run_rank(
             result.start_step = start
             result.end_step = reader.end_step
             result.rank_dir = reader.rank_dir
+        waited_s = 0.0  # the reader's data wait up to the previous batch
         for batch in reader:
             if batch.step != start + result.steps:
                 raise RuntimeError(
                     f"rank {result.rank} got step {batch.step}, expected {start + result.steps}"
                 )
             if recorder is not None:
-                recorder.record(batch)
+                recorder.record(batch, wait_s=reader.data_wait_s - waited_s)
+            waited_s = reader.data_wait_s
             # Touch the mapped memory: token count, one pixel column, and the image grids.
             tokens = int(batch.attention_mask.sum())
             touched = int(batch.input_ids.sum()) + int(batch.image_grid_thw.sum())
