@@ -1,9 +1,9 @@
 import hashlib
 import json
 import subprocess
+import sys
 import threading
 import time
-import sys
 from pathlib import Path
 
 from conftest import build_record_batch, make_job, make_samples, rank_dir, write_batch
