@@ -222,7 +222,7 @@ cmd_start() {
 }
 
 cmd_add_taskmanager() {
-  if [ -f "$CONF/effective.yaml" ] && ha_on; then jobmanagers_alive || die "no cluster is running in $RUN"
+  if ha_on; then jobmanagers_alive || die "no cluster is running in $RUN"
   else alive "$PIDS/jobmanager.pid" || die "no cluster is running in $RUN"; fi
   local i
   i=$(start_taskmanager "$@")
@@ -290,7 +290,7 @@ ZK_PORT=${STOKER_ZK_PORT:-2181}
 # without --ha: one JobManager and no ZooKeeper, whatever flink-conf/config.yaml says
 HA_OVERRIDES=(-D "high-availability.type=NONE")
 
-ha_on() { [ "$(conf_value high-availability.type)" = zookeeper ]; }
+ha_on() { [ -f "$CONF/effective.yaml" ] && [ "$(conf_value high-availability.type)" = zookeeper ]; }
 
 # The ZooKeeper server's jars (cluster/zookeeper/pom.xml: org.apache.zookeeper:zookeeper).
 build_zookeeper() {
