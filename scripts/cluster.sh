@@ -135,15 +135,22 @@ rest() {
 # JobManager N's process name: "jobmanager" for the first (as without --ha), "jobmanager-N" after.
 jm_name() { if [ "$1" = 1 ]; then echo jobmanager; else echo "jobmanager-$1"; fi; }
 
-# start_jobmanager [N [-D key=value ...]]: JobManager N (default 1) with those dynamic properties.
+# start_jobmanager [N [-D key=value ...]]: JobManager N (default 1); with options it reads its own
+# config dir $RUN/conf-jobmanager-N (the cluster's config with those keys set: a standby's REST
+# port; the entrypoint's own -D options did not override rest.port of config.yaml).
 start_jobmanager() {
-  local i=${1:-1} params; shift || true
-  mapfile -t params < <(bash_java_utils GET_JM_RESOURCE_PARAMS --configDir "$CONF")
+  local i=${1:-1} params conf=$CONF; shift || true
+  if [ $# -gt 0 ]; then
+    conf=$RUN/conf-jobmanager-$i
+    rm -rf "$conf"; cp -r "$CONF" "$conf"
+    update_conf "$conf" "$@"
+  fi
+  mapfile -t params < <(bash_java_utils GET_JM_RESOURCE_PARAMS --configDir "$conf")
   [ ${#params[@]} -ge 1 ] || die "BashJavaUtils GET_JM_RESOURCE_PARAMS failed"
   # shellcheck disable=SC2086
-  spawn "$(jm_name "$i")" ${params[0]} $(jvm_opts) -cp "$(classpath)" \
+  SPAWN_CONF=$conf spawn "$(jm_name "$i")" ${params[0]} $(jvm_opts) -cp "$(classpath)" \
     org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint \
-    --configDir "$CONF" --executionMode cluster ${params[1]:-} "$@"
+    --configDir "$conf" --executionMode cluster ${params[1]:-}
 }
 
 next_tm_index() {
