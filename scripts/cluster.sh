@@ -391,7 +391,8 @@ cmd_add_jobmanager() {
   ha_on || die "standby JobManagers need high availability (scripts/cluster.sh start --ha)"
   local i=2
   while [ -e "$PIDS/jobmanager-$i.pid" ] || [ -e "$LOG/jobmanager-$i.log" ]; do i=$((i + 1)); done
-  start_jobmanager "$i" -D "rest.port=$((REST_PORT + i - 1))" "$@"
+  if [[ " $* " == *" rest.port="* ]]; then start_jobmanager "$i" "$@"
+  else start_jobmanager "$i" -D "rest.port=$((REST_PORT + i - 1))" "$@"; fi
   log "standby JobManager $i started"
   echo "$i"
 }
