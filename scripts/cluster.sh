@@ -25,6 +25,7 @@
 #   checkpoints and savepoints in $STOKER_CLUSTER_DIR/{checkpoints,savepoints} (instead of s3://),
 #   rest.port=$STOKER_REST_PORT (8081), jobmanager.rpc.port=$STOKER_JM_RPC_PORT (6123),
 #   metrics.reporters=jmx (the Prometheus reporter listens on all interfaces), smaller memory.
+#   high-availability.type=NONE without --ha (config.yaml names a ZooKeeper ensemble).
 # $STOKER_TASKMANAGERS=0 starts only the JobManager (then add TaskManagers one by one).
 # Everything of a cluster (conf/, log/, pid/, checkpoints/, savepoints/) lives in
 # $STOKER_CLUSTER_DIR (default .stoker/cluster), so two clusters with different directories and
@@ -420,5 +421,5 @@ case "${1:-}" in
   leader) ha_on || die "the cluster in $RUN runs without --ha"; ha_leader || die "no JobManager leads"; ;;
   flink) shift; cmd_flink "$@" ;;
   conf) cat "$CONF/config.yaml" ;;
-  *) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac
