@@ -8,9 +8,10 @@ Each rank runs a :class:`~stoker.reader.BatchReader` (from ``--start-step``, def
 manifest's ``first_step``), touches the arrays of every batch (so a broken mapping would fail
 loudly), then sleeps ``--step-time-ms`` (no CPU use). A progress line is printed about once a
 second; a summary at the end. With ``--record FILE``, one JSON line per batch is appended to
-FILE: ``{"step", "rank", "sha256", "rows", "backfilled"}`` (``sha256``: hex digest of the batch
-file's bytes, read from the mapping before the step is acknowledged; ``rows``: B;
-``backfilled``: list of back-filled rows). With ``--stop-after-step S`` every rank stops after
+FILE: ``{"step", "rank", "sha256", "rows", "backfilled", "wait_s", "received_at"}`` (``sha256``:
+hex digest of the batch file's bytes, read from the mapping before the step is acknowledged;
+``rows``: B; ``backfilled``: list of back-filled rows; ``wait_s``: seconds the rank waited for
+this batch; ``received_at``: Unix time of its arrival, so a stall can be placed against a failure). With ``--stop-after-step S`` every rank stops after
 consuming (and acknowledging) step S, as a trainer that is then restarted from its checkpoint at
 step S; the job idles at its prefetch bound meanwhile, and a resubmission with
 ``--stoker.resume-step S`` plus a new trainer with ``--start-step S+1`` continue the run. Exit
