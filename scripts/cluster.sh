@@ -5,12 +5,17 @@
 #
 #   scripts/cluster.sh build                      assemble the Flink home (cluster/target/flink: lib/, plugins/)
 #   scripts/cluster.sh start [-D key=value ...]   start a JobManager and $STOKER_TASKMANAGERS (2) TaskManagers
+#   scripts/cluster.sh start --ha [-D ...]        high availability: a ZooKeeper server, then a leader and a
+#                                                 standby JobManager ($STOKER_JOBMANAGERS, 2) and the TaskManagers
 #   scripts/cluster.sh status                     processes and the REST API's cluster overview
 #   scripts/cluster.sh add-taskmanager [-D key=value ...]
 #                                                 start one more TaskManager; with -D options it gets
 #                                                 its own config dir (the cluster's plus those), e.g.
 #                                                 the external resources of an edge TaskManager
 #   scripts/cluster.sh kill-taskmanager N         SIGKILL TaskManager N (a node failure)
+#   scripts/cluster.sh add-jobmanager [-D ...]    (--ha) start one more standby JobManager
+#   scripts/cluster.sh kill-jobmanager N          (--ha) SIGKILL JobManager N (1 is the first one started)
+#   scripts/cluster.sh leader                     (--ha) the leading JobManager: "N REST-PORT"
 #   scripts/cluster.sh stop                       stop every process of the cluster (SIGTERM, then SIGKILL)
 #   scripts/cluster.sh flink ARGS...              Flink's CLI (`flink run`, savepoint, stop, cancel, list, ...)
 #   scripts/cluster.sh conf                       print the effective configuration
@@ -20,10 +25,14 @@
 #   checkpoints and savepoints in $STOKER_CLUSTER_DIR/{checkpoints,savepoints} (instead of s3://),
 #   rest.port=$STOKER_REST_PORT (8081), jobmanager.rpc.port=$STOKER_JM_RPC_PORT (6123),
 #   metrics.reporters=jmx (the Prometheus reporter listens on all interfaces), smaller memory.
+#   high-availability.type=NONE without --ha (config.yaml names a ZooKeeper ensemble).
 # $STOKER_TASKMANAGERS=0 starts only the JobManager (then add TaskManagers one by one).
 # Everything of a cluster (conf/, log/, pid/, checkpoints/, savepoints/) lives in
 # $STOKER_CLUSTER_DIR (default .stoker/cluster), so two clusters with different directories and
 # ports can run side by side. Every process binds 127.0.0.1 only.
+# With --ha: ZooKeeper (cluster/zookeeper, jars from Maven Central) on 127.0.0.1:$STOKER_ZK_PORT
+# (2181), data in $STOKER_CLUSTER_DIR/zookeeper, Flink's HA metadata in $STOKER_CLUSTER_DIR/ha;
+# JobManager N (N >= 2) serves REST on $STOKER_REST_PORT + N - 1 unless -D rest.port=... says.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 FLINK_HOME=${STOKER_FLINK_HOME:-$REPO/cluster/target/flink}
@@ -90,6 +99,7 @@ write_conf() {
     -D "taskmanager.memory.process.size=2g"
     -D "taskmanager.memory.network.min=128mb"
     -D "io.tmp.dirs=$RUN/tmp"
+    "${HA_OVERRIDES[@]}"
     "$@"
   )
   update_conf "$CONF" "${overrides[@]}"
@@ -115,16 +125,33 @@ spawn() {
   echo $! > "$PIDS/$name.pid"
 }
 
-rest() { curl -sf --max-time 5 "http://127.0.0.1:$REST_PORT$1"; }
+# The REST API of the cluster: the leading JobManager's with --ha (any JobManager's REST endpoint
+# answers for the leader, but a killed one answers nothing).
+rest() {
+  local port=$REST_PORT
+  if ha_on; then port=$(ha_leader | cut -d' ' -f2); [ -n "$port" ] || return 1; fi
+  curl -sf --max-time 5 "http://127.0.0.1:$port$1"
+}
 
+# JobManager N's process name: "jobmanager" for the first (as without --ha), "jobmanager-N" after.
+jm_name() { if [ "$1" = 1 ]; then echo jobmanager; else echo "jobmanager-$1"; fi; }
+
+# start_jobmanager [N [-D key=value ...]]: JobManager N (default 1); with options it reads its own
+# config dir $RUN/conf-jobmanager-N (the cluster's config with those keys set: a standby's REST
+# port; the entrypoint's own -D options did not override rest.port of config.yaml).
 start_jobmanager() {
-  local params
-  mapfile -t params < <(bash_java_utils GET_JM_RESOURCE_PARAMS --configDir "$CONF")
+  local i=${1:-1} params conf=$CONF; shift || true
+  if [ $# -gt 0 ]; then
+    conf=$RUN/conf-jobmanager-$i
+    rm -rf "$conf"; cp -r "$CONF" "$conf"
+    update_conf "$conf" "$@"
+  fi
+  mapfile -t params < <(bash_java_utils GET_JM_RESOURCE_PARAMS --configDir "$conf")
   [ ${#params[@]} -ge 1 ] || die "BashJavaUtils GET_JM_RESOURCE_PARAMS failed"
   # shellcheck disable=SC2086
-  spawn jobmanager ${params[0]} $(jvm_opts) -cp "$(classpath)" \
+  SPAWN_CONF=$conf spawn "$(jm_name "$i")" ${params[0]} $(jvm_opts) -cp "$(classpath)" \
     org.apache.flink.runtime.entrypoint.StandaloneSessionClusterEntrypoint \
-    --configDir "$CONF" --executionMode cluster ${params[1]:-}
+    --configDir "$conf" --executionMode cluster ${params[1]:-}
 }
 
 next_tm_index() {
@@ -166,18 +193,36 @@ wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
 }
 
 tm_registered() { rest /taskmanagers 2>/dev/null | grep -q "\"id\":\"taskmanager-$1\""; }
-jm_up() { alive "$PIDS/jobmanager.pid" || die "the JobManager exited; see $LOG/jobmanager.log and .out"; rest /overview >/dev/null 2>&1; }
+jm_up() {
+  if ha_on; then jobmanagers_alive || die "no JobManager is running; see $LOG/jobmanager*.log and .out"
+  else alive "$PIDS/jobmanager.pid" || die "the JobManager exited; see $LOG/jobmanager.log and .out"; fi
+  rest /overview >/dev/null 2>&1
+}
 
 cmd_start() {
+  local ha=0
+  if [ "${1:-}" = --ha ]; then ha=1; shift; fi
   cmd_build
   command -v curl >/dev/null || die "curl is needed to talk to the REST API"
-  if alive "$PIDS/jobmanager.pid"; then die "a cluster is already running in $RUN (scripts/cluster.sh stop first)"; fi
-  if rest /overview >/dev/null 2>&1; then die "something already answers on 127.0.0.1:$REST_PORT (set STOKER_REST_PORT)"; fi
+  if alive "$PIDS/jobmanager.pid" || alive "$PIDS/zookeeper.pid"; then die "a cluster is already running in $RUN (scripts/cluster.sh stop first)"; fi
+  if curl -sf --max-time 5 "http://127.0.0.1:$REST_PORT/overview" >/dev/null 2>&1; then die "something already answers on 127.0.0.1:$REST_PORT (set STOKER_REST_PORT)"; fi
   rm -rf "$PIDS" "$LOG"
+  if [ $ha = 1 ]; then
+    mkdir -p "$PIDS" "$LOG"
+    build_zookeeper
+    start_zookeeper
+    ha_overrides
+  fi
   write_conf "$@"
   local n=${STOKER_TASKMANAGERS:-2} i started=()
   log "starting a JobManager (web UI http://127.0.0.1:$REST_PORT) and $n TaskManagers; run directory $RUN"
   start_jobmanager
+  if [ $ha = 1 ]; then
+    for ((i = 2; i <= ${STOKER_JOBMANAGERS:-2}; i++)); do
+      start_jobmanager "$i" -D "rest.port=$((REST_PORT + i - 1))"
+      log "standby JobManager $i: web UI http://127.0.0.1:$((REST_PORT + i - 1))"
+    done
+  fi
   for ((i = 0; i < n; i++)); do started+=("$(start_taskmanager)"); done
   wait_for 120 "the JobManager's REST API answering" jm_up
   for i in "${started[@]}"; do wait_for 120 "TaskManager $i registering" tm_registered "$i"; done
@@ -185,7 +230,8 @@ cmd_start() {
 }
 
 cmd_add_taskmanager() {
-  alive "$PIDS/jobmanager.pid" || die "no cluster is running in $RUN"
+  if ha_on; then jobmanagers_alive || die "no cluster is running in $RUN"
+  else alive "$PIDS/jobmanager.pid" || die "no cluster is running in $RUN"; fi
   local i
   i=$(start_taskmanager "$@")
   wait_for 120 "TaskManager $i registering" tm_registered "$i"
@@ -215,7 +261,8 @@ cmd_stop() {
   [ -d "$PIDS" ] || { log "no cluster in $RUN"; return 0; }
   local f
   for f in "$PIDS"/taskmanager-*.pid; do [ -e "$f" ] && stop_process "$f"; done
-  [ -e "$PIDS/jobmanager.pid" ] && stop_process "$PIDS/jobmanager.pid"
+  for f in "$PIDS"/jobmanager*.pid; do [ -e "$f" ] && stop_process "$f"; done
+  [ -e "$PIDS/zookeeper.pid" ] && stop_process "$PIDS/zookeeper.pid"
   log "cluster in $RUN stopped"
 }
 
@@ -227,7 +274,8 @@ cmd_status() {
     if alive "$f"; then echo "$(basename "$f" .pid): running (pid $(cat "$f"))"; else echo "$(basename "$f" .pid): not running"; fi
   done
   [ $any = 1 ] || { echo "no cluster in $RUN"; return 1; }
-  echo "REST http://127.0.0.1:$REST_PORT/overview: $(rest /overview || echo unreachable)"
+  if ha_on; then echo "leading JobManager (N REST-port): $(ha_leader || echo none)"; fi
+  echo "REST /overview: $(rest /overview || echo unreachable)"
 }
 
 cmd_flink() {
@@ -239,6 +287,128 @@ cmd_flink() {
     -cp "$(classpath)" org.apache.flink.client.cli.CliFrontend "$@"
 }
 
+# --- High availability: a ZooKeeper server and standby JobManagers (start --ha) ---------------
+# Flink's ZooKeeper HA: the JobManagers elect a leader in ZooKeeper; the leader keeps the
+# submitted job graphs and the completed checkpoints' pointers there, their data in
+# high-availability.storageDir. A standby JobManager that wins the election after the leader died
+# recovers every job from there and restores its latest checkpoint; the TaskManagers and the CLI
+# find the leader in ZooKeeper too. The production settings are in flink-conf/config.yaml.
+ZK_HOME=${STOKER_ZOOKEEPER_HOME:-$REPO/cluster/zookeeper/target/zookeeper}
+ZK_PORT=${STOKER_ZK_PORT:-2181}
+# without --ha: one JobManager and no ZooKeeper, whatever flink-conf/config.yaml says
+HA_OVERRIDES=(-D "high-availability.type=NONE")
+
+ha_on() { [ -f "$CONF/effective.yaml" ] && [ "$(conf_value high-availability.type)" = zookeeper ]; }
+
+# The ZooKeeper server's jars (cluster/zookeeper/pom.xml: org.apache.zookeeper:zookeeper).
+build_zookeeper() {
+  local stamp=$ZK_HOME/.assembled
+  if [ -f "$stamp" ] && [ -z "$(find "$REPO/cluster/zookeeper/pom.xml" -newer "$stamp")" ]; then return; fi
+  command -v mvn >/dev/null || die "Maven is needed to fetch ZooKeeper"
+  log "fetching the ZooKeeper server into $ZK_HOME (mvn -f cluster/zookeeper/pom.xml package)"
+  mkdir -p "$REPO/.stoker/logs"
+  mvn -B -q -f "$REPO/cluster/zookeeper/pom.xml" package > "$REPO/.stoker/logs/zookeeper-build.log" 2>&1 \
+    || { tail -n 30 "$REPO/.stoker/logs/zookeeper-build.log" >&2; die "fetching ZooKeeper failed"; }
+  touch "$stamp"
+}
+
+# ZooKeeper serves requests: its "srvr" command reports the server's mode (while it is still
+# loading, or after a failed start, it says it is "not currently serving requests").
+zk_up() {
+  alive "$PIDS/zookeeper.pid" || die "ZooKeeper exited; see $LOG/zookeeper.log and .out"
+  local reply
+  { exec 3<>"/dev/tcp/127.0.0.1/$ZK_PORT"; } 2>/dev/null || return 1
+  printf srvr >&3
+  reply=$(timeout 2 cat <&3 || true)
+  exec 3>&-
+  [[ "$reply" == *"Mode: standalone"* ]]
+}
+
+# One standalone ZooKeeper server on 127.0.0.1:$ZK_PORT (a production ensemble has 3 or 5 on
+# separate hosts); its data (snapshots, transaction log) in $RUN/zookeeper.
+start_zookeeper() {
+  if (exec 3<>"/dev/tcp/127.0.0.1/$ZK_PORT") 2>/dev/null; then die "something already listens on 127.0.0.1:$ZK_PORT (set STOKER_ZK_PORT)"; fi
+  mkdir -p "$RUN/zookeeper/data"
+  cat > "$RUN/zookeeper/zoo.cfg" <<EOF
+# Generated by scripts/cluster.sh start --ha.
+tickTime=2000
+dataDir=$RUN/zookeeper/data
+clientPort=$ZK_PORT
+clientPortAddress=127.0.0.1
+# no AdminServer (an HTTP listener on 8080); the four-letter "srvr" tells that the server is up
+admin.enableServer=false
+4lw.commands.whitelist=srvr,stat
+# keep the last snapshots only (ZooKeeper's default keeps every one forever)
+autopurge.snapRetainCount=3
+autopurge.purgeInterval=1
+EOF
+  (
+    cd "$RUN"
+    exec setsid java -Xmx256m -cp "$ZK_HOME/lib/*" -Dzookeeper.log.file="$LOG/zookeeper.log" \
+      -Dlogback.configurationFile="$REPO/cluster/zookeeper/logback.xml" -Dstoker.cluster.dir="$RUN" \
+      org.apache.zookeeper.server.ZooKeeperServerMain "$RUN/zookeeper/zoo.cfg" < /dev/null > "$LOG/zookeeper.out" 2>&1
+  ) &
+  echo $! > "$PIDS/zookeeper.pid"
+  wait_for 60 "ZooKeeper answering on 127.0.0.1:$ZK_PORT" zk_up
+  log "ZooKeeper up on 127.0.0.1:$ZK_PORT"
+}
+
+# The keys that point the cluster at that ZooKeeper and keep the HA metadata on the local disk.
+ha_overrides() {
+  mkdir -p "$RUN/ha"
+  HA_OVERRIDES=(
+    -D "high-availability.type=zookeeper"
+    -D "high-availability.zookeeper.quorum=127.0.0.1:$ZK_PORT"
+    -D "high-availability.storageDir=file://$RUN/ha"
+    # the local server has no SASL; without this every ZooKeeper connection logs "Authentication failed"
+    -D "zookeeper.sasl.disable=true"
+  )
+}
+
+jobmanagers_alive() {
+  local f
+  for f in "$PIDS"/jobmanager*.pid; do alive "$f" && return 0; done
+  return 1
+}
+
+# "N REST-PORT" of the leading JobManager: the live JobManager whose REST endpoint was granted
+# leadership last (each one logs it). Every REST endpoint answers for the leader, so this is
+# the one to ask after the others were killed.
+ha_leader() {
+  local f name port best='' best_t=''
+  for f in "$PIDS"/jobmanager*.pid; do
+    alive "$f" || continue
+    name=$(basename "$f" .pid)
+    line=$(grep -a 'was granted leadership with leaderSessionID' "$LOG/$name.log" 2>/dev/null | grep -a 'http://' | tail -1) || continue
+    [ -n "$line" ] || continue
+    port=$(echo "$line" | sed -n 's|.*http://[^:]*:\([0-9]*\) was granted.*|\1|p')
+    if [ -z "$best_t" ] || [[ "${line:0:23}" > "$best_t" ]]; then
+      best_t=${line:0:23}; best="${name#jobmanager-} $port"
+      [ "$name" = jobmanager ] && best="1 $port"
+    fi
+  done
+  [ -n "$best" ] && echo "$best"
+}
+
+cmd_add_jobmanager() {
+  ha_on || die "standby JobManagers need high availability (scripts/cluster.sh start --ha)"
+  local i=2
+  while [ -e "$PIDS/jobmanager-$i.pid" ] || [ -e "$LOG/jobmanager-$i.log" ]; do i=$((i + 1)); done
+  if [[ " $* " == *" rest.port="* ]]; then start_jobmanager "$i" "$@"
+  else start_jobmanager "$i" -D "rest.port=$((REST_PORT + i - 1))" "$@"; fi
+  log "standby JobManager $i started"
+  echo "$i"
+}
+
+cmd_kill_jobmanager() {
+  local i=${1:?usage: kill-jobmanager N} name
+  name=$(jm_name "$i")
+  alive "$PIDS/$name.pid" || die "JobManager $i is not running"
+  kill -KILL "$(cat "$PIDS/$name.pid")"
+  mv "$PIDS/$name.pid" "$PIDS/$name.killed"
+  log "JobManager $i killed (SIGKILL)"
+}
+
 case "${1:-}" in
   build) cmd_build ;;
   start) shift; cmd_start "$@" ;;
@@ -246,7 +416,10 @@ case "${1:-}" in
   status) cmd_status ;;
   add-taskmanager) shift; cmd_add_taskmanager "$@" ;;
   kill-taskmanager) shift; cmd_kill_taskmanager "$@" ;;
+  add-jobmanager) shift; cmd_add_jobmanager "$@" ;;
+  kill-jobmanager) shift; cmd_kill_jobmanager "$@" ;;
+  leader) ha_on || die "the cluster in $RUN runs without --ha"; ha_leader || die "no JobManager leads"; ;;
   flink) shift; cmd_flink "$@" ;;
   conf) cat "$CONF/config.yaml" ;;
-  *) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

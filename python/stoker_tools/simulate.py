@@ -9,10 +9,12 @@ manifest's ``first_step``), touches the arrays of every batch (so a broken mappi
 loudly), then sleeps ``--step-time-ms`` (no CPU use). A progress line is printed about once a
 second; a summary at the end, per rank and in total: ``wait_time_ratio`` (data-wait time / time
 since the first request) over the whole run, ``first_batch_s`` (time to the first batch: the
-start-up) and ``steady_wait_time_ratio`` (the ratio after the first batch). With ``--record FILE``, one JSON line per batch is appended to
-FILE: ``{"step", "rank", "sha256", "rows", "backfilled"}`` (``sha256``: hex digest of the batch
-file's bytes, read from the mapping before the step is acknowledged; ``rows``: B;
-``backfilled``: list of back-filled rows). With ``--stop-after-step S`` every rank stops after
+start-up) and ``steady_wait_time_ratio`` (the ratio after the first batch). With ``--record FILE``,
+one JSON line per batch is appended to FILE: ``{"step", "rank", "sha256", "rows", "backfilled",
+"wait_s", "received_at"}`` (``sha256``: hex digest of the batch file's bytes, read from the mapping
+before the step is acknowledged; ``rows``: B; ``backfilled``: list of back-filled rows;
+``wait_s``: seconds the rank waited for this batch; ``received_at``: Unix time of its arrival, so a
+stall can be placed against a failure). With ``--stop-after-step S`` every rank stops after
 consuming (and acknowledging) step S, as a trainer that is then restarted from its checkpoint at
 step S; the job idles at its prefetch bound meanwhile, and a resubmission with
 ``--stoker.resume-step S`` plus a new trainer with ``--start-step S+1`` continue the run. Exit
@@ -99,15 +101,21 @@ class BatchRecorder:
     """Appends one JSON line per batch to a file; safe to share between rank threads.
 
     Line: ``{"step": int, "rank": int, "sha256": str (hex digest of the batch file's bytes),
-    "rows": int (B), "backfilled": list[int] (back-filled rows)}``.
+    "rows": int (B), "backfilled": list[int] (back-filled rows), "wait_s": float (seconds the
+    rank waited for this batch: its reader's data wait since the previous batch), "received_at":
+    float (Unix time in seconds when the batch was handed over)}``.
     """
 
     def __init__(self, out: TextIO) -> None:
         self._out = out
         self._lock = threading.Lock()
 
-    def record(self, batch: Batch) -> None:
-        """Hash ``batch``'s file from its mapping and append its line (flushed at once)."""
+    def record(self, batch: Batch, wait_s: float = 0.0) -> None:
+        """Hash ``batch``'s file from its mapping and append its line (flushed at once).
+
+        ``wait_s`` is the time the rank waited for this batch (seconds).
+        """
+        received_at = time.time()
         line = json.dumps(
             {
                 "step": batch.step,
@@ -115,6 +123,8 @@ class BatchRecorder:
                 "sha256": hashlib.sha256(batch.file_bytes()).hexdigest(),
                 "rows": batch.num_samples,
                 "backfilled": list(batch.backfilled_slots),
+                "wait_s": round(wait_s, 4),
+                "received_at": round(received_at, 4),
             }
         )
         with self._lock:
@@ -139,13 +149,15 @@ def run_rank(
             result.start_step = start
             result.end_step = reader.end_step
             result.rank_dir = reader.rank_dir
+        waited_s = 0.0  # the reader's data wait up to the previous batch
         for batch in reader:
             if batch.step != start + result.steps:
                 raise RuntimeError(
                     f"rank {result.rank} got step {batch.step}, expected {start + result.steps}"
                 )
             if recorder is not None:
-                recorder.record(batch)
+                recorder.record(batch, wait_s=reader.data_wait_s - waited_s)
+            waited_s = reader.data_wait_s
             # Touch the mapped memory: token count, one pixel column, and the image grids.
             tokens = int(batch.attention_mask.sum())
             touched = int(batch.input_ids.sum()) + int(batch.image_grid_thw.sum())

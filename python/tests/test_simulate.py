@@ -4,6 +4,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 from conftest import build_record_batch, make_job, make_samples, rank_dir, write_batch
@@ -189,7 +190,9 @@ def test_simulate_records_every_batch_with_its_file_hash(shm_root, tmp_path, cap
     assert lines[0] == {"earlier": "run"}
     got = lines[1:]
     assert len(got) == 8
-    assert all(set(x) == {"step", "rank", "sha256", "rows", "backfilled"} for x in got)
+    keys = {"step", "rank", "sha256", "rows", "backfilled", "wait_s", "received_at"}
+    assert all(set(x) == keys for x in got)
+    assert all(x["wait_s"] >= 0 and x["received_at"] > 0 for x in got)
     assert {(x["step"], x["rank"]): x["sha256"] for x in got} == want
     for r in (0, 1):
         assert [x["step"] for x in got if x["rank"] == r] == [0, 1, 2, 3]
@@ -265,3 +268,29 @@ def test_simulate_stop_after_step_before_start_step_exits_2(shm_root, capsys):
     rc = main(["--root", str(shm_root), "--start-step", "3", "--stop-after-step", "2"])
     assert rc == 2
     assert "--stop-after-step 2 is before the start step 3" in capsys.readouterr().err
+
+
+def test_simulate_records_how_long_each_batch_was_waited_for(shm_root, tmp_path, capsys):
+    make_job(shm_root, world_size=1, num_steps=3)
+    # step 1 is published 1.5 s after the trainer started: the rank waits for it, not for 0 or 2
+    late = next(rank_dir(shm_root, 0).glob("step-0000000001.arrow"))
+    aside = shm_root.parent / late.name  # same filesystem: rename is atomic
+    late.rename(aside)
+    delay_s = 1.5
+    timer = threading.Timer(delay_s, lambda: aside.rename(late))
+    record = tmp_path / "batches.jsonl"
+    started = time.time()
+    timer.start()
+    try:
+        rc = main(
+            ["--root", str(shm_root), "--step-time-ms", "0", "--timeout-s", "10"]
+            + ["--record", str(record)]
+        )
+    finally:
+        timer.join()
+    assert rc == 0, capsys.readouterr().out
+    got = {x["step"]: x for x in map(json.loads, record.read_text().splitlines())}
+    assert sorted(got) == [0, 1, 2]
+    assert got[1]["wait_s"] >= delay_s - (got[0]["received_at"] - started) - 0.05, got
+    assert got[1]["received_at"] - started >= delay_s, got
+    assert got[0]["wait_s"] < 0.5 and got[2]["wait_s"] < 0.5, got
