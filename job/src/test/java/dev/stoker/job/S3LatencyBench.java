@@ -106,7 +106,7 @@ public final class S3LatencyBench {
         try (LocalS3Server s3 = new LocalS3Server().start()) {
             uploadPayloads(s3, 100 * 1024);
             S3ClientSettings settings = s3.clientSettings();
-            settings.maxConcurrency = capacity;
+            settings.maxConnections = capacity;
             S3FetchMetrics metrics = new S3FetchMetrics(new UnregisteredMetricsGroup());
             try (S3ImageStore store = store(settings, metrics, 0, java.time.Duration.ZERO)) {
                 round(store, gets / 4, capacity); // warm-up
@@ -145,7 +145,7 @@ public final class S3LatencyBench {
             s3.faults().setFaults(new FaultInjectingBlobStore.Faults(20, 0, 0, "data/images/.*"));
             s3.faults().setRateLimit(serverRate);
             S3ClientSettings settings = s3.clientSettings();
-            settings.maxConcurrency = capacity;
+            settings.maxConnections = capacity;
             for (int round = 1; round <= 2; round++) {
                 for (double clientRate : new double[] {0, 0.9 * serverRate}) {
                     S3FetchMetrics metrics = new S3FetchMetrics(new UnregisteredMetricsGroup());
@@ -180,7 +180,7 @@ public final class S3LatencyBench {
         try (LocalS3Server s3 = new LocalS3Server().start()) {
             uploadPayloads(s3, 20 * 1024);
             S3ClientSettings settings = s3.clientSettings();
-            settings.maxConcurrency = 2 * capacity; // room for the hedges
+            settings.maxConnections = 2 * capacity; // room for the hedges
             for (int round = 1; round <= 2; round++) {
                 for (long hedgeMs : new long[] {0, 100}) {
                     s3.faults()
@@ -266,13 +266,9 @@ public final class S3LatencyBench {
             S3FetchMetrics metrics,
             double getsPerSecondPerPrefix,
             java.time.Duration hedgeAfter) {
-        return new S3ImageStore(
-                "s3://bench/data",
-                1 << 20,
-                settings.createClient(List.of(metrics.retryCounter())),
-                metrics,
-                getsPerSecondPerPrefix,
-                hedgeAfter);
+        settings.getsPerSecondPerPrefix = getsPerSecondPerPrefix;
+        settings.hedgeAfter = hedgeAfter;
+        return new S3ImageStore("s3://bench/data", 1 << 20, settings, metrics);
     }
 
     /** images/s of one job run under {@code faults}. */
