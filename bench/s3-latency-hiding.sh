@@ -6,6 +6,8 @@
 #   bench/s3-latency-hiding.sh --throttled [GETS] [SERVER_RATE]       a prefix throttled above SERVER_RATE GET/s (default 1000, 100):
 #                                                                      no client-side limit vs stoker.s3.max-gets-per-second-per-prefix at 90%
 #   bench/s3-latency-hiding.sh --stragglers [GETS]                    5% of GETs 500 ms late: no hedging vs stoker.s3.hedge-after 100 ms
+#   bench/s3-latency-hiding.sh --stuck [REPLICAS]                     whole job, 2% of image GETs stuck past the attempt timeout:
+#                                                                      stoker.s3.hedge-after off, 250 ms, 500 ms, 1 s, 2 s (default 24 replicas)
 # Needs ../shared/data (tokenizer) beside the repository. Prints one line per round and a RESULT line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
