@@ -13,9 +13,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 JVM_OPENS="--add-opens=java.base/java.nio=ALL-UNNAMED --add-opens=java.base/sun.nio.ch=ALL-UNNAMED --add-opens=java.base/java.lang=ALL-UNNAMED --add-opens=java.base/java.util=ALL-UNNAMED --add-opens=java.base/java.lang.reflect=ALL-UNNAMED --add-opens=java.base/java.io=ALL-UNNAMED --add-opens=java.base/java.net=ALL-UNNAMED --add-opens=java.base/java.time=ALL-UNNAMED --add-opens=java.base/java.text=ALL-UNNAMED --add-opens=java.base/java.util.concurrent=ALL-UNNAMED"
 CP_FILE=$(pwd)/job/target/test-classpath.txt
-mvn -q -B -pl job -am package -DskipTests
-# -am: the modules and their dependencies come from this checkout, not from ~/.m2
-mvn -q -B -pl job -am dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile="$CP_FILE"
+# One reactor run (-am): the modules come from this checkout, not from ~/.m2 (where they are never
+# installed); each module writes the file in turn and the job's, last, stays.
+mvn -q -B -pl job -am package dependency:build-classpath -DskipTests -Dmdep.includeScope=test -Dmdep.outputFile="$CP_FILE"
 FLINK_PLUGINS_DIR="$(pwd)/job/target/plugins" AWS_EC2_METADATA_DISABLED=true \
   java $JVM_OPENS -Daws.java.v1.disableDeprecationAnnouncement=true \
   -Dlog4j.configurationFile="file:$(pwd)/job/src/test/resources/log4j2-test.properties" \
