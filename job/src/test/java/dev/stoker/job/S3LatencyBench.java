@@ -356,6 +356,7 @@ public final class S3LatencyBench {
                     out.resolve("checkpoints").toUri().toString());
             conf.set(RestartStrategyOptions.RESTART_STRATEGY, "none");
             conf.set(StokerOptions.S3_HEDGE_AFTER, hedgeAfter);
+            conf.set(StokerOptions.PREFETCH_DEPTH, 0); // no trainer acknowledges: no prefetch gate
             StreamExecutionEnvironment env =
                     StreamExecutionEnvironment.createLocalEnvironment(conf);
             env.enableCheckpointing(10_000);
