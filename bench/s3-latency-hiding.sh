@@ -6,14 +6,16 @@
 #   bench/s3-latency-hiding.sh --throttled [GETS] [SERVER_RATE]       a prefix throttled above SERVER_RATE GET/s (default 1000, 100):
 #                                                                      no client-side limit vs stoker.s3.max-gets-per-second-per-prefix at 90%
 #   bench/s3-latency-hiding.sh --stragglers [GETS]                    5% of GETs 500 ms late: no hedging vs stoker.s3.hedge-after 100 ms
+#   bench/s3-latency-hiding.sh --stuck [REPLICAS]                     whole job, 2% of image GETs stuck past the attempt timeout:
+#                                                                      stoker.s3.hedge-after off, 250 ms, 500 ms, 1 s, 2 s (default 24 replicas)
 # Needs ../shared/data (tokenizer) beside the repository. Prints one line per round and a RESULT line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JVM_OPENS="--add-opens=java.base/java.nio=ALL-UNNAMED --add-opens=java.base/sun.nio.ch=ALL-UNNAMED --add-opens=java.base/java.lang=ALL-UNNAMED --add-opens=java.base/java.util=ALL-UNNAMED --add-opens=java.base/java.lang.reflect=ALL-UNNAMED --add-opens=java.base/java.io=ALL-UNNAMED --add-opens=java.base/java.net=ALL-UNNAMED --add-opens=java.base/java.time=ALL-UNNAMED --add-opens=java.base/java.text=ALL-UNNAMED --add-opens=java.base/java.util.concurrent=ALL-UNNAMED"
 CP_FILE=$(pwd)/job/target/test-classpath.txt
-mvn -q -B -pl job -am package -DskipTests
-# -am: the modules and their dependencies come from this checkout, not from ~/.m2
-mvn -q -B -pl job -am dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile="$CP_FILE"
+# One reactor run (-am): the modules come from this checkout, not from ~/.m2 (where they are never
+# installed); each module writes the file in turn and the job's, last, stays.
+mvn -q -B -pl job -am package dependency:build-classpath -DskipTests -Dmdep.includeScope=test -Dmdep.outputFile="$CP_FILE"
 FLINK_PLUGINS_DIR="$(pwd)/job/target/plugins" AWS_EC2_METADATA_DISABLED=true \
   java $JVM_OPENS -Daws.java.v1.disableDeprecationAnnouncement=true \
   -Dlog4j.configurationFile="file:$(pwd)/job/src/test/resources/log4j2-test.properties" \

@@ -71,6 +71,7 @@ final class StokerConfig {
         positive(conf, StokerOptions.FETCH_CAPACITY);
         positive(conf, StokerOptions.FETCH_THREADS);
         positive(conf, StokerOptions.S3_MAX_ATTEMPTS);
+        positive(conf, StokerOptions.S3_MAX_CONNECTIONS);
         if (conf.contains(StokerOptions.S3_REQUEST_TIMEOUT)
                 && conf.get(StokerOptions.S3_REQUEST_TIMEOUT)
                                 .compareTo(conf.get(StokerOptions.FETCH_TIMEOUT))

@@ -160,8 +160,8 @@ public final class StokerOptions {
                     .intType()
                     .defaultValue(32)
                     .withDescription(
-                            "Maximum records with image fetches in flight per fetch subtask (async capacity);"
-                                    + " for s3:// datasets also the HTTP connections per subtask.");
+                            "Maximum records with image fetches in flight per fetch subtask (async capacity)."
+                                    + " Their GETs on s3:// image roots share stoker.s3.max-connections.");
 
     public static final ConfigOption<Integer> FETCH_THREADS =
             ConfigOptions.key("stoker.fetch.threads")
@@ -372,6 +372,18 @@ public final class StokerOptions {
                     .withDescription(
                             "Secret access key for the image fetch (masked by Flink as a sensitive key). Prefer the"
                                     + " default credential chain. Falls back to Flink's s3.secret-key.");
+
+    public static final ConfigOption<Integer> S3_MAX_CONNECTIONS =
+            ConfigOptions.key("stoker.s3.max-connections")
+                    .intType()
+                    .defaultValue(64)
+                    .withDescription(
+                            "HTTP connections of each fetch subtask's S3 client: the most image GETs (hedged"
+                                    + " GETs and HEADs included) on the wire at once. Further GETs wait for a"
+                                    + " connection, without blocking and before their timeouts start; the wait is"
+                                    + " named in a timeout's dead letter and shown by the gauge"
+                                    + " s3.getsWaitingForConnection. Default 64: twice the default async capacity,"
+                                    + " room for records with two images and for hedged GETs.");
 
     public static final ConfigOption<Integer> S3_MAX_ATTEMPTS =
             ConfigOptions.key("stoker.s3.max-attempts")

@@ -204,7 +204,7 @@ public final class StokerPipeline {
         s.pathStyleAccess = conf.get(StokerOptions.S3_PATH_STYLE_ACCESS);
         s.accessKey = conf.get(StokerOptions.S3_ACCESS_KEY);
         s.secretKey = conf.get(StokerOptions.S3_SECRET_KEY);
-        s.maxConcurrency = conf.get(StokerOptions.FETCH_CAPACITY);
+        s.maxConnections = conf.get(StokerOptions.S3_MAX_CONNECTIONS);
         s.maxAttempts = conf.get(StokerOptions.S3_MAX_ATTEMPTS);
         s.requestTimeout = conf.get(StokerOptions.S3_REQUEST_TIMEOUT);
         if (!conf.contains(StokerOptions.S3_REQUEST_TIMEOUT)) {

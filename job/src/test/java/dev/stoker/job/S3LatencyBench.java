@@ -46,6 +46,10 @@ public final class S3LatencyBench {
             stragglers(args.length > 1 ? Integer.parseInt(args[1]) : 2000);
             return;
         }
+        if (args.length > 0 && args[0].equals("--stuck")) {
+            stuck(args.length > 1 ? Integer.parseInt(args[1]) : 24);
+            return;
+        }
         if (args.length > 0 && args[0].equals("--throttled")) {
             throttled(
                     args.length > 1 ? Integer.parseInt(args[1]) : 1000,
@@ -106,7 +110,7 @@ public final class S3LatencyBench {
         try (LocalS3Server s3 = new LocalS3Server().start()) {
             uploadPayloads(s3, 100 * 1024);
             S3ClientSettings settings = S3FileSystems.clientSettings(s3);
-            settings.maxConcurrency = capacity;
+            settings.maxConnections = capacity;
             S3FetchMetrics metrics = new S3FetchMetrics(new UnregisteredMetricsGroup());
             try (S3ImageStore store = store(settings, metrics, 0, java.time.Duration.ZERO)) {
                 round(store, gets / 4, capacity); // warm-up
@@ -145,7 +149,7 @@ public final class S3LatencyBench {
             s3.faults().setFaults(new FaultInjectingBlobStore.Faults(20, 0, 0, "data/images/.*"));
             s3.faults().setRateLimit(serverRate);
             S3ClientSettings settings = S3FileSystems.clientSettings(s3);
-            settings.maxConcurrency = capacity;
+            settings.maxConnections = capacity;
             for (int round = 1; round <= 2; round++) {
                 for (double clientRate : new double[] {0, 0.9 * serverRate}) {
                     S3FetchMetrics metrics = new S3FetchMetrics(new UnregisteredMetricsGroup());
@@ -180,7 +184,7 @@ public final class S3LatencyBench {
         try (LocalS3Server s3 = new LocalS3Server().start()) {
             uploadPayloads(s3, 20 * 1024);
             S3ClientSettings settings = S3FileSystems.clientSettings(s3);
-            settings.maxConcurrency = 2 * capacity; // room for the hedges
+            settings.maxConnections = 2 * capacity; // room for the hedges
             for (int round = 1; round <= 2; round++) {
                 for (long hedgeMs : new long[] {0, 100}) {
                     s3.faults()
@@ -210,6 +214,55 @@ public final class S3LatencyBench {
             s3.faults().setFaults(FaultInjectingBlobStore.Faults.NONE);
         }
     }
+
+    /**
+     * Stuck GETs in the whole job: on top of 50 +- 20 ms latency, 2% of image GETs (about 20 in a
+     * run of the llava-style dataset repeated {@code replicas} = 24 times) send nothing until long
+     * after the attempt timeout (stoker.s3.attempt-timeout, default 10 s), so only a retry or a
+     * hedge gets their image. One run without faults, then one per stoker.s3.hedge-after value
+     * (off, 250 ms, 500 ms, 1 s, 2 s), all other options at their defaults: images/s, wall time,
+     * and GETs sent beyond one per image (hedges and retries, from the server's GET count against
+     * the fault-free run's).
+     */
+    private static void stuck(int replicas) throws Exception {
+        Path dataset = SharedData.dataDir().resolve("llava-style");
+        Path staged = Files.createTempDirectory("stoker-bench-");
+        try (LocalS3Server s3 = new LocalS3Server().start()) {
+            stage(dataset, staged, replicas);
+            s3.uploadDirectory(staged, "bench", "data");
+            Configuration s3conf = S3FileSystems.config(s3);
+            S3FileSystems.use(s3);
+            Run clean =
+                    run(s3, s3conf, FaultInjectingBlobStore.Faults.NONE, java.time.Duration.ZERO);
+            System.out.printf(
+                    Locale.ROOT,
+                    "stuck GETs: no faults, hedging off: %.1f images/s, %.1f s, %d GETs%n",
+                    clean.imagesPerSecond(),
+                    clean.seconds(),
+                    clean.gets());
+            FaultInjectingBlobStore.Faults stuckGets =
+                    new FaultInjectingBlobStore.Faults(50, 20, 0, "data/images/.*", 0.02, 120_000);
+            for (long hedgeMs : new long[] {0, 250, 500, 1000, 2000}) {
+                Run r = run(s3, s3conf, stuckGets, java.time.Duration.ofMillis(hedgeMs));
+                double imagesPerSecond = (clean.gets() - 1) / r.seconds();
+                System.out.printf(
+                        Locale.ROOT,
+                        "stuck GETs: 2%% stuck + 50+-20 ms, hedge after %s: %.1f images/s (%.2fx the fault-free run), %.1f s, %d extra GETs (%.1f%%)%n",
+                        hedgeMs == 0 ? "never" : hedgeMs + " ms",
+                        imagesPerSecond,
+                        imagesPerSecond / clean.imagesPerSecond(),
+                        r.seconds(),
+                        r.gets() - clean.gets(),
+                        100.0 * (r.gets() - clean.gets()) / (clean.gets() - 1));
+            }
+            s3.faults().setFaults(FaultInjectingBlobStore.Faults.NONE);
+        } finally {
+            delete(staged);
+        }
+    }
+
+    /** What one job run measured: images/s (GETs served / wall time), wall time, GETs served. */
+    private record Run(double imagesPerSecond, double seconds, long gets) {}
 
     /** What one round of GETs measured: successful GETs/s, failed GETs, sorted latencies. */
     private record Round(double successesPerSecond, long failures, long[] latenciesMs) {}
@@ -266,18 +319,24 @@ public final class S3LatencyBench {
             S3FetchMetrics metrics,
             double getsPerSecondPerPrefix,
             java.time.Duration hedgeAfter) {
-        return new S3ImageStore(
-                "s3://bench/data",
-                1 << 20,
-                settings.createClient(List.of(metrics.retryCounter())),
-                metrics,
-                getsPerSecondPerPrefix,
-                hedgeAfter);
+        settings.getsPerSecondPerPrefix = getsPerSecondPerPrefix;
+        settings.hedgeAfter = hedgeAfter;
+        return new S3ImageStore("s3://bench/data", 1 << 20, settings, metrics);
     }
 
     /** images/s of one job run under {@code faults}. */
     private static double run(
             LocalS3Server s3, Configuration s3conf, FaultInjectingBlobStore.Faults faults)
+            throws Exception {
+        return run(s3, s3conf, faults, java.time.Duration.ZERO).imagesPerSecond();
+    }
+
+    /** One job run under {@code faults} with stoker.s3.hedge-after = {@code hedgeAfter}. */
+    private static Run run(
+            LocalS3Server s3,
+            Configuration s3conf,
+            FaultInjectingBlobStore.Faults faults,
+            java.time.Duration hedgeAfter)
             throws Exception {
         Path out = Files.createTempDirectory(Path.of("/dev/shm"), "stoker-bench-");
         try {
@@ -296,6 +355,8 @@ public final class S3LatencyBench {
                     CheckpointingOptions.CHECKPOINTS_DIRECTORY,
                     out.resolve("checkpoints").toUri().toString());
             conf.set(RestartStrategyOptions.RESTART_STRATEGY, "none");
+            conf.set(StokerOptions.S3_HEDGE_AFTER, hedgeAfter);
+            conf.set(StokerOptions.PREFETCH_DEPTH, 0); // no trainer acknowledges: no prefetch gate
             StreamExecutionEnvironment env =
                     StreamExecutionEnvironment.createLocalEnvironment(conf);
             env.enableCheckpointing(10_000);
@@ -305,8 +366,8 @@ public final class S3LatencyBench {
             long start = System.nanoTime();
             env.execute("bench");
             double seconds = (System.nanoTime() - start) / 1e9;
-            long images = s3.faults().gets() - getsBefore - 1; // minus the JSONL GET
-            return images / seconds;
+            long gets = s3.faults().gets() - getsBefore;
+            return new Run((gets - 1) / seconds, seconds, gets); // minus the JSONL GET
         } finally {
             s3.faults().setFaults(FaultInjectingBlobStore.Faults.NONE);
             delete(out);

@@ -26,15 +26,27 @@ class S3OptionsTest {
                             "--s3.secret-key",
                             "wJalrXUtnFEMI-example-secret",
                             "--stoker.fetch.capacity",
-                            "48"
+                            "48",
+                            "--stoker.s3.max-connections",
+                            "12"
                         });
         S3ClientSettings s = StokerPipeline.s3Settings(conf);
         assertThat(s.endpoint).isEqualTo("http://127.0.0.1:9000");
         assertThat(s.pathStyleAccess).isTrue();
         assertThat(s.accessKey).isEqualTo("AKIDEXAMPLE");
         assertThat(s.secretKey).isEqualTo("wJalrXUtnFEMI-example-secret");
-        assertThat(s.maxConcurrency).isEqualTo(48);
+        assertThat(s.maxConnections)
+                .as("connections are their own option, not the async capacity")
+                .isEqualTo(12);
         assertThat(s.toString()).doesNotContain("wJalrXUtnFEMI-example-secret");
+    }
+
+    @Test
+    void connectionsDefaultToTheirOwnOptionsDefault() {
+        Configuration conf = StokerConfig.fromArgs(new String[] {"--stoker.fetch.capacity", "8"});
+        assertThat(StokerPipeline.s3Settings(conf).maxConnections)
+                .isEqualTo(StokerOptions.S3_MAX_CONNECTIONS.defaultValue())
+                .isEqualTo(64);
     }
 
     @Test

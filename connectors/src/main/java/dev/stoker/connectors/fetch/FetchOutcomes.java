@@ -44,7 +44,22 @@ final class FetchOutcomes {
 
     /** The async operator's timeout fired before all images of {@code record} arrived. */
     static Either<DeadLetter, FetchedRecord> timedOut(SftRecord record, Duration timeout) {
-        String msg = "fetching " + record.images.length + " image(s) took longer than " + timeout;
+        return timedOut(record, timeout, "");
+    }
+
+    /**
+     * The async operator's timeout fired before all images of {@code record} arrived; {@code
+     * progress} says where the unfinished reads were (empty if unknown).
+     */
+    static Either<DeadLetter, FetchedRecord> timedOut(
+            SftRecord record, Duration timeout, String progress) {
+        String msg =
+                String.format(
+                        java.util.Locale.ROOT,
+                        "fetching %d image(s) took longer than %.1f s (stoker.fetch.timeout)%s",
+                        record.images.length,
+                        timeout.toMillis() / 1e3,
+                        progress.isEmpty() ? "" : ": " + progress);
         return Either.Left(new DeadLetter(record.ref, RejectReason.FETCH_TIMEOUT, msg));
     }
 }

@@ -51,8 +51,12 @@ public final class S3ClientSettings implements Serializable {
     /** Secret access key; null to use the default credential chain. Never logged. */
     public String secretKey;
 
-    /** HTTP connections (concurrent requests) per client; match the async capacity. */
-    public int maxConcurrency = 32;
+    /**
+     * HTTP connections per client: the most GETs (hedged ones included) it has on the wire at once.
+     * {@link S3ImageStore} queues the GETs beyond it itself, so the client never makes a request
+     * wait for a pooled connection while its timeouts run.
+     */
+    public int maxConnections = 64;
 
     /** Time limit of one HTTP attempt (first byte to last byte); exceeded attempts are retried. */
     public Duration attemptTimeout = Duration.ofSeconds(10);
@@ -99,7 +103,7 @@ public final class S3ClientSettings implements Serializable {
     }
 
     /**
-     * Builds a client (Netty HTTP client with {@code maxConcurrency} connections). Checksums are
+     * Builds a client (Netty HTTP client with {@code maxConnections} connections). Checksums are
      * computed and validated only when S3 requires them, which S3-compatible servers such as
      * S3Proxy need and which costs nothing on AWS for plain GETs.
      *
@@ -115,7 +119,9 @@ public final class S3ClientSettings implements Serializable {
                         .responseChecksumValidation(ResponseChecksumValidation.WHEN_REQUIRED)
                         .httpClientBuilder(
                                 NettyNioAsyncHttpClient.builder()
-                                        .maxConcurrency(maxConcurrency)
+                                        .maxConcurrency(maxConnections)
+                                        // the store hands the client at most maxConnections GETs,
+                                        // so this bounds only a leaked connection
                                         .connectionAcquisitionTimeout(requestTimeout))
                         .overrideConfiguration(
                                 o -> {
@@ -140,8 +146,8 @@ public final class S3ClientSettings implements Serializable {
                 + pathStyleAccess
                 + ", credentials="
                 + (accessKey != null && secretKey != null ? "static(****)" : "default chain")
-                + ", maxConcurrency="
-                + maxConcurrency
+                + ", maxConnections="
+                + maxConnections
                 + ", attemptTimeout="
                 + attemptTimeout
                 + ", requestTimeout="

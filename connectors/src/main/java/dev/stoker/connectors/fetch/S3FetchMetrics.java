@@ -24,8 +24,10 @@ import software.amazon.awssdk.core.interceptor.ExecutionInterceptor;
  *
  * <ul>
  *   <li>{@code requestsInFlight} (gauge): GETs started and not yet finished, retries included;
- *   <li>{@code getLatencyMs} (histogram over the last 10,000 GETs): milliseconds from the first
- *       attempt to the last byte, backoff and retries included;
+ *   <li>{@code getsWaitingForConnection} (gauge): GETs waiting for one of the client's HTTP
+ *       connections ({@code stoker.s3.max-connections}), none of their timeouts running yet;
+ *   <li>{@code getLatencyMs} (histogram over the last 10,000 GETs): milliseconds from the read's
+ *       start to the last byte, connection wait, backoff and retries included;
  *   <li>{@code bytesFetched} (counter) and {@code bytesPerSecond} (meter, 60 s window);
  *   <li>{@code retries} (counter): HTTP attempts beyond the first of each GET;
  *   <li>{@code hedgedGets} (counter): second GETs sent for stragglers ({@code
@@ -43,7 +45,15 @@ public final class S3FetchMetrics {
     private static final ExecutionAttribute<Boolean> ATTEMPTED =
             new ExecutionAttribute<>("stoker.attempted");
 
+    /**
+     * A read's own count of HTTP attempts, put on its requests (hedged ones share it) and counted
+     * by {@link #attemptCounter()}.
+     */
+    static final ExecutionAttribute<AtomicInteger> ATTEMPTS =
+            new ExecutionAttribute<>("stoker.attempts");
+
     private final AtomicInteger inFlight = new AtomicInteger();
+    private final AtomicInteger waitingForConnection = new AtomicInteger();
     private final Histogram latencyMs;
     private final Counter bytes;
     private final Counter retries;
@@ -54,6 +64,7 @@ public final class S3FetchMetrics {
     /** Registers the metrics on {@code group} (typically {@code operatorGroup.addGroup("s3")}). */
     public S3FetchMetrics(MetricGroup group) {
         group.gauge("requestsInFlight", (Gauge<Integer>) inFlight::get);
+        group.gauge("getsWaitingForConnection", (Gauge<Integer>) waitingForConnection::get);
         latencyMs =
                 group.histogram(
                         "getLatencyMs",
@@ -74,12 +85,19 @@ public final class S3FetchMetrics {
         }
     }
 
-    /** An SDK interceptor that counts every HTTP attempt after a GET's first one as a retry. */
-    public ExecutionInterceptor retryCounter() {
+    /**
+     * An SDK interceptor that counts every HTTP attempt into its read's {@link #ATTEMPTS} and every
+     * attempt after a request's first one as a retry.
+     */
+    ExecutionInterceptor attemptCounter() {
         return new ExecutionInterceptor() {
             @Override
             public void beforeTransmission(
                     Context.BeforeTransmission context, ExecutionAttributes attributes) {
+                AtomicInteger attempts = attributes.getAttribute(ATTEMPTS);
+                if (attempts != null) {
+                    attempts.incrementAndGet();
+                }
                 if (attributes.getAttribute(ATTEMPTED) != null) {
                     retries.inc();
                 } else {
@@ -91,6 +109,10 @@ public final class S3FetchMetrics {
 
     void started() {
         inFlight.incrementAndGet();
+    }
+
+    void waitingForConnection(int delta) {
+        waitingForConnection.addAndGet(delta);
     }
 
     void finished(long startNanos) {
@@ -122,6 +144,10 @@ public final class S3FetchMetrics {
 
     public int inFlight() {
         return inFlight.get();
+    }
+
+    public int getsWaitingForConnection() {
+        return waitingForConnection.get();
     }
 
     public long hedgedGets() {

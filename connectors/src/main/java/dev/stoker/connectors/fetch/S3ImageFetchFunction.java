@@ -7,7 +7,9 @@ import dev.stoker.operators.model.RejectedRecordException;
 import dev.stoker.operators.model.SftRecord;
 import java.time.Duration;
 import java.util.Collections;
-import java.util.List;
+import java.util.IdentityHashMap;
+import java.util.Map;
+import java.util.StringJoiner;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import org.apache.flink.api.common.functions.OpenContext;
@@ -20,11 +22,13 @@ import org.apache.flink.types.Either;
  * {@link software.amazon.awssdk.services.s3.S3AsyncClient} per subtask (non-blocking: no I/O
  * threads of its own).
  *
- * <p>Use with {@code AsyncDataStream.unorderedWait(..., timeout, capacity)} and set {@link
- * S3ClientSettings#maxConcurrency} to the capacity. A record's images are requested concurrently;
+ * <p>Use with {@code AsyncDataStream.unorderedWait(..., timeout, capacity)}; the capacity counts
+ * records, and {@link S3ClientSettings#maxConnections} bounds their GETs on the wire (the others
+ * wait for a connection in the {@link S3ImageStore}). A record's images are requested concurrently;
  * if any of them is rejected the record becomes a {@link DeadLetter} ({@code Either.Left}) naming
  * the first rejected image (in record order) and its key. A record exceeding the operator timeout
- * becomes a {@link RejectReason#FETCH_TIMEOUT} dead letter; keep {@link
+ * becomes a {@link RejectReason#FETCH_TIMEOUT} dead letter that says where each of its unfinished
+ * GETs was (waiting for a connection, or attempts made and for how long); keep {@link
  * S3ClientSettings#requestTimeout} below it so the client gives up (and frees its connection)
  * first. Transient failures (5xx or throttling after the client's retries, timeouts, resets) follow
  * the {@link TransientFailurePolicy}: a dead letter, or a failed task so the job fails over and
@@ -48,6 +52,7 @@ public final class S3ImageFetchFunction
     private transient S3FetchMetrics metrics;
     private transient volatile boolean closed;
     private transient FetchCounters fetched;
+    private transient Map<SftRecord, S3ImageStore.Get[]> inFlight;
 
     /**
      * @param root image root {@code s3://bucket/prefix}
@@ -72,32 +77,29 @@ public final class S3ImageFetchFunction
     @Override
     public void open(OpenContext openContext) {
         metrics = new S3FetchMetrics(getRuntimeContext().getMetricGroup().addGroup("s3"));
-        store =
-                new S3ImageStore(
-                        root,
-                        maxObjectBytes,
-                        settings.createClient(List.of(metrics.retryCounter())),
-                        metrics,
-                        settings.getsPerSecondPerPrefix,
-                        settings.hedgeAfter);
+        store = new S3ImageStore(root, maxObjectBytes, settings, metrics);
+        inFlight = Collections.synchronizedMap(new IdentityHashMap<>());
         fetched = new FetchCounters(getRuntimeContext().getMetricGroup());
     }
 
     @Override
     public void asyncInvoke(
             SftRecord record, ResultFuture<Either<DeadLetter, FetchedRecord>> result) {
-        @SuppressWarnings("unchecked")
-        CompletableFuture<byte[]>[] reads = new CompletableFuture[record.images.length];
+        S3ImageStore.Get[] reads = new S3ImageStore.Get[record.images.length];
         for (int i = 0; i < reads.length; i++) {
             reads[i] = store.read(record.images[i].path);
         }
+        inFlight.put(record, reads);
         CompletableFuture.allOf(reads)
-                .handle((ignored, error) -> toResult(record, reads))
+                .handle(
+                        (ignored, error) -> {
+                            inFlight.remove(record);
+                            return toResult(record, reads);
+                        })
                 .whenComplete(FetchOutcomes.completeUnlessClosed(result, () -> closed));
     }
 
-    private Either<DeadLetter, FetchedRecord> toResult(
-            SftRecord record, CompletableFuture<byte[]>[] reads) {
+    private Either<DeadLetter, FetchedRecord> toResult(SftRecord record, S3ImageStore.Get[] reads) {
         byte[][] bytes = new byte[reads.length][];
         for (int i = 0; i < reads.length; i++) {
             try {
@@ -129,12 +131,29 @@ public final class S3ImageFetchFunction
     public void timeout(SftRecord record, ResultFuture<Either<DeadLetter, FetchedRecord>> result) {
         metrics.failed(RejectReason.FETCH_TIMEOUT);
         metrics.transientFailure();
-        Either<DeadLetter, FetchedRecord> dead = FetchOutcomes.timedOut(record, timeout);
+        Either<DeadLetter, FetchedRecord> dead =
+                FetchOutcomes.timedOut(record, timeout, progress(record, inFlight.remove(record)));
         if (transientFailures == TransientFailurePolicy.FAIL_OVER) {
             result.completeExceptionally(new TransientFetchException(dead.left().toString(), null));
         } else {
             result.complete(Collections.singleton(dead));
         }
+    }
+
+    /**
+     * Where each unfinished GET of a timed-out record is, e.g. {@code "'a.jpg' waited 4.2 s ..."}.
+     */
+    private static String progress(SftRecord record, S3ImageStore.Get[] reads) {
+        if (reads == null) {
+            return "";
+        }
+        StringJoiner unfinished = new StringJoiner("; ");
+        for (int i = 0; i < reads.length; i++) {
+            if (!reads[i].isDone()) {
+                unfinished.add("'" + record.images[i].path + "' " + reads[i].progress());
+            }
+        }
+        return unfinished.toString();
     }
 
     @Override

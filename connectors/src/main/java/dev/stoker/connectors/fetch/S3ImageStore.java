@@ -18,7 +18,6 @@ import software.amazon.awssdk.core.ResponseBytes;
 import software.amazon.awssdk.core.async.AsyncResponseTransformer;
 import software.amazon.awssdk.core.exception.ApiCallAttemptTimeoutException;
 import software.amazon.awssdk.core.exception.ApiCallTimeoutException;
-import software.amazon.awssdk.core.exception.SdkException;
 import software.amazon.awssdk.services.s3.S3AsyncClient;
 import software.amazon.awssdk.services.s3.model.GetObjectRequest;
 import software.amazon.awssdk.services.s3.model.GetObjectResponse;
@@ -37,8 +36,13 @@ import software.amazon.awssdk.services.s3.model.GetObjectResponse;
  * path when an object of that name exists, found with a HEAD request); 403 and any error left after
  * the client's retries are {@link RejectReason#FETCH_FAILED} (with the HTTP status, S3 error code
  * and number of attempts); running out of the client's total request time, or every attempt timing
- * out, is {@link RejectReason#FETCH_TIMEOUT}. Retries themselves happen inside the client (see
- * {@link S3ClientSettings}).
+ * out, is {@link RejectReason#FETCH_TIMEOUT}; every such message names the attempts made and how
+ * long they took. Retries themselves happen inside the client (see {@link S3ClientSettings}).
+ *
+ * <p>Connections: at most {@link S3ClientSettings#maxConnections} requests (GETs, hedged GETs,
+ * HEADs) are on the wire at once; the store queues the others itself (first come, first served,
+ * without blocking), so a GET's timeouts start only once it has a connection, and a read's {@link
+ * Get#progress()} names a wait for a connection as such.
  */
 public final class S3ImageStore implements AutoCloseable {
     private final String root;
@@ -47,34 +51,34 @@ public final class S3ImageStore implements AutoCloseable {
     private final S3AsyncClient client;
     private final S3FetchMetrics metrics;
     private final PrefixRateLimiter rateLimiter;
+    private final ConnectionPermits connections;
     private final Duration hedgeAfter;
+    private final Duration attemptTimeout;
+    private final Duration requestTimeout;
 
     /**
      * @param root image root {@code s3://bucket/prefix} (also {@code s3a://} or {@code s3p://})
      * @param maxObjectBytes largest accepted image object, in bytes
-     * @param client the client to use; closed by {@link #close()}
+     * @param settings the client to build (endpoint, credentials, connections, timeouts, retries),
+     *     the client-side GET rate limit per key prefix and the hedging delay
      * @param metrics where to count requests, latency, bytes and failures
-     * @param getsPerSecondPerPrefix client-side GET rate limit per key prefix; 0 = none
-     * @param hedgeAfter send a second GET when the first has not completed after this long; {@link
-     *     Duration#ZERO} = never
+     * @throws IllegalArgumentException if {@code root} is not an S3 URI
      */
     public S3ImageStore(
-            String root,
-            long maxObjectBytes,
-            S3AsyncClient client,
-            S3FetchMetrics metrics,
-            double getsPerSecondPerPrefix,
-            Duration hedgeAfter) {
+            String root, long maxObjectBytes, S3ClientSettings settings, S3FetchMetrics metrics) {
         if (!isS3(root)) {
             throw new IllegalArgumentException("not an s3:// image root: " + root);
         }
         this.root = root.endsWith("/") ? root : root + "/";
         this.bucket = URI.create(this.root).getAuthority();
         this.maxObjectBytes = maxObjectBytes;
-        this.client = client;
         this.metrics = metrics;
-        this.rateLimiter = new PrefixRateLimiter(getsPerSecondPerPrefix);
-        this.hedgeAfter = hedgeAfter;
+        this.rateLimiter = new PrefixRateLimiter(settings.getsPerSecondPerPrefix);
+        this.connections = new ConnectionPermits(settings.maxConnections);
+        this.hedgeAfter = settings.hedgeAfter;
+        this.attemptTimeout = settings.attemptTimeout;
+        this.requestTimeout = settings.requestTimeout;
+        this.client = settings.createClient(List.of(metrics.attemptCounter()));
     }
 
     /** Whether {@code root} is an S3 URI ({@code s3://}, {@code s3a://} or {@code s3p://}). */
@@ -84,19 +88,87 @@ public final class S3ImageStore implements AutoCloseable {
     }
 
     /**
-     * Starts reading the whole object at {@code relativePath}.
-     *
-     * @return the object's bytes, or a future failed with a {@link RejectedRecordException}
-     *     (IMAGE_NOT_FOUND, IMAGE_TOO_LARGE, UNSAFE_PATH, FETCH_FAILED or FETCH_TIMEOUT); never
-     *     another exception
+     * One image read in progress: the future of its bytes (a {@link RejectedRecordException} on
+     * failure, see {@link #read}) that also says, while it runs, where the read is.
      */
-    public CompletableFuture<byte[]> read(String relativePath) {
+    public static final class Get extends CompletableFuture<byte[]> {
+        private final AtomicInteger attempts = new AtomicInteger();
+        private final long startedNanos = System.nanoTime();
+        private final int connections;
+        private volatile long waitingSinceNanos;
+        private volatile long sentNanos;
+
+        private Get(int connections) {
+            this.connections = connections;
+        }
+
+        /**
+         * Where the read is, for a timeout message: e.g. {@code "waited 4.2 s for a free HTTP
+         * connection (all 64 in use; stoker.s3.max-connections)"}, {@code "2 attempt(s), 9.8 s
+         * since the first"}, or {@code "waited 1.0 s for the per-prefix rate limit"}.
+         */
+        public String progress() {
+            long now = System.nanoTime();
+            long sent = sentNanos;
+            long waiting = waitingSinceNanos;
+            if (sent != 0) {
+                String wait =
+                        sent - waiting >= 1_000_000
+                                ? ", after waiting " + seconds(sent - waiting) + " for a connection"
+                                : "";
+                return attempts.get()
+                        + " attempt(s), "
+                        + seconds(now - sent)
+                        + " since the first"
+                        + wait;
+            }
+            if (waiting != 0) {
+                return "waited "
+                        + seconds(now - waiting)
+                        + " for a free HTTP connection (all "
+                        + connections
+                        + " in use; stoker.s3.max-connections)";
+            }
+            return "waited " + seconds(now - startedNanos) + " for the per-prefix rate limit";
+        }
+
+        /** Time on the wire and any wait for a connection before, for a settled GET's message. */
+        private String timing() {
+            long sent = sentNanos;
+            if (sent == 0) {
+                return "";
+            }
+            long waited = sent - waitingSinceNanos;
+            return " in "
+                    + seconds(System.nanoTime() - sent)
+                    + (waited >= 1_000_000
+                            ? " (after waiting " + seconds(waited) + " for a free HTTP connection)"
+                            : "");
+        }
+    }
+
+    private static String seconds(long nanos) {
+        return String.format(java.util.Locale.ROOT, "%.1f s", nanos / 1e9);
+    }
+
+    /**
+     * Starts reading the whole object at {@code relativePath}. The GET first waits (without
+     * blocking) for the per-prefix rate limit and for one of the client's HTTP connections; its
+     * attempt and request timeouts run only from then on.
+     *
+     * @return the read: its bytes, or failed with a {@link RejectedRecordException}
+     *     (IMAGE_NOT_FOUND, IMAGE_TOO_LARGE, UNSAFE_PATH, FETCH_FAILED or FETCH_TIMEOUT, the
+     *     message naming the attempts made and their duration); never another exception
+     */
+    public Get read(String relativePath) {
+        Get get = new Get(connections.permits());
         String key;
         try {
             key = ImageStore.resolveUnderRoot(root, relativePath).getPath().substring(1);
         } catch (RejectedRecordException e) {
             metrics.failed(e.reason());
-            return CompletableFuture.failedFuture(e);
+            get.completeExceptionally(e);
+            return get;
         }
         String where = "s3://" + bucket + "/" + key;
         GetObjectRequest request =
@@ -104,6 +176,8 @@ public final class S3ImageStore implements AutoCloseable {
                         .bucket(bucket)
                         .key(key)
                         .range("bytes=0-" + maxObjectBytes)
+                        .overrideConfiguration(
+                                o -> o.putExecutionAttribute(S3FetchMetrics.ATTEMPTS, get.attempts))
                         .build();
         long start = System.nanoTime();
         metrics.started();
@@ -112,12 +186,13 @@ public final class S3ImageStore implements AutoCloseable {
             result =
                     rateLimiter
                             .permit(key)
+                            .thenCompose(ready -> connection(get))
                             .thenCompose(ready -> hedgedGet(request))
                             .handle(
                                     (response, error) -> {
                                         metrics.finished(start);
                                         if (error != null) {
-                                            return emptyOrThrow(relativePath, where, error);
+                                            return emptyOrThrow(relativePath, where, error, get);
                                         }
                                         byte[] bytes = response.asByteArrayUnsafe();
                                         long total =
@@ -143,20 +218,45 @@ public final class S3ImageStore implements AutoCloseable {
             metrics.finished(start);
             result = CompletableFuture.failedFuture(e);
         }
-        return result.exceptionallyCompose(
-                e -> {
-                    Throwable cause = unwrap(e);
-                    if (cause instanceof RejectedRecordException rejected) {
-                        return rejected.reason() == RejectReason.IMAGE_NOT_FOUND
-                                ? withVariantHint(rejected, relativePath)
-                                : CompletableFuture.failedFuture(cause);
-                    }
-                    metrics.failed(RejectReason.FETCH_FAILED);
-                    return CompletableFuture.failedFuture(
-                            RejectedRecordException.transientFailure(
-                                    RejectReason.FETCH_FAILED,
-                                    "GET " + where + " failed: " + cause,
-                                    cause));
+        result.exceptionallyCompose(
+                        e -> {
+                            Throwable cause = unwrap(e);
+                            if (cause instanceof RejectedRecordException rejected) {
+                                return rejected.reason() == RejectReason.IMAGE_NOT_FOUND
+                                        ? withVariantHint(rejected, relativePath)
+                                        : CompletableFuture.failedFuture(cause);
+                            }
+                            metrics.failed(RejectReason.FETCH_FAILED);
+                            return CompletableFuture.failedFuture(
+                                    RejectedRecordException.transientFailure(
+                                            RejectReason.FETCH_FAILED,
+                                            "GET " + where + " failed: " + cause,
+                                            cause));
+                        })
+                .whenComplete(
+                        (bytes, error) -> {
+                            if (error == null) {
+                                get.complete(bytes);
+                            } else {
+                                get.completeExceptionally(unwrap(error));
+                            }
+                        });
+        return get;
+    }
+
+    /** A connection for {@code get}, its wait recorded for its message and the gauge. */
+    private CompletableFuture<Void> connection(Get get) {
+        get.waitingSinceNanos = System.nanoTime();
+        CompletableFuture<Void> turn = connections.acquire();
+        if (turn.isDone()) {
+            get.sentNanos = System.nanoTime();
+            return turn;
+        }
+        metrics.waitingForConnection(1);
+        return turn.thenRun(
+                () -> {
+                    metrics.waitingForConnection(-1);
+                    get.sentNanos = System.nanoTime();
                 });
     }
 
@@ -197,7 +297,18 @@ public final class S3ImageStore implements AutoCloseable {
     private CompletableFuture<Boolean> exists(String relativePath) {
         try {
             String key = ImageStore.resolveUnderRoot(root, relativePath).getPath().substring(1);
-            return client.headObject(r -> r.bucket(bucket).key(key))
+            return connections
+                    .acquire()
+                    .thenCompose(
+                            ready -> {
+                                try {
+                                    return client.headObject(r -> r.bucket(bucket).key(key))
+                                            .whenComplete((r, e) -> connections.release());
+                                } catch (RuntimeException e) {
+                                    connections.release();
+                                    throw e;
+                                }
+                            })
                     .handle((response, error) -> error == null);
         } catch (RejectedRecordException | RuntimeException e) {
             return CompletableFuture.completedFuture(false);
@@ -205,14 +316,15 @@ public final class S3ImageStore implements AutoCloseable {
     }
 
     /**
-     * The GET, and when {@code hedgeAfter} is set and it has not completed by then, a second
-     * identical one: the first success wins and the other is cancelled (its connection aborted).
-     * Fails only when every request sent failed, with the last failure.
+     * The GET on the connection permit its caller holds, and when {@code hedgeAfter} is set and it
+     * has not completed by then, a second identical one if a connection is free (a hedge never
+     * makes another GET wait): the first success wins and the other is cancelled (its connection
+     * aborted). Fails only when every request sent failed, with the last failure. Each request
+     * gives its permit back when it settles.
      */
     private CompletableFuture<ResponseBytes<GetObjectResponse>> hedgedGet(
             GetObjectRequest request) {
-        CompletableFuture<ResponseBytes<GetObjectResponse>> first =
-                client.getObject(request, AsyncResponseTransformer.toBytes());
+        CompletableFuture<ResponseBytes<GetObjectResponse>> first = send(request);
         if (hedgeAfter.isZero()) {
             return first;
         }
@@ -233,12 +345,16 @@ public final class S3ImageStore implements AutoCloseable {
         CompletableFuture.delayedExecutor(hedgeAfter.toNanos(), TimeUnit.NANOSECONDS)
                 .execute(
                         () -> {
-                            if (winner.isDone() || !pending.compareAndSet(1, 2)) {
+                            if (winner.isDone() || !connections.tryAcquire()) {
+                                return;
+                            }
+                            if (!pending.compareAndSet(1, 2)) {
+                                connections.release();
                                 return;
                             }
                             metrics.hedged();
                             CompletableFuture<ResponseBytes<GetObjectResponse>> second =
-                                    client.getObject(request, AsyncResponseTransformer.toBytes());
+                                    send(request);
                             sent.add(second);
                             second.whenComplete(settle);
                         });
@@ -246,9 +362,22 @@ public final class S3ImageStore implements AutoCloseable {
         return winner;
     }
 
-    private byte[] emptyOrThrow(String relativePath, String where, Throwable error) {
+    /** One request on a permit already held; the permit goes back when it settles. */
+    private CompletableFuture<ResponseBytes<GetObjectResponse>> send(GetObjectRequest request) {
+        CompletableFuture<ResponseBytes<GetObjectResponse>> sent;
+        try {
+            sent = client.getObject(request, AsyncResponseTransformer.toBytes());
+        } catch (RuntimeException e) { // e.g. the client is already closed
+            connections.release();
+            throw e;
+        }
+        sent.whenComplete((response, error) -> connections.release());
+        return sent;
+    }
+
+    private byte[] emptyOrThrow(String relativePath, String where, Throwable error, Get get) {
         Throwable t = unwrap(error);
-        String attempts = attempts(t);
+        String attempts = " after " + get.attempts.get() + " attempt(s)" + get.timing();
         if (t instanceof AwsServiceException e) {
             int status = e.statusCode();
             String code = e.awsErrorDetails() != null ? e.awsErrorDetails().errorCode() : null;
@@ -272,7 +401,15 @@ public final class S3ImageStore implements AutoCloseable {
         if (isTimeout(t)) {
             throw reject(
                     RejectReason.FETCH_TIMEOUT,
-                    "GET " + where + " did not complete in time" + attempts,
+                    "GET "
+                            + where
+                            + " did not complete in time"
+                            + attempts
+                            + " (attempt timeout "
+                            + seconds(attemptTimeout.toNanos())
+                            + ", request timeout "
+                            + seconds(requestTimeout.toNanos())
+                            + ": stoker.s3.attempt-timeout, stoker.s3.request-timeout)",
                     true);
         }
         throw reject(
@@ -317,13 +454,6 @@ public final class S3ImageStore implements AutoCloseable {
                 transientFailure
                         ? RejectedRecordException.transientFailure(reason, message, null)
                         : new RejectedRecordException(reason, message));
-    }
-
-    private static String attempts(Throwable t) {
-        if (t instanceof SdkException e && e.numAttempts() != null) {
-            return " after " + e.numAttempts() + " attempt(s)";
-        }
-        return "";
     }
 
     /**

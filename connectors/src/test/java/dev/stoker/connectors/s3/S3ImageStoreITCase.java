@@ -65,13 +65,7 @@ class S3ImageStoreITCase {
     }
 
     private static S3ImageStore store(S3ClientSettings settings, S3FetchMetrics metrics) {
-        return new S3ImageStore(
-                ROOT,
-                100,
-                settings.createClient(List.of(metrics.retryCounter())),
-                metrics,
-                settings.getsPerSecondPerPrefix,
-                settings.hedgeAfter);
+        return new S3ImageStore(ROOT, 100, settings, metrics);
     }
 
     private static RejectedRecordException rejection(S3ImageStore store, String path) {
@@ -280,9 +274,15 @@ class S3ImageStoreITCase {
                 assertThat(e.reason()).as(e.getMessage()).isEqualTo(RejectReason.FETCH_TIMEOUT);
                 // Usually 3 attempts; the SDK sometimes stops after 2, when the last attempt's
                 // timeout surfaces wrapped in an SdkClientException (seen here, loaded or not).
-                Matcher m = Pattern.compile("after ([23]) attempt\\(s\\)").matcher(e.getMessage());
+                // The message names the attempts actually sent, how long they took and the limits.
+                Matcher m =
+                        Pattern.compile("after ([23]) attempt\\(s\\) in \\d+\\.\\d s")
+                                .matcher(e.getMessage());
                 assertThat(m.find()).as(e.getMessage()).isTrue();
-                assertThat(e.getMessage()).contains("s3://images/data/images/a.jpg");
+                assertThat(e.getMessage())
+                        .contains("s3://images/data/images/a.jpg")
+                        .contains("attempt timeout 0.3 s")
+                        .contains("stoker.s3.attempt-timeout");
                 attempts = Integer.parseInt(m.group(1));
             }
             assertThat(Duration.ofNanos(System.nanoTime() - start))
@@ -293,6 +293,49 @@ class S3ImageStoreITCase {
                 s.close();
             }
         }
+    }
+
+    /**
+     * GETs beyond the client's connections wait for one before their timeouts start: with 2
+     * connections, 10 GETs of 0.5 s each take 5 waves (at least 2.5 s), and every one succeeds
+     * although the last waves wait 2 s, which is the attempt and request timeout (had the wait
+     * counted, as it did in the SDK's own connection pool, they would have timed out). While they
+     * wait, their progress and the gauge say so.
+     */
+    @Test
+    void getsBeyondTheConnectionsWaitForOneBeforeTheirTimeoutsStart() {
+        S3.faults()
+                .bodyAlways(
+                        BUCKET,
+                        "data/images/a.jpg",
+                        FaultInjectingBlobStore.Body.firstByteAfter(500));
+        S3ClientSettings settings = clientSettings();
+        settings.maxConnections = 2;
+        settings.maxAttempts = 1;
+        settings.attemptTimeout = Duration.ofSeconds(2);
+        settings.requestTimeout = Duration.ofSeconds(2);
+        S3FetchMetrics metrics = metrics();
+        long start = System.nanoTime();
+        try (S3ImageStore store = store(settings, metrics)) {
+            List<S3ImageStore.Get> gets = new ArrayList<>();
+            for (int i = 0; i < 10; i++) {
+                gets.add(store.read("images/a.jpg"));
+            }
+            assertThat(metrics.getsWaitingForConnection()).isEqualTo(8);
+            assertThat(gets.get(9).progress())
+                    .matches("waited \\d+\\.\\d s for a free HTTP connection \\(all 2 in use.*");
+            assertThat(gets.get(0).progress())
+                    .matches("\\d attempt\\(s\\), \\d+\\.\\d s since the first");
+            for (var get : gets) {
+                assertThat(get.join()).containsExactly(1, 2, 3);
+            }
+            assertThat(metrics.getsWaitingForConnection()).isZero();
+        } finally {
+            S3.faults().clearAnswers();
+        }
+        assertThat(Duration.ofNanos(System.nanoTime() - start))
+                .as("at most 2 GETs on the wire at once: 5 waves of 0.5 s")
+                .isGreaterThanOrEqualTo(Duration.ofMillis(2500));
     }
 
     /**
@@ -310,7 +353,7 @@ class S3ImageStoreITCase {
                         "data/images/big.jpg",
                         FaultInjectingBlobStore.Body.firstByteAfter(120_000));
         S3ClientSettings settings = clientSettings();
-        settings.maxConcurrency = connections;
+        settings.maxConnections = connections;
         settings.maxAttempts = 1;
         settings.attemptTimeout = Duration.ofMillis(500);
         settings.requestTimeout = Duration.ofSeconds(1);
