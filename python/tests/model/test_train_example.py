@@ -206,19 +206,13 @@ def _stop_with_savepoint(port: int, target: Path) -> str:
     """``POST /jobs/<id>/stop`` (no drain) on the only job; the savepoint's path."""
     (job,) = _rest(port, "/jobs/overview")["jobs"]
     trigger = _rest(port, f"/jobs/{job['jid']}/stop", {"targetDirectory": target.as_uri()})
+    url = f"/jobs/{job['jid']}/savepoints/{trigger['request-id']}"
     status = _wait(
         "the savepoint",
-        lambda: (
-            s
-            if (s := _rest(port, f"/jobs/{job['jid']}/savepoints/{trigger['request-id']}"))[
-                "status"
-            ]["id"]
-            == "COMPLETED"
-            else None
-        ),
+        lambda: (s := _rest(port, url))["status"]["id"] != "IN_PROGRESS" and s,
         timeout_s=120,
     )
-    assert "location" in status["operation"], status
+    assert "location" in status["operation"], f"the savepoint failed: {status}"
     return str(status["operation"]["location"])
 
 
@@ -291,7 +285,9 @@ def test_killed_and_resumed_trainer_trains_on_the_uninterrupted_runs_batches() -
         first_generation = _generation(job_dir)
 
         savepoint = _stop_with_savepoint(port, base / "savepoints")
-        job.wait(timeout=60)  # a run stopped with a savepoint ends (its exit status is not ours)
+        # the stopped run ends; its exit status is not checked: StokerJob.main verifies the
+        # accounting of an attached run from step 0 as if it had finished, and exits 1
+        job.wait(timeout=60)
 
         # the resume command from the trainer checkpoint's data states
         states = sorted(str(p) for p in (ckpt / checkpoint).glob("data-rank-*.pt"))
