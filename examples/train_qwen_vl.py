@@ -8,12 +8,18 @@ processes must be the job's ``stoker.dp-world-size``. Each rank reads its own ba
 :class:`stoker.torch.StokerDataset` and calls ``model(**batch)``; gradients are summed over the
 ranks with ``torch.distributed`` (gloo on CPU, NCCL on CUDA) once per optimizer step.
 
-On CPU, with a tiny randomly initialised model of the job's ``stoker.model.preset`` (2 layers,
-the real vocabulary, special-token ids and patch geometry; nothing downloaded)::
+Needs torch and transformers beside ``stoker`` (the model venv ``.stoker/model-venv`` that
+``./stoker test`` builds has them). On CPU, with a tiny randomly initialised model of the job's
+``stoker.model.preset`` (2 layers, the real vocabulary, special-token ids and patch geometry;
+nothing downloaded), against a job for 2 DP ranks on the local cluster (README, operator guide)::
 
-    ./stoker demo                                  # or any job; here: 2 DP ranks
-    torchrun --nproc-per-node 2 examples/train_qwen_vl.py --root /dev/shm/stoker/<job-name> \\
-        --model tiny --grad-accum 2 --checkpoint-dir /tmp/ckpt --checkpoint-every 10
+    ./stoker cluster start
+    ./stoker flink run -d job/target/stoker-job.jar --stoker.job-name my-job \\
+        --stoker.dataset.path ../shared/data/llava-style \\
+        --stoker.tokenizer.path ../shared/data/tokenizers/qwen3 --stoker.dp-world-size 2
+    .stoker/model-venv/bin/torchrun --nproc-per-node 2 examples/train_qwen_vl.py \\
+        --root /dev/shm/stoker/my-job --model tiny --grad-accum 2 \\
+        --checkpoint-dir /tmp/my-job-ckpt --checkpoint-every 2
 
 On GPUs (one per rank; the job started with ``--stoker.dp-world-size 8`` and the model's
 preset, e.g. ``--stoker.model.preset qwen2.5-vl``)::
