@@ -53,9 +53,9 @@ def produce(root: Path, steps: int) -> None:
 
 def _consumed(ack: Path) -> int:
     """The acked step, or -1 before the first ack."""
-    from stoker.reader import _read_consumed_step
+    from stoker.protocol import read_consumed_step
 
-    consumed = _read_consumed_step(ack)
+    consumed = read_consumed_step(ack)
     return -1 if consumed is None else consumed
 
 
@@ -63,7 +63,7 @@ def consume(root: Path, step_s: float) -> dict[str, float]:
     """Read every step as a trainer does; returns the statistics of ``next()`` in ms."""
     import numpy as np
 
-    from stoker.reader import BatchReader
+    from stoker import BatchReader
 
     reader = BatchReader(root, 0, timeout_s=60)
     times = []

@@ -52,7 +52,7 @@ JOB=$(echo "$JOBOUT" | sed -n 's/.*JobID \([0-9a-f]\{32\}\).*/\1/p')
 [ -n "$JOB" ] || die "no job id in: $JOBOUT"
 # a trainer slower than the pipeline, so the job runs at its prefetch bound (4 epochs: 64 steps of
 # 1.5 s, the job still runs when the screenshot is taken)
-"$REPO/.venv/bin/python" -m stoker.simulate --root "$OUTROOT/stoker-screenshot" --step-time-ms 1500 \
+"$REPO/.venv/bin/python" -m stoker_tools.simulate --root "$OUTROOT/stoker-screenshot" --step-time-ms 1500 \
   --timeout-s 300 --progress-interval-s 10 >/dev/null &
 SIM=$!
 log "job $JOB running; waiting for the trainer's first acknowledgements"

@@ -22,7 +22,7 @@ from bench.loaders.common import (
     Config,
     contender_main,
 )
-from stoker.reader import BatchReader
+from stoker import BatchReader
 
 JAR = REPO / "job" / "target" / "stoker-job.jar"
 OUTPUT_ROOT = Path("/dev/shm/stoker-bench")

@@ -1,14 +1,14 @@
-"""Stoker trainer-side reader: zero-copy Arrow batches from a Flink job in /dev/shm."""
+"""Stoker trainer-side reader: zero-copy Arrow batches from a Flink job in /dev/shm.
 
-from .reader import (
-    Batch,
-    BatchFormatError,
-    BatchReader,
-    Manifest,
-    ResumeError,
-    bfloat16_to_float32,
-    read_batch_file,
-)
+Modules: :mod:`stoker.protocol` (file names, ``manifest.json``, ``ack.json``, errors),
+:mod:`stoker.batch` (one batch file: mapping, checks, arrays), :mod:`stoker.reader`
+(:class:`BatchReader`, one DP rank's batches in order), :mod:`stoker.torch` (``StokerDataset``;
+needs torch, not imported here), :mod:`stoker.images` (pixel_values back to pictures).
+"""
+
+from .batch import Batch, bfloat16_to_float32, read_batch_file
+from .protocol import BatchFormatError, Manifest, ResumeError, VisionSettings
+from .reader import BatchReader
 
 __all__ = [
     "Batch",
@@ -16,6 +16,7 @@ __all__ = [
     "BatchReader",
     "Manifest",
     "ResumeError",
+    "VisionSettings",
     "bfloat16_to_float32",
     "read_batch_file",
 ]

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .reader import Manifest
+from .protocol import Manifest
 
 __all__ = [
     "SEQUENCE_FIELDS",

@@ -12,46 +12,37 @@ frame to ``temporal_patch_size`` frames, and reorder the ``(T, C, H, W)`` frames
 functions here undo that, for looking at batches (notebooks, debugging), never on the training
 path::
 
-    from stoker import read_batch_file
+    from pathlib import Path
+
+    from stoker import Manifest, read_batch_file
     from stoker.images import split_images, unpatchify
 
+    manifest = Manifest.load(Path("/dev/shm/stoker/my-job/manifest.json"))
     batch = read_batch_file("/dev/shm/stoker/my-job/gen-.../rank-0/step-0000000000.arrow")
     for patches, thw in zip(split_images(batch.pixel_values, batch.image_grid_thw),
                             batch.image_grid_thw):
-        rgb = unpatchify(patches, thw)   # (H, W, 3) uint8, H = grid_h * 14, W = grid_w * 14
+        rgb = unpatchify(patches, thw, manifest.vision)  # (H, W, 3) uint8, H = grid_h * 14
 
-The batch does not record ``image_mean``/``image_std``; they follow from the job's
-``stoker.model.preset`` (:data:`PRESET_NORMALIZATION`) unless the job overrode them.
+The patch geometry and ``image_mean``/``image_std`` are the job's, from its ``manifest.json``
+(:attr:`stoker.Manifest.vision`, a :class:`~stoker.protocol.VisionSettings`): what its
+``stoker.model.preset`` sets, or what the job overrode.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
 
+from .protocol import VisionSettings
+
 __all__ = [
-    "CLIP_MEAN",
-    "CLIP_STD",
-    "PRESET_NORMALIZATION",
     "denormalize",
     "split_images",
     "unpatchify",
     "unpatchify_frames",
 ]
-
-#: OpenAI CLIP per-channel mean and std (R, G, B on the 0..1 scale): Qwen2-VL and Qwen2.5-VL.
-CLIP_MEAN: tuple[float, float, float] = (0.48145466, 0.4578275, 0.40821073)
-CLIP_STD: tuple[float, float, float] = (0.26862954, 0.26130258, 0.27577711)
-
-#: ``(image_mean, image_std)`` of each ``stoker.model.preset`` (see docs/parity.md).
-PRESET_NORMALIZATION: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
-    "qwen2-vl": (CLIP_MEAN, CLIP_STD),
-    "qwen2.5-vl": (CLIP_MEAN, CLIP_STD),
-    "qwen3-vl": ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),
-}
 
 # axes of the patchified array after HF's transpose(0, 3, 6, 4, 7, 2, 1, 5, 8) ...
 _PATCHIFY_ORDER = (0, 3, 6, 4, 7, 2, 1, 5, 8)
@@ -110,11 +101,7 @@ def _grid(grid_thw: npt.ArrayLike) -> tuple[int, int, int]:
 def unpatchify_frames(
     pixel_values: npt.ArrayLike,
     grid_thw: npt.ArrayLike,
-    *,
-    patch_size: int | None = None,
-    temporal_patch_size: int = 2,
-    merge_size: int = 2,
-    channels: int = 3,
+    vision: VisionSettings,
 ) -> np.ndarray:
     """Undo the patch reorder of one image: patches back to normalised frames.
 
@@ -124,11 +111,8 @@ def unpatchify_frames(
         pixel_values: ``(t*h*w, channels * temporal_patch_size * patch_size**2)`` patches of
             one image (e.g. an item of :func:`split_images`), any float dtype.
         grid_thw: ``(grid_t, grid_h, grid_w)`` of that image, in patches.
-        patch_size: side of a patch in pixels; ``None`` infers it from ``D`` (14 for
-            ``D = 1176``, Qwen2/2.5-VL; 16 for ``D = 1536``, Qwen3-VL).
-        temporal_patch_size: frames per patch (2 for every Qwen-VL preset).
-        merge_size: side of the block of patches merged into one token (2).
-        channels: colour channels (3, RGB).
+        vision: the job's patch geometry (``manifest.vision``): ``patch_size``,
+            ``temporal_patch_size``, ``merge_size``; one channel per ``image_mean`` value.
 
     Returns:
         float32 ``(grid_t * temporal_patch_size, grid_h * patch_size, grid_w * patch_size,
@@ -137,28 +121,22 @@ def unpatchify_frames(
 
     Raises:
         ValueError: a shape that does not fit the geometry: ``pixel_values`` not 2-D or not
-            ``t*h*w`` rows, ``D`` not ``channels * temporal_patch_size * patch_size**2`` (or
-            not of that form when ``patch_size`` is inferred), ``grid_h`` or ``grid_w`` not a
-            multiple of ``merge_size``, or a ``grid_thw`` that is not 3 positive integers.
+            ``t*h*w`` rows, ``D`` not ``channels * temporal_patch_size * patch_size**2``,
+            ``grid_h`` or ``grid_w`` not a multiple of ``merge_size``, or a ``grid_thw`` that is
+            not 3 positive integers.
     """
     pv = np.asarray(pixel_values)
     t, h, w = _grid(grid_thw)
     if pv.ndim != 2:
         raise ValueError(f"pixel_values must be (patches, D), got shape {pv.shape}")
     d = pv.shape[1]
-    tps, m, c = temporal_patch_size, merge_size, channels
-    if min(tps, m, c) < 1:
+    ps, tps, m = vision.patch_size, vision.temporal_patch_size, vision.merge_size
+    c = len(vision.image_mean)
+    if min(ps, tps, m, c) < 1:
         raise ValueError(
-            f"temporal_patch_size, merge_size and channels must be >= 1, got {tps}, {m}, {c}"
+            f"patch_size, temporal_patch_size, merge_size and channels must be >= 1, got "
+            f"{ps}, {tps}, {m}, {c}"
         )
-    ps = patch_size
-    if ps is None:
-        ps = math.isqrt(d // (c * tps)) if d % (c * tps) == 0 else 0
-        if ps < 1 or c * tps * ps * ps != d:
-            raise ValueError(
-                f"cannot infer patch_size: D = {d} is not {c} channels x {tps} frames x "
-                "patch_size**2; pass patch_size"
-            )
     if c * tps * ps * ps != d:
         raise ValueError(
             f"pixel_values has D = {d} values per patch, expected channels x "
@@ -178,8 +156,8 @@ def unpatchify_frames(
 
 def denormalize(
     frames: npt.ArrayLike,
-    image_mean: Sequence[float] = CLIP_MEAN,
-    image_std: Sequence[float] = CLIP_STD,
+    image_mean: Sequence[float],
+    image_std: Sequence[float],
 ) -> np.ndarray:
     """Undo the normalisation: ``round((x * std + mean) * 255)``, clipped to ``0..255``.
 
@@ -187,7 +165,7 @@ def denormalize(
         frames: ``(..., C)`` normalised values, channels last (output of
             :func:`unpatchify_frames`).
         image_mean, image_std: the ``C`` per-channel values the job normalised with, on the
-            0..1 scale (:data:`PRESET_NORMALIZATION`).
+            0..1 scale (``manifest.vision.image_mean`` / ``image_std``).
 
     Returns:
         uint8 array of the same shape. For values the job computed from 8-bit pixels this gives
@@ -213,12 +191,8 @@ def denormalize(
 def unpatchify(
     pixel_values: npt.ArrayLike,
     grid_thw: npt.ArrayLike,
+    vision: VisionSettings,
     *,
-    patch_size: int | None = None,
-    temporal_patch_size: int = 2,
-    merge_size: int = 2,
-    image_mean: Sequence[float] = CLIP_MEAN,
-    image_std: Sequence[float] = CLIP_STD,
     frame: int = 0,
 ) -> np.ndarray:
     """One image's patches back to an RGB picture, as the job saw it after resizing.
@@ -228,9 +202,8 @@ def unpatchify(
     Args:
         pixel_values: ``(t*h*w, D)`` patches of one image (an item of :func:`split_images`).
         grid_thw: ``(grid_t, grid_h, grid_w)`` of that image (a row of ``image_grid_thw``).
-        patch_size, temporal_patch_size, merge_size: the patch geometry, as in
-            :func:`unpatchify_frames` (``patch_size=None`` infers it from ``D``).
-        image_mean, image_std: the job's normalisation (default CLIP, the Qwen2/2.5-VL presets).
+        vision: the job's vision settings (``manifest.vision``): the patch geometry, as in
+            :func:`unpatchify_frames`, and the normalisation ``image_mean``/``image_std``.
         frame: which of the ``grid_t * temporal_patch_size`` frames (a still image's are all
             the same).
 
@@ -241,13 +214,7 @@ def unpatchify(
         ValueError: as :func:`unpatchify_frames` and :func:`denormalize`, or ``frame`` out of
             range.
     """
-    frames = unpatchify_frames(
-        pixel_values,
-        grid_thw,
-        patch_size=patch_size,
-        temporal_patch_size=temporal_patch_size,
-        merge_size=merge_size,
-    )
+    frames = unpatchify_frames(pixel_values, grid_thw, vision)
     if not 0 <= frame < frames.shape[0]:
         raise ValueError(f"frame {frame} out of range: the image has {frames.shape[0]} frames")
-    return denormalize(frames[frame], image_mean, image_std)
+    return denormalize(frames[frame], vision.image_mean, vision.image_std)

@@ -1,8 +1,9 @@
-"""Expected batch columns, kept in sync with ``schema/batch-schema.json``.
+"""Expected batch columns and metadata keys, kept in sync with ``schema/batch-schema.json``.
 
 The JSON file in the repository root is the single definition of the batch layout; this module
-mirrors the part the reader needs (names, Arrow types, reader dtypes and shapes), and
-``tests/test_schema_sync.py`` asserts that the two agree.
+mirrors the part the reader needs (names, Arrow types, reader dtypes and shapes), as
+:mod:`stoker.protocol` mirrors its file names and manifest/ack fields, and
+``tests/test_schema_sync.py`` asserts that they agree.
 
 Arrow types are written in the JSON's notation, e.g. ``fixed_size_list<int64 not null>[L]``,
 where ``L`` (padded sequence length) and ``D`` (patch dimension) are per-batch symbols and
@@ -15,9 +16,6 @@ import re
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-
-#: Batch protocol version of ``manifest.json`` and the ``stoker.format_version`` metadata.
-FORMAT_VERSION = 2
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch  # torch.utils.data with it
 
+from .batch import Batch
 from .data_state import (
     DataStateError,
     check_restore,
@@ -36,7 +37,8 @@ from .data_state import (
     sequence_of,
     validate_state,
 )
-from .reader import Batch, BatchReader, Manifest
+from .protocol import Manifest
+from .reader import BatchReader
 
 __all__ = ["DataStateError", "RankInfo", "StokerBatch", "StokerDataset", "discover_rank"]
 

@@ -29,6 +29,15 @@ SHARED = REPO_ROOT.parent / "shared" / "data"
 DATASET = SHARED / "llava-style"
 TOKENIZER_DIR = SHARED / "tokenizers" / "qwen3"
 PATCH_DIM = 1176
+#: The vision settings of the Qwen2-VL preset as the job writes them into manifest.json
+#: (the Hugging Face Qwen2-VL preprocessor_config.json: OpenAI CLIP mean and std).
+MANIFEST_VISION: dict[str, object] = {
+    "patch_size": 14,
+    "temporal_patch_size": 2,
+    "merge_size": 2,
+    "image_mean": [0.48145466, 0.4578275, 0.40821073],
+    "image_std": [0.26862954, 0.26130258, 0.27577711],
+}
 PAD = 151643
 #: The inputs the Hugging Face Qwen-VL processors return for images (transformers 5.23.0), plus
 #: labels: what ``Batch.arrays()`` / ``to_torch()`` must hold, by these names.
@@ -239,10 +248,12 @@ def write_manifest(
     shuffle_seed: int | None = 0,
     dataset_fingerprint: str | None = None,
     model_preset: str | None = None,
+    vision: dict[str, object] | None = None,
 ) -> None:
     """Like the sink: create gen-<generation>/, then publish manifest.json by atomic rename.
 
-    ``dataset_fingerprint`` and ``model_preset`` are written when given.
+    ``dataset_fingerprint`` and ``model_preset`` are written when given; ``vision`` (the
+    manifest's vision fields) defaults to :data:`MANIFEST_VISION`.
     """
     (root / f"gen-{generation}").mkdir(mode=0o700, parents=True, exist_ok=True)
     steps_per_epoch = num_steps // epochs
@@ -264,6 +275,7 @@ def write_manifest(
                 "first_step": first_step,
                 "shuffle_seed": shuffle_seed,
                 "patch_dim": patch_dim,
+                **(MANIFEST_VISION if vision is None else vision),
             }
         )
     )

@@ -1,7 +1,7 @@
 """The operator's workflow on a real standalone Flink cluster (``scripts/cluster.sh``).
 
 A JobManager and two TaskManagers run as separate JVMs; the job jar is submitted with the Flink
-CLI (``flink run -d``) and a simulated trainer (``python -m stoker.simulate --record``) reads the
+CLI (``flink run -d``) and a simulated trainer (``python -m stoker_tools.simulate --record``) reads the
 batches. First an uninterrupted run gives the reference sequence of (step, rank, sha256 of the
 batch file). Then the same job runs again, with a trainer slower than the pipeline (the job waits
 at its prefetch bound), while the test
@@ -253,11 +253,11 @@ def _trainer(
     start_step: int | None = None,
     stop_after_step: int | None = None,
 ) -> subprocess.Popen[str]:
-    """``python -m stoker.simulate --record`` in the background (stopped by the test's cleanup)."""
+    """``python -m stoker_tools.simulate --record`` in the background (stopped by the test's cleanup)."""
     args = [
         sys.executable,
         "-m",
-        "stoker.simulate",
+        "stoker_tools.simulate",
         "--root",
         str(job_dir),
         "--record",

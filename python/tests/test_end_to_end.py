@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 from conftest import DATASET, SHARED, job_command
 
+from stoker import Batch, BatchReader
 from stoker.dead_letters import read_dead_letters
-from stoker.reader import Batch, BatchReader
 
 IMAGE_PAD = 151655
 VISION_START = 151652

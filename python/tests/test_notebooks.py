@@ -243,6 +243,7 @@ def test_unpatchify_of_the_job_output_matches_pillow(job_dir) -> None:
     reference in test_images.py."""
     recs = records()
     compared = 0
+    vision = Manifest.load(job_dir / "manifest.json").vision  # what the job wrote
     for batch in batches(job_dir):
         images = split_images(batch.pixel_values, batch.image_grid_thw)
         per_row = (batch.input_ids == 151652).sum(axis=1)  # <|vision_start|>
@@ -252,7 +253,7 @@ def test_unpatchify_of_the_job_output_matches_pillow(job_dir) -> None:
             if record["id"] not in ("llava-0001", "llava-0003") or row in batch.backfilled_slots:
                 continue
             i = int(first[row])
-            got = unpatchify(images[i], batch.image_grid_thw[i])
+            got = unpatchify(images[i], batch.image_grid_thw[i], vision)
             with Image.open(DATASET / images_of(record)[0]) as src:
                 ref = np.asarray(
                     src.convert("RGB").resize((got.shape[1], got.shape[0]), Image.BICUBIC)

@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import shutil
 import threading
 import time
@@ -26,7 +27,9 @@ from conftest import (
 from stoker import (
     BatchFormatError,
     BatchReader,
+    Manifest,
     ResumeError,
+    VisionSettings,
     bfloat16_to_float32,
     read_batch_file,
 )
@@ -373,7 +376,7 @@ def test_sliced_arrays_respect_offsets(shm_root):
 
 def test_in_memory_offsets_are_respected_without_copy():
     """Directly exercise the offset arithmetic on in-memory sliced arrays (buffers not rewritten)."""
-    from stoker.reader import _fixed_rows, _list_of_fixed
+    from stoker.batch import _fixed_rows, _list_of_fixed
 
     samples = make_samples(1, 0, 5)
     rb = build_record_batch(samples).slice(1, 3)
@@ -862,6 +865,7 @@ def test_manifest_v2_fields(shm_root):
     ],
 )
 def test_invalid_manifest_is_a_format_error(shm_root, change, match):
+    """A manifest that breaks the protocol fails the first request, naming the file."""
     write_manifest(shm_root, world_size=1, num_steps=1)
     path = shm_root / "manifest.json"
     raw = json.loads(path.read_text())
@@ -869,3 +873,51 @@ def test_invalid_manifest_is_a_format_error(shm_root, change, match):
     path.write_text(json.dumps(raw))
     with pytest.raises(BatchFormatError, match=match):
         next(BatchReader(shm_root, 0, timeout_s=5))
+
+
+@pytest.mark.parametrize("missing", ["patch_size", "temporal_patch_size", "image_mean"])
+def test_a_manifest_without_the_vision_settings_is_a_format_error(shm_root, missing):
+    """An older job's manifest (no vision settings) is refused, naming the file and the field:
+    the job and the reader ship together."""
+    write_manifest(shm_root, world_size=1, num_steps=1)
+    path = shm_root / "manifest.json"
+    raw = json.loads(path.read_text())
+    del raw[missing]
+    path.write_text(json.dumps(raw))
+    with pytest.raises(
+        BatchFormatError, match=rf"{re.escape(str(path))}: manifest lacks {missing}"
+    ):
+        next(BatchReader(shm_root, 0, timeout_s=5))
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"patch_size": 0}, "patch_size must be a positive integer"),
+        ({"merge_size": 2.0}, "merge_size must be a positive integer"),
+        ({"image_mean": [0.5, 0.5]}, "image_mean must be 3 numbers"),
+        ({"image_std": [0.5, 0.0, 0.5]}, "image_std must be positive"),
+    ],
+)
+def test_invalid_vision_settings_are_a_format_error(shm_root, change, match):
+    write_manifest(shm_root, world_size=1, num_steps=1)
+    path = shm_root / "manifest.json"
+    raw = json.loads(path.read_text())
+    raw.update(change)
+    path.write_text(json.dumps(raw))
+    with pytest.raises(BatchFormatError, match=match):
+        Manifest.load(path)
+
+
+def test_manifest_vision_settings_are_the_written_values(shm_root):
+    vision = {
+        "patch_size": 16,
+        "temporal_patch_size": 2,
+        "merge_size": 2,
+        "image_mean": [0.5, 0.5, 0.5],
+        "image_std": [0.5, 0.5, 0.5],
+    }
+    write_manifest(shm_root, world_size=1, num_steps=1, patch_dim=1536, vision=vision)
+    m = Manifest.load(shm_root / "manifest.json")
+    assert m.vision == VisionSettings(16, 2, 2, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+    assert m.vision.patch_dim == m.patch_dim == 1536

@@ -23,6 +23,7 @@ from conftest import (
     write_steps,
 )
 
+import stoker.protocol
 import stoker.reader
 from stoker import BatchFormatError, BatchReader
 
@@ -193,7 +194,7 @@ def test_an_ack_error_during_a_switch_does_not_lose_the_switch(shm_root, read_ah
         shm_root, 0, timeout_s=0.5, manifest_poll_interval_s=0.01, read_ahead=read_ahead
     )
     assert next(reader).step == 0
-    real = stoker.reader._write_json_atomic
+    real = stoker.protocol.write_json_atomic
     failures = []
 
     def full_once(path, obj):
@@ -202,7 +203,7 @@ def test_an_ack_error_during_a_switch_does_not_lose_the_switch(shm_root, read_ah
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         real(path, obj)
 
-    monkeypatch.setattr(stoker.reader, "_write_json_atomic", full_once)
+    monkeypatch.setattr(stoker.protocol, "write_json_atomic", full_once)
     shutil.rmtree(shm_root / f"gen-{GEN}")
     _publish(shm_root, "g2", 1, 4)
     with pytest.raises(OSError, match="No space left"):
@@ -275,7 +276,7 @@ def test_a_transient_ack_error_is_raised_once_and_later_acks_are_written(shm_roo
 
 def test_an_ack_error_does_not_drop_the_ack_of_the_request_that_raises_it(shm_root, monkeypatch):
     make_job(shm_root, world_size=1, num_steps=4, patch_dim=D)
-    real = stoker.reader._write_json_atomic
+    real = stoker.protocol.write_json_atomic
     calls = []
 
     def fail_first(path, obj):
@@ -284,7 +285,7 @@ def test_an_ack_error_does_not_drop_the_ack_of_the_request_that_raises_it(shm_ro
             raise OSError(errno.EIO, "I/O error", str(path))
         real(path, obj)
 
-    monkeypatch.setattr(stoker.reader, "_write_json_atomic", fail_first)
+    monkeypatch.setattr(stoker.protocol, "write_json_atomic", fail_first)
     reader = BatchReader(shm_root, 0, timeout_s=5)
     assert [next(reader).step, next(reader).step] == [0, 1]  # ack 0 fails on the thread
     assert eventually(lambda: calls == [0])
@@ -300,13 +301,13 @@ def test_close_waits_for_the_acks_handed_over(shm_root, monkeypatch):
     exits, or starts a new reader, must not lose an ack or see it land later)."""
     make_job(shm_root, world_size=1, num_steps=4, patch_dim=D)
     gate = threading.Event()
-    real = stoker.reader._ack_step
+    real = stoker.protocol.write_ack_and_unlink
 
     def slow_ack(rdir, content):
         gate.wait(5)
         return real(rdir, content)
 
-    monkeypatch.setattr(stoker.reader, "_ack_step", slow_ack)
+    monkeypatch.setattr(stoker.protocol, "write_ack_and_unlink", slow_ack)
     reader = BatchReader(shm_root, 0, timeout_s=5)
     assert [next(reader).step, next(reader).step, next(reader).step] == [0, 1, 2]
     assert reader.last_acked_step == 1
@@ -315,7 +316,7 @@ def test_close_waits_for_the_acks_handed_over(shm_root, monkeypatch):
     assert _consumed(shm_root) == 1
     # a new reader (trainer restarted from its checkpoint after step 2) acks 2; nothing older
     # lands after it
-    monkeypatch.setattr(stoker.reader, "_ack_step", real)
+    monkeypatch.setattr(stoker.protocol, "write_ack_and_unlink", real)
     again = BatchReader(shm_root, 0, timeout_s=5, start_step=3)
     assert [b.step for b in again] == [3]
     assert _consumed(shm_root) == 3
@@ -326,8 +327,10 @@ def test_close_from_del_does_not_wait(shm_root, monkeypatch):
     wait for the acks."""
     make_job(shm_root, world_size=1, num_steps=4, patch_dim=D)
     gate = threading.Event()
-    real = stoker.reader._ack_step
-    monkeypatch.setattr(stoker.reader, "_ack_step", lambda d, c: gate.wait(5) and real(d, c))
+    real = stoker.protocol.write_ack_and_unlink
+    monkeypatch.setattr(
+        stoker.protocol, "write_ack_and_unlink", lambda d, c: gate.wait(5) and real(d, c)
+    )
     before = frozenset(threading.enumerate())
     reader = BatchReader(shm_root, 0, timeout_s=5)
     next(reader)
@@ -380,13 +383,13 @@ import sys, time
 from pathlib import Path
 sys.path.insert(0, {tests!r})
 from conftest import write_manifest, write_steps
-import stoker.reader
+import stoker.protocol
 from stoker import BatchReader
-real = stoker.reader._ack_step
+real = stoker.protocol.write_ack_and_unlink
 def slow_ack(rank_dir, content):  # an ack still queued when the trainer's loop ends
     time.sleep(0.2)
     return real(rank_dir, content)
-stoker.reader._ack_step = slow_ack
+stoker.protocol.write_ack_and_unlink = slow_ack
 root = Path({root!r})
 write_manifest(root, world_size=1, num_steps=10, patch_dim=8)
 write_steps(root, [0, 1, 2], world_size=1, patch_dim=8)

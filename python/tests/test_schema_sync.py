@@ -1,14 +1,19 @@
+"""The Python side's names of the protocol are the ones ``schema/batch-schema.json`` defines (the
+Java side checks the same file: ``ProtocolDefinitionTest``, ``ArrowBatchWriterTest``)."""
+
+import dataclasses
 import json
+from pathlib import Path
 
 import pyarrow as pa
-from conftest import SCHEMA_JSON
+from conftest import SCHEMA_JSON, write_manifest
 
-from stoker import schema
+from stoker import Manifest, VisionSettings, protocol, schema
 
 
 def test_schema_py_agrees_with_batch_schema_json():
     spec = json.loads(SCHEMA_JSON.read_text())
-    assert spec["format_version"] == schema.FORMAT_VERSION
+    assert spec["format_version"] == protocol.FORMAT_VERSION
     cols = spec["columns"]
     assert [c["name"] for c in cols] == list(schema.COLUMN_NAMES)
     for c, mine in zip(cols, schema.COLUMNS, strict=True):
@@ -21,7 +26,46 @@ def test_schema_py_agrees_with_batch_schema_json():
         }
         assert variants == mine.variants, c["name"]
         assert set(variants) <= set(schema.PIXEL_DTYPES), c["name"]
-    assert sorted(spec["metadata"]) == sorted(schema.METADATA_KEYS)
+    assert list(spec["metadata"]) == list(schema.METADATA_KEYS)
+
+
+def test_protocol_py_names_are_the_shared_definitions():
+    spec = json.loads(SCHEMA_JSON.read_text())
+    assert list(spec["manifest"]) == list(protocol.MANIFEST_FIELDS)
+    assert list(spec["ack"]) == list(protocol.ACK_FIELDS)
+    assert set(protocol.VISION_FIELDS) == {f.name for f in dataclasses.fields(VisionSettings)}
+    # every manifest field is an attribute of Manifest, or one of its vision settings
+    attrs = {f.name for f in dataclasses.fields(Manifest)} - {"vision", "raw"}
+    assert attrs | set(protocol.VISION_FIELDS) == set(protocol.MANIFEST_FIELDS)
+    files = spec["files"]
+    assert files["manifest"] == protocol.MANIFEST_FILE
+    assert files["ack"] == protocol.ACK_FILE
+    assert files["generation_dir"].replace("<generation>", "g-1_x") == (
+        protocol.generation_dir_name("g-1_x")
+    )
+    assert files["rank_dir"].replace("<rank>", "3") == protocol.rank_dir_name(3)
+    name = files["batch_file"].replace("<step:010d>", f"{42:010d}")
+    assert name == protocol.batch_file_name(42)
+    assert protocol.BATCH_FILE_RE.match(name).group(1) == f"{42:010d}"
+
+
+def test_the_ack_written_has_every_field_and_the_manifest_is_read_with_every_field(shm_root):
+    rank_dir = Path(shm_root) / "rank-0"
+    rank_dir.mkdir(parents=True)
+    assert protocol.write_ack_and_unlink(rank_dir, protocol.ack_content(7, 1.5, 6.0))
+    ack = json.loads((rank_dir / protocol.ACK_FILE).read_text())
+    assert ack == {
+        "consumed_step": 7,
+        "data_wait_s": 1.5,
+        "elapsed_s": 6.0,
+        "wait_time_ratio": 0.25,
+    }
+    assert list(ack) == list(protocol.ACK_FIELDS)
+    write_manifest(
+        shm_root, world_size=1, num_steps=1, dataset_fingerprint="sha256:x", model_preset="qwen2-vl"
+    )
+    m = Manifest.load(Path(shm_root) / protocol.MANIFEST_FILE)
+    assert sorted(m.raw) == sorted(protocol.MANIFEST_FIELDS)
 
 
 def test_arrow_schema_builder_matches_every_json_column():

@@ -5,8 +5,8 @@ import sys
 from pathlib import Path
 
 from conftest import build_record_batch, make_job, make_samples, rank_dir, write_batch
-
-from stoker.simulate import flink_job_status, main
+from stoker_tools.flink_rest import flink_job_status
+from stoker_tools.simulate import main
 
 PYTHON_DIR = Path(__file__).resolve().parents[1]
 
@@ -19,7 +19,7 @@ def test_simulate_two_ranks_exits_0_with_summary(shm_root):
         [
             sys.executable,
             "-m",
-            "stoker.simulate",
+            "stoker_tools.simulate",
             "--root",
             str(shm_root),
             "--ranks",

@@ -1,6 +1,6 @@
 package dev.stoker.job;
 
-import dev.stoker.connectors.shm.Acks;
+import dev.stoker.connectors.protocol.Ack;
 import java.nio.file.Path;
 import java.security.SecureRandom;
 import java.time.ZoneOffset;
@@ -49,8 +49,7 @@ final class Generation {
             resume = conf.get(StokerOptions.RESUME_STEP);
         } else if (conf.getOptional(StateRecoveryOptions.SAVEPOINT_PATH).isPresent()
                 || env.getOptional(StateRecoveryOptions.SAVEPOINT_PATH).isPresent()) {
-            resume =
-                    Acks.lastStepConsumedByAllRanks(Path.of(StokerConfig.jobDir(conf))).orElse(-1L);
+            resume = Ack.lastStepConsumedByAllRanks(Path.of(StokerConfig.jobDir(conf))).orElse(-1L);
         }
         byte[] random = new byte[3];
         new SecureRandom().nextBytes(random);

@@ -1,11 +1,11 @@
 package dev.stoker.job;
 
 import dev.stoker.connectors.deadletter.DeadLetterSinks;
+import dev.stoker.connectors.protocol.Manifest;
+import dev.stoker.connectors.protocol.ShmLayout;
 import dev.stoker.connectors.shm.ArrowBatchSink;
-import dev.stoker.connectors.shm.Manifest;
-import dev.stoker.connectors.shm.PrefetchGate;
-import dev.stoker.connectors.shm.ShmLayout;
 import dev.stoker.connectors.source.DatasetListing;
+import dev.stoker.connectors.source.PrefetchGate;
 import dev.stoker.operators.batch.BatchPlan;
 import dev.stoker.operators.image.QwenVisionConfig;
 import dev.stoker.operators.tokenize.ChatTokenizer;
@@ -144,7 +144,7 @@ public final class StokerJob {
                         conf.get(StokerOptions.SHUFFLE)
                                 ? conf.get(StokerOptions.SHUFFLE_SEED)
                                 : null,
-                        vision.patchDim(),
+                        vision,
                         listing.fingerprint(),
                         ModelOptions.preset(conf).key());
         outputs.slotsByRank

@@ -1,7 +1,7 @@
 package dev.stoker.job;
 
 import dev.stoker.connectors.fetch.TransientFailurePolicy;
-import dev.stoker.connectors.shm.PixelDtype;
+import dev.stoker.connectors.protocol.PixelDtype;
 import dev.stoker.operators.preset.ModelPreset;
 import dev.stoker.operators.tokenize.SequenceLengthPolicy;
 import java.time.Duration;

@@ -1,5 +1,6 @@
 package dev.stoker.job;
 
+import static com.tngtech.archunit.lang.syntax.ArchRuleDefinition.classes;
 import static com.tngtech.archunit.lang.syntax.ArchRuleDefinition.noClasses;
 import static com.tngtech.archunit.library.dependencies.SlicesRuleDefinition.slices;
 
@@ -10,8 +11,9 @@ import com.tngtech.archunit.lang.ArchRule;
 
 /**
  * Layering of the main code (README "Architecture rules"): {@code operators} (domain) <- {@code
- * connectors} (I/O) <- {@code job} (wiring). Lives in the job module because its test classpath
- * holds all three modules' classes.
+ * connectors} (I/O) <- {@code job} (wiring); inside connectors, the source and the shared-memory
+ * sink both depend on the batch protocol ({@code connectors.protocol}) and not on each other. Lives
+ * in the job module because its test classpath holds all three modules' classes.
  */
 @AnalyzeClasses(packages = "dev.stoker", importOptions = ImportOption.DoNotIncludeTests.class)
 class ArchitectureTest {
@@ -40,6 +42,66 @@ class ArchitectureTest {
                     .because(
                             "connectors speak the domain's types (operators); wiring and options"
                                     + " belong to job: pass values in through constructors");
+
+    @ArchTest
+    static final ArchRule SOURCE_AND_SINK_MEET_ONLY_IN_THE_PROTOCOL =
+            noClasses()
+                    .that()
+                    .resideInAPackage("dev.stoker.connectors.source..")
+                    .should()
+                    .dependOnClassesThat()
+                    .resideInAPackage("dev.stoker.connectors.shm..")
+                    .orShould()
+                    .dependOnClassesThat()
+                    .resideInAPackage("dev.stoker.connectors.fetch..")
+                    .because(
+                            "the source and the shared-memory sink talk only through the batch"
+                                    + " protocol's files: what both need (layout, manifest, ack)"
+                                    + " belongs in dev.stoker.connectors.protocol");
+
+    @ArchTest
+    static final ArchRule THE_SINK_DOES_NOT_DEPEND_ON_THE_SOURCE =
+            noClasses()
+                    .that()
+                    .resideInAPackage("dev.stoker.connectors.shm..")
+                    .should()
+                    .dependOnClassesThat()
+                    .resideInAnyPackage(
+                            "dev.stoker.connectors.source..", "dev.stoker.connectors.fetch..")
+                    .because(
+                            "the sink reads the trainer's feedback through the protocol package"
+                                    + " (Ack), not through the source's prefetch gate");
+
+    @ArchTest
+    static final ArchRule THE_PROTOCOL_IS_THE_BOTTOM_OF_CONNECTORS =
+            noClasses()
+                    .that()
+                    .resideInAPackage("dev.stoker.connectors.protocol..")
+                    .should()
+                    .dependOnClassesThat()
+                    .resideInAnyPackage(
+                            "dev.stoker.connectors.source..",
+                            "dev.stoker.connectors.shm..",
+                            "dev.stoker.connectors.fetch..",
+                            "dev.stoker.connectors.deadletter..")
+                    .because(
+                            "dev.stoker.connectors.protocol is the batch protocol both sides of"
+                                    + " the files depend on (docs/batch-protocol.md); it depends on"
+                                    + " no connector");
+
+    @ArchTest
+    static final ArchRule SOURCE_AND_SINK_USE_THE_PROTOCOL =
+            classes()
+                    .that()
+                    .haveSimpleName("PrefetchGate")
+                    .or()
+                    .haveSimpleName("ArrowBatchWriter")
+                    .should()
+                    .dependOnClassesThat()
+                    .resideInAPackage("dev.stoker.connectors.protocol..")
+                    .because(
+                            "the prefetch gate (source) and the batch writer (sink) read the acks"
+                                    + " through the protocol package's Ack");
 
     @ArchTest
     static final ArchRule NO_PACKAGE_CYCLES =

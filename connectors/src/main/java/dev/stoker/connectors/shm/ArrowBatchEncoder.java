@@ -1,5 +1,7 @@
 package dev.stoker.connectors.shm;
 
+import dev.stoker.connectors.protocol.BatchSchema;
+import dev.stoker.connectors.protocol.PixelDtype;
 import dev.stoker.operators.image.Patchifier;
 import dev.stoker.operators.image.Patchifier.PatchRows;
 import dev.stoker.operators.image.QwenVisionConfig;
@@ -71,17 +73,17 @@ public final class ArrowBatchEncoder {
         }
         // insertion-ordered, so the file's bytes do not depend on the JVM's Map.of iteration order
         Map<String, String> metadata = new LinkedHashMap<>();
-        metadata.put("stoker.format_version", String.valueOf(BatchSchema.FORMAT_VERSION));
-        metadata.put("stoker.step", String.valueOf(batch.step));
-        metadata.put("stoker.rank", String.valueOf(batch.rank));
-        metadata.put("stoker.slots", String.valueOf(batch.slots));
+        metadata.put(BatchSchema.FORMAT_VERSION_KEY, String.valueOf(BatchSchema.FORMAT_VERSION));
+        metadata.put(BatchSchema.STEP_KEY, String.valueOf(batch.step));
+        metadata.put(BatchSchema.RANK_KEY, String.valueOf(batch.rank));
+        metadata.put(BatchSchema.SLOTS_KEY, String.valueOf(batch.slots));
         metadata.put(
-                "stoker.backfilled_slots",
+                BatchSchema.BACKFILLED_SLOTS_KEY,
                 Arrays.stream(batch.backfilledSlots)
                         .mapToObj(String::valueOf)
                         .collect(Collectors.joining(",")));
-        metadata.put("stoker.pad_token_id", String.valueOf(padTokenId));
-        metadata.put("stoker.image_token_id", String.valueOf(ChatTokenizer.IMAGE_PAD));
+        metadata.put(BatchSchema.PAD_TOKEN_ID_KEY, String.valueOf(padTokenId));
+        metadata.put(BatchSchema.IMAGE_TOKEN_ID_KEY, String.valueOf(ChatTokenizer.IMAGE_PAD));
         metadata.put(BatchSchema.PIXEL_DTYPE_KEY, pixelDtype.metadataName);
         VectorSchemaRoot root =
                 VectorSchemaRoot.create(

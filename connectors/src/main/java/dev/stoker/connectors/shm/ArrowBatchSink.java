@@ -1,5 +1,8 @@
 package dev.stoker.connectors.shm;
 
+import dev.stoker.connectors.protocol.Manifest;
+import dev.stoker.connectors.protocol.PixelDtype;
+import dev.stoker.connectors.protocol.ShmLayout;
 import dev.stoker.operators.batch.BatchPlan;
 import dev.stoker.operators.image.QwenVisionConfig;
 import dev.stoker.operators.model.SlotResult;

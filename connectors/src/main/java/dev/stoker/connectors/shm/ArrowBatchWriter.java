@@ -1,5 +1,7 @@
 package dev.stoker.connectors.shm;
 
+import dev.stoker.connectors.protocol.Ack;
+import dev.stoker.connectors.protocol.ShmLayout;
 import dev.stoker.operators.batch.Backfill;
 import dev.stoker.operators.batch.BatchPlan;
 import dev.stoker.operators.model.SlotResult;
@@ -154,7 +156,7 @@ final class ArrowBatchWriter implements SinkWriter<SlotResult> {
         long now = System.currentTimeMillis();
         long[] cached = consumedCache.computeIfAbsent(rank, r -> new long[] {firstStep - 1, 0});
         if (fresh || now - cached[1] >= ACK_REFRESH_MS) {
-            cached[0] = Math.max(cached[0], Acks.consumedStep(layout, rank, firstStep));
+            cached[0] = Math.max(cached[0], Ack.consumedStep(layout, rank, firstStep));
             cached[1] = now;
         }
         return cached[0];

@@ -1,5 +1,6 @@
 package dev.stoker.connectors.shm;
 
+import dev.stoker.connectors.protocol.ShmLayout;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.nio.file.DirectoryStream;

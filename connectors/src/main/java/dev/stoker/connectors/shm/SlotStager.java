@@ -1,5 +1,6 @@
 package dev.stoker.connectors.shm;
 
+import dev.stoker.connectors.protocol.ShmLayout;
 import dev.stoker.operators.model.SlotResult;
 import java.io.BufferedInputStream;
 import java.io.BufferedOutputStream;

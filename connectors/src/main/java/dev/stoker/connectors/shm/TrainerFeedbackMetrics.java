@@ -1,9 +1,6 @@
 package dev.stoker.connectors.shm;
 
-import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.ObjectMapper;
-import java.io.IOException;
-import java.nio.file.Files;
+import dev.stoker.connectors.protocol.Ack;
 import java.nio.file.Path;
 import org.apache.flink.metrics.Gauge;
 import org.apache.flink.metrics.MetricGroup;
@@ -24,8 +21,6 @@ import org.apache.flink.metrics.MetricGroup;
  * reads as "no acknowledgement yet".
  */
 public final class TrainerFeedbackMetrics {
-    private static final ObjectMapper JSON = new ObjectMapper();
-
     private final Path ackFile;
 
     TrainerFeedbackMetrics(Path ackFile) {
@@ -39,29 +34,12 @@ public final class TrainerFeedbackMetrics {
         rankGroup.gauge("trainerConsumedStep", (Gauge<Long>) m::consumedStep);
     }
 
-    /** The reader's {@code wait_time_ratio}, else {@code data_wait_s / elapsed_s}, else -1. */
+    /** The reader's wait-time ratio ({@link Ack#ratio()}), else -1. */
     double waitTimeRatio() {
-        JsonNode ack = read();
-        if (ack == null) {
-            return -1;
-        }
-        if (ack.hasNonNull("wait_time_ratio")) {
-            return ack.get("wait_time_ratio").asDouble();
-        }
-        double elapsed = ack.path("elapsed_s").asDouble(0);
-        return elapsed > 0 ? Math.min(1.0, ack.path("data_wait_s").asDouble(0) / elapsed) : -1;
+        return Ack.read(ackFile).map(a -> a.ratio().orElse(-1)).orElse(-1.0);
     }
 
     long consumedStep() {
-        JsonNode ack = read();
-        return ack == null ? -1 : ack.path("consumed_step").asLong(-1);
-    }
-
-    private JsonNode read() {
-        try {
-            return JSON.readTree(Files.readAllBytes(ackFile));
-        } catch (IOException e) {
-            return null;
-        }
+        return Ack.read(ackFile).map(Ack::consumedStep).orElse(-1L);
     }
 }

@@ -1,6 +1,5 @@
 package dev.stoker.connectors.source;
 
-import dev.stoker.connectors.shm.PrefetchGate;
 import dev.stoker.operators.batch.BatchPlan;
 import dev.stoker.operators.batch.SampleOrder;
 import dev.stoker.operators.model.JsonlLine;

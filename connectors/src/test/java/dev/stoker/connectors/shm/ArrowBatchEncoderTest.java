@@ -2,6 +2,7 @@ package dev.stoker.connectors.shm;
 
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
+import dev.stoker.connectors.protocol.PixelDtype;
 import dev.stoker.operators.image.QwenVisionConfig;
 import dev.stoker.operators.model.RecordRef;
 import dev.stoker.operators.model.TokenizedSample;

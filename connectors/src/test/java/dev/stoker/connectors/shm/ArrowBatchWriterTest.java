@@ -4,6 +4,11 @@ import static org.assertj.core.api.Assertions.assertThat;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import dev.stoker.connectors.protocol.Ack;
+import dev.stoker.connectors.protocol.BatchSchema;
+import dev.stoker.connectors.protocol.Manifest;
+import dev.stoker.connectors.protocol.PixelDtype;
+import dev.stoker.connectors.protocol.ShmLayout;
 import dev.stoker.operators.batch.BatchPlan;
 import dev.stoker.operators.image.QwenVisionConfig;
 import dev.stoker.operators.model.RecordRef;
@@ -305,7 +310,7 @@ class ArrowBatchWriterTest {
                         new BatchPlan(8, 2, 2, 3),
                         5,
                         42L,
-                        PATCH_DIM,
+                        vision(),
                         fingerprint,
                         "qwen2.5-vl")
                 .writeTo(layout);
@@ -326,7 +331,7 @@ class ArrowBatchWriterTest {
         assertThat(manifest.get("shuffle_seed").asLong()).isEqualTo(42);
         assertThat(manifest.get("dataset_fingerprint").asText()).isEqualTo(fingerprint);
         assertThat(manifest.get("model_preset").asText()).isEqualTo("qwen2.5-vl");
-        assertThat(Acks.lastStepConsumedByAllRanks(jobDir)).hasValue(4);
+        assertThat(Ack.lastStepConsumedByAllRanks(jobDir)).hasValue(4);
     }
 
     /**

@@ -2,6 +2,8 @@ package dev.stoker.connectors.shm;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
+import dev.stoker.connectors.protocol.BatchSchema;
+import dev.stoker.connectors.protocol.PixelDtype;
 import dev.stoker.operators.image.Patchifier;
 import dev.stoker.operators.image.QwenVisionConfig;
 import dev.stoker.operators.model.RecordRef;

@@ -1,5 +1,7 @@
 package dev.stoker.connectors.shm;
 
+import dev.stoker.connectors.protocol.PixelDtype;
+import dev.stoker.connectors.protocol.ShmLayout;
 import dev.stoker.operators.image.QwenVisionConfig;
 import dev.stoker.operators.model.RecordRef;
 import dev.stoker.operators.model.TokenizedSample;

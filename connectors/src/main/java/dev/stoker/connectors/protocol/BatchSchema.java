@@ -1,4 +1,4 @@
-package dev.stoker.connectors.shm;
+package dev.stoker.connectors.protocol;
 
 import java.util.List;
 import java.util.Map;
@@ -27,8 +27,41 @@ public final class BatchSchema {
     public static final String PIXEL_VALUES = "pixel_values";
     public static final String IMAGE_GRID_THW = "image_grid_thw";
 
+    /** Schema metadata {@code stoker.format_version}: {@link #FORMAT_VERSION}. */
+    public static final String FORMAT_VERSION_KEY = "stoker.format_version";
+
+    /** Schema metadata {@code stoker.step}: the 0-based step. */
+    public static final String STEP_KEY = "stoker.step";
+
+    /** Schema metadata {@code stoker.rank}: the 0-based DP rank. */
+    public static final String RANK_KEY = "stoker.rank";
+
+    /** Schema metadata {@code stoker.slots}: the micro-batch size B. */
+    public static final String SLOTS_KEY = "stoker.slots";
+
+    /** Schema metadata {@code stoker.backfilled_slots}: comma-separated back-filled rows. */
+    public static final String BACKFILLED_SLOTS_KEY = "stoker.backfilled_slots";
+
+    /** Schema metadata {@code stoker.pad_token_id}: the token id padding {@code input_ids}. */
+    public static final String PAD_TOKEN_ID_KEY = "stoker.pad_token_id";
+
+    /** Schema metadata {@code stoker.image_token_id}: the id of {@code <|image_pad|>}. */
+    public static final String IMAGE_TOKEN_ID_KEY = "stoker.image_token_id";
+
     /** Schema metadata naming the element type of {@code pixel_values}: {@link PixelDtype}. */
     public static final String PIXEL_DTYPE_KEY = "stoker.pixel_dtype";
+
+    /** Every schema metadata key of a batch file, in the order the sink writes them. */
+    public static final List<String> METADATA_KEYS =
+            List.of(
+                    FORMAT_VERSION_KEY,
+                    STEP_KEY,
+                    RANK_KEY,
+                    SLOTS_KEY,
+                    BACKFILLED_SLOTS_KEY,
+                    PAD_TOKEN_ID_KEY,
+                    IMAGE_TOKEN_ID_KEY,
+                    PIXEL_DTYPE_KEY);
 
     /** Label value of positions that are not trained. */
     public static final long IGNORE_INDEX = -100;

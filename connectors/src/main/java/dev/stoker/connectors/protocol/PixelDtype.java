@@ -1,4 +1,4 @@
-package dev.stoker.connectors.shm;
+package dev.stoker.connectors.protocol;
 
 /**
  * Element type of the {@code pixel_values} column in batch files (schema metadata {@code

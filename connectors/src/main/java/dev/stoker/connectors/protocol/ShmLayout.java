@@ -1,4 +1,4 @@
-package dev.stoker.connectors.shm;
+package dev.stoker.connectors.protocol;
 
 import java.io.IOException;
 import java.io.Serializable;
@@ -14,21 +14,26 @@ import java.util.Set;
 /**
  * File names of the batch protocol ({@code docs/batch-protocol.md}) for one generation of a job:
  * {@code <job dir>/manifest.json} names the current generation, whose files live under {@code <job
- * dir>/gen-<generation>/rank-<r>/}. The Python reader mirrors these names.
+ * dir>/gen-<generation>/rank-<r>/}; and the owner-only, publish-by-rename way every protocol file
+ * is written. The Python reader ({@code stoker.protocol}) mirrors these names; both sides' tests
+ * check them against {@code "files"} in {@code schema/batch-schema.json}.
  */
 public final class ShmLayout implements Serializable {
     private static final long serialVersionUID = 2L;
 
     /** Owner-only permissions for directories. */
-    static final FileAttribute<Set<PosixFilePermission>> DIR_PERMISSIONS =
+    public static final FileAttribute<Set<PosixFilePermission>> DIR_PERMISSIONS =
             PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rwx------"));
 
     /** Owner-only permissions for files. */
-    static final FileAttribute<Set<PosixFilePermission>> FILE_PERMISSIONS =
+    public static final FileAttribute<Set<PosixFilePermission>> FILE_PERMISSIONS =
             PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------"));
 
     /** Prefix of generation directory names. */
     public static final String GENERATION_PREFIX = "gen-";
+
+    /** File name of a rank's acknowledgement ({@link Ack}) in its rank directory. */
+    public static final String ACK_FILE_NAME = "ack.json";
 
     private final String jobDir;
     private final String generation;
@@ -40,11 +45,16 @@ public final class ShmLayout implements Serializable {
      * @throws IllegalArgumentException if the generation has other characters
      */
     public ShmLayout(String jobDir, String generation) {
-        if (!generation.matches("[A-Za-z0-9_-]+")) {
+        if (!isGenerationStamp(generation)) {
             throw new IllegalArgumentException("Invalid generation stamp: '" + generation + "'");
         }
         this.jobDir = jobDir;
         this.generation = generation;
+    }
+
+    /** Whether {@code stamp} is a valid generation stamp: letters, digits, {@code -}, {@code _}. */
+    public static boolean isGenerationStamp(String stamp) {
+        return stamp.matches("[A-Za-z0-9_-]+");
     }
 
     public Path jobDir() {
@@ -57,7 +67,7 @@ public final class ShmLayout implements Serializable {
 
     /** {@code manifest.json} in the job directory: names the current generation. */
     public Path manifest() {
-        return jobDir().resolve("manifest.json");
+        return jobDir().resolve(Manifest.FILE_NAME);
     }
 
     /** This generation's directory {@code gen-<generation>}. */
@@ -96,18 +106,22 @@ public final class ShmLayout implements Serializable {
 
     /** The reader's acknowledgement file {@code rank-<r>/ack.json}. */
     public Path ackFile(int rank) {
-        return rankDir(rank).resolve("ack.json");
+        return rankDir(rank).resolve(ACK_FILE_NAME);
     }
 
     /** Creates {@code dir} (and parents) with owner-only permissions if missing. */
-    static void createPrivateDirectories(Path dir) throws IOException {
+    public static void createPrivateDirectories(Path dir) throws IOException {
         if (!Files.isDirectory(dir)) {
             Files.createDirectories(dir, DIR_PERMISSIONS);
         }
     }
 
-    /** Atomically renames {@code tmp} to {@code target}, replacing it. */
-    static void publish(Path tmp, Path target) throws IOException {
+    /**
+     * Atomically renames {@code tmp} to {@code target}, replacing it.
+     *
+     * @throws IOException if the rename fails or the filesystem has no atomic rename
+     */
+    public static void publish(Path tmp, Path target) throws IOException {
         try {
             Files.move(
                     tmp,

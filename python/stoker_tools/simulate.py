@@ -1,10 +1,10 @@
 """Simulated trainer: one thread per DP rank reads batches and "trains" by sleeping.
 
-    python -m stoker.simulate --root /dev/shm/stoker/<job> [--ranks 0,1 | --world-size W]
+    python -m stoker_tools.simulate --root /dev/shm/stoker/<job> [--ranks 0,1 | --world-size W]
         [--step-time-ms 20] [--flink-rest http://127.0.0.1:8081] [--timeout-s 600]
         [--start-step S] [--stop-after-step S] [--record batches.jsonl]
 
-Each rank runs a :class:`~stoker.reader.BatchReader` (from ``--start-step``, default the
+Each rank runs a :class:`stoker.BatchReader` (from ``--start-step``, default the
 manifest's ``first_step``), touches the arrays of every batch (so a broken mapping would fail
 loudly), then sleeps ``--step-time-ms`` (no CPU use). A progress line is printed about once a
 second; a summary at the end. With ``--record FILE``, one JSON line per batch is appended to
@@ -26,19 +26,18 @@ import json
 import sys
 import threading
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import numpy as np
 
-from .reader import Batch, BatchReader, Manifest
+from stoker import Batch, BatchReader, Manifest
 
-__all__ = ["main", "RankResult", "BatchRecorder", "run_rank", "flink_job_status"]
+from .flink_rest import flink_job_status
+
+__all__ = ["main", "RankResult", "BatchRecorder", "run_rank"]
 
 
 @dataclass
@@ -162,60 +161,6 @@ def run_rank(
             result.done = True
 
 
-def _get_json(url: str, timeout_s: float) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout_s) as resp:
-        return json.loads(resp.read().decode("utf-8"))
-
-
-def flink_job_status(rest: str, job_name: str | None = None, timeout_s: float = 2.0) -> str:
-    """One-line job status from the Flink REST API (best effort; never raises).
-
-    Uses ``GET /jobs/overview`` to find the job (by name if given, else the first running
-    one), then ``GET /jobs/<jid>``. Records read is the sum over subtasks of the JSONL source
-    operator's ``numRecordsOut`` (``GET /jobs/<jid>/vertices/<vid>/subtasks/metrics``), falling
-    back to the first vertex's ``write-records``.
-    """
-    rest = rest.rstrip("/")
-    try:
-        jobs = _get_json(f"{rest}/jobs/overview", timeout_s).get("jobs", [])
-        if not jobs:
-            return "flink: no jobs"
-        cands = (
-            [j for j in jobs if job_name and j.get("name") == job_name]
-            or [j for j in jobs if j.get("state") == "RUNNING"]
-            or jobs
-        )
-        job = cands[0]
-        detail = _get_json(f"{rest}/jobs/{job['jid']}", timeout_s)
-        vertices = detail.get("vertices") or []
-        records = vertices[0].get("metrics", {}).get("write-records") if vertices else None
-        if vertices:
-            records = (
-                _source_records_read(rest, job["jid"], vertices[0]["id"], timeout_s) or records
-            )
-        return f"flink: {detail.get('name', job.get('name'))} {detail.get('state', job.get('state'))} records_read={records}"
-    except (
-        urllib.error.URLError,
-        OSError,
-        ValueError,
-        KeyError,
-        IndexError,
-        AttributeError,
-        TypeError,
-    ) as e:
-        return f"flink: unavailable at {rest} ({type(e).__name__}: {e})"
-
-
-def _source_records_read(rest: str, jid: str, vid: str, timeout_s: float) -> int | None:
-    base = f"{rest}/jobs/{jid}/vertices/{vid}/subtasks/metrics"
-    names = [m["id"] for m in _get_json(base, timeout_s)]
-    wanted = [n for n in names if "jsonl-source" in n and n.endswith(".numRecordsOut")]
-    if not wanted:
-        return None
-    values = _get_json(f"{base}?get={urllib.parse.quote(wanted[0])}&agg=sum", timeout_s)
-    return int(float(values[0]["sum"])) if values else None
-
-
 def _batches_written(rank_dir: Path | None, received: int, next_step: int) -> int:
     """Batches published for a rank since its start: ``received`` plus files of steps >= ``next_step``.
 
@@ -246,7 +191,7 @@ def _parse_ranks(text: str) -> list[int]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m stoker.simulate", description=__doc__.split("\n\n")[0]
+        prog="python -m stoker_tools.simulate", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("--root", required=True, help="job directory holding manifest.json and rank-*/")
     g = p.add_mutually_exclusive_group()

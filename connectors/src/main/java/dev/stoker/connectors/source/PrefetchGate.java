@@ -1,5 +1,7 @@
-package dev.stoker.connectors.shm;
+package dev.stoker.connectors.source;
 
+import dev.stoker.connectors.protocol.Ack;
+import dev.stoker.connectors.protocol.ShmLayout;
 import java.io.Serializable;
 
 /**
@@ -51,7 +53,7 @@ public final class PrefetchGate implements Serializable {
         }
         long minConsumed = Long.MAX_VALUE;
         for (int rank = 0; rank < worldSize; rank++) {
-            minConsumed = Math.min(minConsumed, Acks.consumedStep(layout, rank, firstStep));
+            minConsumed = Math.min(minConsumed, Ack.consumedStep(layout, rank, firstStep));
         }
         return step <= minConsumed + depth;
     }

@@ -1,0 +1,154 @@
+package dev.stoker.connectors.protocol;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import dev.stoker.operators.batch.BatchPlan;
+import dev.stoker.operators.image.QwenVisionConfig;
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.OptionalDouble;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * The protocol's names in Java (file names, manifest and ack fields, batch metadata keys) are the
+ * ones {@code schema/batch-schema.json} defines, and what the job writes and reads follows them.
+ * The Python side checks the same file ({@code python/tests/test_schema_sync.py}).
+ */
+class ProtocolDefinitionTest {
+    private static final ObjectMapper JSON = new ObjectMapper();
+
+    @TempDir Path jobDir;
+
+    private static JsonNode definition() throws IOException {
+        return JSON.readTree(Path.of("../schema/batch-schema.json").toFile());
+    }
+
+    private static List<String> keys(JsonNode node) {
+        List<String> out = new ArrayList<>();
+        node.fieldNames().forEachRemaining(out::add);
+        return out;
+    }
+
+    @Test
+    void namesAreTheSharedDefinitions() throws IOException {
+        JsonNode doc = definition();
+        assertThat(Manifest.FIELDS).containsExactlyElementsOf(keys(doc.get("manifest")));
+        assertThat(Ack.FIELDS).containsExactlyElementsOf(keys(doc.get("ack")));
+        assertThat(BatchSchema.METADATA_KEYS).containsExactlyElementsOf(keys(doc.get("metadata")));
+        assertThat(doc.get("format_version").asInt()).isEqualTo(BatchSchema.FORMAT_VERSION);
+    }
+
+    @Test
+    void layoutFollowsTheSharedFileNames() throws IOException {
+        JsonNode files = definition().get("files");
+        ShmLayout layout = new ShmLayout(jobDir.toString(), "g-1_x");
+        assertThat(layout.manifest()).isEqualTo(jobDir.resolve(files.get("manifest").asText()));
+        String gen = files.get("generation_dir").asText().replace("<generation>", "g-1_x");
+        assertThat(layout.generationDir()).isEqualTo(jobDir.resolve(gen));
+        String rank = files.get("rank_dir").asText().replace("<rank>", "3");
+        assertThat(layout.rankDir(3)).isEqualTo(jobDir.resolve(gen).resolve(rank));
+        String batch = files.get("batch_file").asText().replace("<step:010d>", "0000000042");
+        assertThat(layout.batchFile(42, 3)).isEqualTo(layout.rankDir(3).resolve(batch));
+        assertThat(ShmLayout.isBatchFile(batch)).isTrue();
+        assertThat(layout.ackFile(3))
+                .isEqualTo(layout.rankDir(3).resolve(files.get("ack").asText()));
+    }
+
+    @Test
+    void manifestWritesEveryDefinedFieldWithTheVisionSettings() throws IOException {
+        QwenVisionConfig vision = new QwenVisionConfig();
+        vision.patchSize = 16;
+        vision.imageMean = new double[] {0.5, 0.25, 0.125};
+        vision.imageStd = new double[] {0.75, 0.5, 0.375};
+        ShmLayout layout = new ShmLayout(jobDir.toString(), "g1");
+        new Manifest("job", "g1", new BatchPlan(10, 2, 2, 1), 0, null, vision, "sha256:x", "p")
+                .writeTo(layout);
+
+        JsonNode written = JSON.readTree(layout.manifest().toFile());
+        assertThat(keys(written)).containsExactlyElementsOf(Manifest.FIELDS);
+        assertThat(written.get("patch_dim").asInt()).isEqualTo(3 * 2 * 16 * 16);
+        assertThat(written.get("patch_size").asInt()).isEqualTo(16);
+        assertThat(written.get("temporal_patch_size").asInt()).isEqualTo(2);
+        assertThat(written.get("merge_size").asInt()).isEqualTo(2);
+        assertThat(doubles(written.get("image_mean"))).containsExactly(0.5, 0.25, 0.125);
+        assertThat(doubles(written.get("image_std"))).containsExactly(0.75, 0.5, 0.375);
+        assertThat(written.get("shuffle_seed").isNull()).isTrue();
+        assertThat(Manifest.readCurrent(jobDir)).contains(new Manifest.Current("g1", 2, 0));
+    }
+
+    private static List<Double> doubles(JsonNode array) {
+        List<Double> out = new ArrayList<>();
+        array.forEach(v -> out.add(v.asDouble()));
+        return out;
+    }
+
+    @Test
+    void aManifestWithAnInvalidGenerationOrWorldSizeIsNotCurrent() throws IOException {
+        Path file = jobDir.resolve("manifest.json");
+        Files.writeString(file, "{\"generation\": \"../x\", \"world_size\": 2}");
+        assertThat(Manifest.readCurrent(jobDir)).isEmpty();
+        Files.writeString(file, "{\"generation\": \"g1\", \"world_size\": 0}");
+        assertThat(Manifest.readCurrent(jobDir)).isEmpty();
+        Files.writeString(file, "{\"generation\": \"g1\", \"wor");
+        assertThat(Manifest.readCurrent(jobDir)).isEmpty();
+        assertThat(Ack.lastStepConsumedByAllRanks(jobDir)).isEmpty();
+    }
+
+    @Test
+    void ackIsReadWithEveryFieldAndMissingOrHalfWrittenFilesReadAsNone() throws IOException {
+        Path file = jobDir.resolve("ack.json");
+        assertThat(Ack.read(file)).isEmpty();
+        Files.writeString(file, "{\"consumed_step\": 4, \"data_wa");
+        assertThat(Ack.read(file)).isEmpty();
+        Files.writeString(file, "{\"data_wait_s\": 1.0}");
+        assertThat(Ack.read(file)).isEmpty();
+
+        Files.writeString(
+                file,
+                "{\"consumed_step\": 7, \"data_wait_s\": 1.5, \"elapsed_s\": 6.0,"
+                        + " \"wait_time_ratio\": 0.2}");
+        Ack ack = Ack.read(file).orElseThrow();
+        assertThat(ack)
+                .isEqualTo(
+                        new Ack(
+                                7,
+                                OptionalDouble.of(1.5),
+                                OptionalDouble.of(6.0),
+                                OptionalDouble.of(0.2)));
+        // the reader's own ratio wins over the quotient of its rounded fields
+        assertThat(ack.ratio()).hasValue(0.2);
+
+        Files.writeString(file, "{\"consumed_step\": 8, \"data_wait_s\": 3.0, \"elapsed_s\": 2.0}");
+        assertThat(Ack.read(file).orElseThrow().ratio()).hasValue(1.0);
+        Files.writeString(file, "{\"consumed_step\": 8}");
+        assertThat(Ack.read(file).orElseThrow().ratio()).isEmpty();
+    }
+
+    @Test
+    void lastStepConsumedByAllRanksCountsARankWithoutAckAsBeforeTheFirstStep() throws IOException {
+        ShmLayout layout = new ShmLayout(jobDir.toString(), "g2");
+        new Manifest(
+                        "job",
+                        "g2",
+                        new BatchPlan(8, 2, 2, 1),
+                        1,
+                        3L,
+                        new QwenVisionConfig(),
+                        "sha256:x",
+                        "p")
+                .writeTo(layout);
+        Files.createDirectories(layout.rankDir(0));
+        Files.writeString(layout.ackFile(0), "{\"consumed_step\": 1}");
+        assertThat(Ack.lastStepConsumedByAllRanks(jobDir)).hasValue(0);
+        Files.createDirectories(layout.rankDir(1));
+        Files.writeString(layout.ackFile(1), "{\"consumed_step\": 2}");
+        assertThat(Ack.lastStepConsumedByAllRanks(jobDir)).hasValue(1);
+        assertThat(Ack.consumedStep(layout, 1, 1)).isEqualTo(2);
+    }
+}

@@ -1,0 +1,69 @@
+"""A best-effort client of the Flink REST API, for the demo and bench tools (not the trainer's).
+
+:func:`flink_job_status` gives the one-line job status the simulated trainer
+(:mod:`stoker_tools.simulate`) prints beside its progress with ``--flink-rest``.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+__all__ = ["flink_job_status"]
+
+
+def _get_json(url: str, timeout_s: float) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+        return json.loads(resp.read().decode("utf-8"))
+
+
+def flink_job_status(rest: str, job_name: str | None = None, timeout_s: float = 2.0) -> str:
+    """One-line job status from the Flink REST API (best effort; never raises).
+
+    Uses ``GET /jobs/overview`` to find the job (by name if given, else the first running
+    one), then ``GET /jobs/<jid>``. Records read is the sum over subtasks of the JSONL source
+    operator's ``numRecordsOut`` (``GET /jobs/<jid>/vertices/<vid>/subtasks/metrics``), falling
+    back to the first vertex's ``write-records``.
+    """
+    rest = rest.rstrip("/")
+    try:
+        jobs = _get_json(f"{rest}/jobs/overview", timeout_s).get("jobs", [])
+        if not jobs:
+            return "flink: no jobs"
+        cands = (
+            [j for j in jobs if job_name and j.get("name") == job_name]
+            or [j for j in jobs if j.get("state") == "RUNNING"]
+            or jobs
+        )
+        job = cands[0]
+        detail = _get_json(f"{rest}/jobs/{job['jid']}", timeout_s)
+        vertices = detail.get("vertices") or []
+        records = vertices[0].get("metrics", {}).get("write-records") if vertices else None
+        if vertices:
+            records = (
+                _source_records_read(rest, job["jid"], vertices[0]["id"], timeout_s) or records
+            )
+        return f"flink: {detail.get('name', job.get('name'))} {detail.get('state', job.get('state'))} records_read={records}"
+    except (
+        urllib.error.URLError,
+        OSError,
+        ValueError,
+        KeyError,
+        IndexError,
+        AttributeError,
+        TypeError,
+    ) as e:
+        return f"flink: unavailable at {rest} ({type(e).__name__}: {e})"
+
+
+def _source_records_read(rest: str, jid: str, vid: str, timeout_s: float) -> int | None:
+    base = f"{rest}/jobs/{jid}/vertices/{vid}/subtasks/metrics"
+    names = [m["id"] for m in _get_json(base, timeout_s)]
+    wanted = [n for n in names if "jsonl-source" in n and n.endswith(".numRecordsOut")]
+    if not wanted:
+        return None
+    values = _get_json(f"{base}?get={urllib.parse.quote(wanted[0])}&agg=sum", timeout_s)
+    return int(float(values[0]["sum"])) if values else None
