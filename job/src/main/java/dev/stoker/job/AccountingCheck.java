@@ -20,19 +20,32 @@ final class AccountingCheck {
         long read = count(result, Accounting.RECORDS_READ);
         long emitted = count(result, Accounting.SAMPLES_EMITTED);
         long dead = count(result, Accounting.DEAD_LETTERS);
-        String summary =
-                String.format(
-                        "records in steps %d..%d=%d, read=%d, samples emitted=%d, dead letters=%d",
-                        firstStep,
-                        plan.numSteps() - 1,
-                        plan.recordsFrom(firstStep),
-                        read,
-                        emitted,
-                        dead);
+        String summary = summary(result, plan, firstStep);
         if (read != plan.recordsFrom(firstStep) || emitted + dead != read) {
             throw new IllegalStateException("Accounting invariant violated: " + summary);
         }
         return summary;
+    }
+
+    /**
+     * Whether the run's source read fewer records than its steps hold: it ended before its last
+     * step, as a run stopped with a savepoint does (its records in flight are in the savepoint, so
+     * the invariant is not checked for it).
+     */
+    static boolean stoppedEarly(JobExecutionResult result, BatchPlan plan, long firstStep) {
+        return count(result, Accounting.RECORDS_READ) < plan.recordsFrom(firstStep);
+    }
+
+    /** The counts, e.g. {@code "records in steps 0..9=38, read=38, samples emitted=37, ..."}. */
+    static String summary(JobExecutionResult result, BatchPlan plan, long firstStep) {
+        return String.format(
+                "records in steps %d..%d=%d, read=%d, samples emitted=%d, dead letters=%d",
+                firstStep,
+                plan.numSteps() - 1,
+                plan.recordsFrom(firstStep),
+                count(result, Accounting.RECORDS_READ),
+                count(result, Accounting.SAMPLES_EMITTED),
+                count(result, Accounting.DEAD_LETTERS));
     }
 
     private static long count(JobExecutionResult result, String name) {

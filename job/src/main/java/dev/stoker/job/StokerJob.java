@@ -43,11 +43,18 @@ public final class StokerJob {
         Planned planned = build(env, conf);
         JobExecutionResult result = env.execute(conf.get(StokerOptions.JOB_NAME));
         // An attached run from step 0 returns when the last step is written: check its
-        // accounting. (A resumed run re-processes what was in flight in the savepoint.)
+        // accounting. (A resumed run re-processes what was in flight in the savepoint.) One
+        // stopped with a savepoint returns too, before its last step: it has nothing to check.
         if (result.isJobExecutionResult() && planned.firstStep == 0) {
-            LOG.info(
-                    "Run finished: {}",
-                    AccountingCheck.verify(result, planned.plan, planned.firstStep));
+            if (AccountingCheck.stoppedEarly(result, planned.plan, planned.firstStep)) {
+                LOG.info(
+                        "Run stopped before its last step (stop-with-savepoint): {}",
+                        AccountingCheck.summary(result, planned.plan, planned.firstStep));
+            } else {
+                LOG.info(
+                        "Run finished: {}",
+                        AccountingCheck.verify(result, planned.plan, planned.firstStep));
+            }
         }
     }
 
