@@ -19,7 +19,9 @@ JVM-wide (ImageIO's plugin registry; a JNI library, one class loader per JVM).
    ``MAX_CLASSES_PER_JOB`` classes and ``MAX_METASPACE_KB_PER_JOB`` KiB per job. A job's class
    loader that stays reachable keeps all of its ~10k classes (AWS SDK, Arrow, Jackson, ...).
 
-The measured numbers are printed (``-s`` shows them).
+While job 1 idles, every REST metric id of the README's "Watch" table (but the S3 fetch ones,
+which only a job reading S3 has) is read from its REST API. The measured numbers are printed
+(``-s`` shows them).
 """
 
 from __future__ import annotations
@@ -155,7 +157,8 @@ def _jvm_classes(cluster: Cluster) -> tuple[int, float, int]:
         "the TaskManager to free every slot",
         60,
         lambda: all(
-            tm["freeSlots"] == tm["slotsNumber"] for tm in cluster.rest("/taskmanagers")["taskmanagers"]
+            tm["freeSlots"] == tm["slotsNumber"]
+            for tm in cluster.rest("/taskmanagers")["taskmanagers"]
         ),
     )
     time.sleep(2)
@@ -195,6 +198,48 @@ def _stop_with_savepoint(cluster: Cluster, jid: str) -> str:
         explain=lambda: cluster.describe(jid),
     )
     return m.group(1)
+
+
+def _readme_metric_ids() -> dict[str, list[str]]:
+    """README "Watch" table: operator -> REST metric ids (``<r>`` -> 0), S3-only ones left out."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    table = readme[readme.index("| operator | REST metric id |") :].split("\n\n", 1)[0]
+    ids: dict[str, list[str]] = {}
+    for row in table.splitlines()[2:]:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        operator, rest_ids = cells[0].strip("`"), cells[1].split("S3:", 1)[0]
+        for metric in re.findall(r"`([^`]+)`", rest_ids):
+            ids.setdefault(operator, []).append(
+                metric.replace("<r>", "0").replace("<REASON>", "IMAGE_NOT_FOUND")
+            )
+    return ids
+
+
+def _check_readme_metrics(cluster: Cluster, jid: str) -> None:
+    """Every REST metric id of the README's table (but S3's) exists on the running job."""
+    documented = _readme_metric_ids()
+    assert set(documented) == {
+        "arrow-shm-sink",
+        "fetch-images",
+        "preprocess-images",
+        "dead-letter-accounting",
+    }, documented
+    missing = {}
+    for operator, ids in documented.items():
+        vertex = cluster.vertex(jid, operator)
+        base = f"/jobs/{jid}/vertices/{vertex['id']}/subtasks/metrics"
+        have = _wait(
+            f"the metrics of {operator}",
+            30,
+            lambda b=base, want=ids: (
+                (m := {x["id"] for x in cluster.rest(b)}) and set(want) <= m and m
+            ),
+            explain=lambda b=base, want=ids: (
+                f"missing: {sorted(set(want) - {x['id'] for x in cluster.rest(b)})}"
+            ),
+        )
+        missing.update({i: operator for i in ids if i not in have})
+    assert missing == {}, f"README metric ids the job does not report: {missing}"
 
 
 def _no_restarts(cluster: Cluster, jid: str) -> None:
@@ -280,7 +325,7 @@ def _jobs_in_a_row(cluster: Cluster, dataset: Path, procs: list[subprocess.Popen
             _wait(
                 f"job {k} to reach its prefetch bound {bound}",
                 120,
-                lambda: all(bound in _steps_on_disk(d) for d in rank_dirs),
+                lambda b=bound, ds=rank_dirs: all(b in _steps_on_disk(d) for d in ds),
                 explain=lambda j=jid: cluster.describe(j),
             )
             _wait(
@@ -289,6 +334,8 @@ def _jobs_in_a_row(cluster: Cluster, dataset: Path, procs: list[subprocess.Popen
                 lambda j=jid: _webp_native(cluster, j) is not None,
             )
             assert _webp_native(cluster, jid) == 1.0, f"job {k} decodes WebP without libwebp"
+            if k == 1:
+                _check_readme_metrics(cluster, jid)
             _no_restarts(cluster, jid)
             savepoint, resume = _stop_with_savepoint(cluster, jid), stop
         else:
