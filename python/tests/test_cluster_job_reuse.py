@@ -15,9 +15,11 @@ JVM-wide (ImageIO's plugin registry; a JNI library, one class loader per JVM).
    FINISHED.
 3. The five trainers together read every (step, rank) exactly once, with the reference's SHA-256.
 4. After each job the TaskManager's loaded classes and metaspace are measured (``jcmd GC.run``,
-   then ``jstat``); from after job 1 to after job 5 they may grow by at most
+   then ``jstat``) and its live user-code class loaders counted (``jcmd VM.classloader_stats``):
+   at most one (ImageIO's JVM-global registry keeps the first job that touched ImageIO), and
+   from after job 1 to after job 5 classes and metaspace may grow by at most
    ``MAX_CLASSES_PER_JOB`` classes and ``MAX_METASPACE_KB_PER_JOB`` KiB per job. A job's class
-   loader that stays reachable keeps all of its ~10k classes (AWS SDK, Arrow, Jackson, ...).
+   loader that stays reachable keeps ~1,500 classes and ~10 MB of metaspace.
 
 While job 1 idles, every REST metric id of the README's "Watch" table (but the S3 fetch ones,
 which only a job reading S3 has) is read from its REST API. The measured numbers are printed
@@ -371,8 +373,10 @@ def _jobs_in_a_row(cluster: Cluster, dataset: Path, procs: list[subprocess.Popen
     left = sorted(str(p.relative_to(job_dir)) for p in job_dir.glob("gen-*/rank-*/step-*"))
     assert left == [], f"batch files left: {left}"
 
-    assert [cl for _, _, _, cl in measured] == [0] * len(measured), (
-        f"a finished job's class loader is still alive:\n{report}"
+    # ImageIO's JVM-global registry keeps the first job that touched ImageIO (it records the
+    # registering thread's access-control context; operators' ImageReaders); no other job stays.
+    assert max(cl for _, _, _, cl in measured) <= 1, (
+        f"finished jobs' class loaders are still alive:\n{report}"
     )
     assert per_job_classes <= MAX_CLASSES_PER_JOB, report
     assert per_job_kb <= MAX_METASPACE_KB_PER_JOB, report
