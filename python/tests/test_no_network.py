@@ -36,7 +36,9 @@ def _require_tools() -> None:
         )
     for tool in ("unshare", "strace", "ip", "java"):
         if shutil.which(tool) is None:
-            pytest.fail(f"test_no_network needs {tool} on PATH (util-linux, strace, iproute2, a JDK)")
+            pytest.fail(
+                f"test_no_network needs {tool} on PATH (util-linux, strace, iproute2, a JDK)"
+            )
 
 
 def _connections(trace_dir: Path) -> list[tuple[str, str, int]]:
