@@ -4,8 +4,8 @@ The real job (embedded Flink, local dataset and tokenizer, so there is no S3 end
 runs under ``unshare --net`` (a new network namespace whose only interface is ``lo``) and ``strace
 -f -e trace=connect``, which records every connection attempt of every thread, including ones the
 namespace makes fail at once (e.g. to 169.254.169.254, the EC2 metadata service that DJL's usage
-telemetry asks). Allowed: loopback (embedded Flink's own RPC, REST and data ports) other than DNS
-(port 53), and Unix sockets. A second run with ``-DOPT_OUT_TRACKING=false -Dai.djl.offline=false``
+telemetry asks). Allowed: loopback (Flink's own ports; embedded Flink in fact connects to none)
+other than DNS (port 53), and Unix sockets (glibc asks nscd's socket for user names). A second run with ``-DOPT_OUT_TRACKING=false -Dai.djl.offline=false``
 (which the job leaves alone: an explicit setting wins) shows that the check sees the telemetry connection when it is
 on, so the first run's clean result is not an artefact of the observation.
 
@@ -103,10 +103,6 @@ def _outside(conns: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
 def test_the_job_connects_to_nothing_but_loopback(tmp_path: Path) -> None:
     _require_tools()
     conns = _run_isolated(tmp_path, "isolated")
-    assert any(f in ("AF_INET", "AF_INET6") for f, _, _ in conns), (
-        "strace saw no connection at all: embedded Flink connects to its own ports, so the "
-        "trace is not working"
-    )
     assert _outside(conns) == [], f"connections outside loopback: {sorted(set(_outside(conns)))}"
 
     # the control: with DJL's telemetry switched on explicitly, the check sees it
