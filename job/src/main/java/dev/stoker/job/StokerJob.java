@@ -8,7 +8,6 @@ import dev.stoker.connectors.source.DatasetListing;
 import dev.stoker.connectors.source.PrefetchGate;
 import dev.stoker.operators.batch.BatchPlan;
 import dev.stoker.operators.image.QwenVisionConfig;
-import dev.stoker.operators.tokenize.ChatTokenizer;
 import java.nio.file.Path;
 import org.apache.flink.api.common.JobExecutionResult;
 import org.apache.flink.configuration.CheckpointingOptions;
@@ -92,25 +91,23 @@ public final class StokerJob {
     }
 
     /**
-     * Scans the dataset, plans this submission's generation, then adds the pipeline and its
-     * production sinks to {@code env}.
+     * Checks the configuration ({@link StartupChecks}: local paths made absolute, tokenizer loads,
+     * dataset lists, S3 answers), scans the dataset, plans this submission's generation, then adds
+     * the pipeline and its production sinks to {@code env}.
      *
      * @return the batch plan and generation, so callers can check what the run must produce
      */
     public static Planned build(StreamExecutionEnvironment env, Configuration conf)
             throws Exception {
         StokerConfig.validate(conf);
+        StartupChecks.absolutizePaths(conf);
         conf.set(PipelineOptions.NAME, conf.get(StokerOptions.JOB_NAME));
         env.configure(conf);
         env.getConfig().enableObjectReuse();
         JobParameters.publish(env, conf);
-        int maxLine = (int) conf.get(StokerOptions.MAX_LINE_LENGTH).getBytes();
-        DatasetListing listing =
-                DatasetListing.scan(
-                        new org.apache.flink.core.fs.Path(conf.get(StokerOptions.DATASET_PATH)),
-                        conf.get(StokerOptions.DATASET_GLOB),
-                        maxLine);
+        DatasetListing listing = StartupChecks.listDataset(conf);
         StokerConfig.checkImageRoot(conf);
+        StartupChecks.checkS3(conf, StokerConfig.imageRoot(conf, listing.root()));
         BatchPlan plan =
                 new BatchPlan(
                         listing.numRecords(),
@@ -118,11 +115,7 @@ public final class StokerJob {
                         conf.get(StokerOptions.MICRO_BATCH_SIZE),
                         conf.get(StokerOptions.EPOCHS));
         Generation generation = Generation.plan(conf, env.getConfiguration());
-        long padTokenId;
-        try (ChatTokenizer tokenizer =
-                ChatTokenizer.open(Path.of(conf.get(StokerOptions.TOKENIZER_PATH)))) {
-            padTokenId = tokenizer.padTokenId();
-        }
+        long padTokenId = StartupChecks.tokenizerPadId(conf);
         LOG.info(
                 "Dataset {}: {} files, images under {}; {}; generation {} produces steps {} .. {}",
                 listing.root(),

@@ -7,7 +7,10 @@ import dev.stoker.testkit.ExpectedFaultFilter;
 import dev.stoker.testkit.FaultInjectingBlobStore;
 import dev.stoker.testkit.LocalS3Server;
 import java.io.IOException;
+import java.nio.file.Files;
 import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
@@ -17,8 +20,14 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import org.apache.flink.configuration.CheckpointingOptions;
 import org.apache.flink.configuration.Configuration;
+import org.apache.flink.core.execution.JobClient;
+import org.apache.flink.runtime.minicluster.MiniCluster;
+import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
+import org.apache.flink.test.junit5.InjectMiniCluster;
 import org.apache.flink.test.junit5.MiniClusterExtension;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
@@ -293,6 +302,58 @@ class S3JobITCase {
      * images exist only under the image root) and a path that leaves the image root is {@code
      * UNSAFE_PATH} before any request, although an object exists where it points.
      */
+    /**
+     * The README's "Watch" table names REST metric ids for a job reading S3 ({@code
+     * fetch-images.s3.*}); the running job reports each of them. (The cluster test checks the
+     * table's other ids.) The job idles at its prefetch bound (no trainer) until cancelled.
+     */
+    @Test
+    void theReadmesS3MetricIdsAreOnTheRunningJob(@InjectMiniCluster MiniCluster cluster)
+            throws Exception {
+        String readme = Files.readString(Path.of("..", "README.md"));
+        String table = readme.substring(readme.indexOf("| operator | REST metric id |"));
+        table = table.substring(0, table.indexOf("\n\n"));
+        List<String> documented = new ArrayList<>();
+        Matcher m = Pattern.compile("`(fetch-images\\.s3\\.[^`]+)`").matcher(table);
+        while (m.find()) {
+            documented.add(m.group(1));
+        }
+        assertThat(documented).isNotEmpty();
+
+        Configuration conf =
+                JobRun.config("s3://" + BUCKET + "/complete", outputRoot, WORLD_SIZE, 2);
+        conf.addAll(s3Config());
+        conf.set(StokerOptions.PREFETCH_DEPTH, 1);
+        StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment();
+        env.setParallelism(2);
+        env.enableCheckpointing(500);
+        StokerJob.build(env, conf);
+        JobClient job = env.executeAsync("readme-s3-metrics");
+        try {
+            MiniClusterRest.awaitAllTasksRunning(cluster, job.getJobID(), Duration.ofSeconds(120));
+            String vertex = null;
+            for (JsonNode v :
+                    MiniClusterRest.get(cluster, "/jobs/" + job.getJobID()).path("vertices")) {
+                if (v.path("name").asText().contains("fetch-images")) {
+                    vertex = v.path("id").asText();
+                }
+            }
+            assertThat(vertex).as("the vertex with fetch-images").isNotNull();
+            String path = "/jobs/" + job.getJobID() + "/vertices/" + vertex + "/subtasks/metrics";
+            Set<String> reported = new HashSet<>();
+            long deadline = System.nanoTime() + Duration.ofSeconds(60).toNanos();
+            while (!reported.containsAll(documented) && System.nanoTime() < deadline) {
+                Thread.sleep(500);
+                for (JsonNode metric : MiniClusterRest.get(cluster, path)) {
+                    reported.add(metric.path("id").asText());
+                }
+            }
+            assertThat(reported).containsAll(documented);
+        } finally {
+            job.cancel().get();
+        }
+    }
+
     @Test
     void jsonlUnderOnePrefixAndImagesUnderAnother() throws Exception {
         Configuration options = new Configuration();

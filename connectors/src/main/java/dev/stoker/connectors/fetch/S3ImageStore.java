@@ -21,6 +21,7 @@ import software.amazon.awssdk.core.exception.ApiCallTimeoutException;
 import software.amazon.awssdk.services.s3.S3AsyncClient;
 import software.amazon.awssdk.services.s3.model.GetObjectRequest;
 import software.amazon.awssdk.services.s3.model.GetObjectResponse;
+import software.amazon.awssdk.services.s3.model.ListObjectsV2Request;
 
 /**
  * Reads image objects from S3 by path relative to an {@code s3://bucket/prefix/} image root, with
@@ -483,6 +484,43 @@ public final class S3ImageStore implements AutoCloseable {
             t = t.getCause();
         }
         return t;
+    }
+
+    /**
+     * Checks before submission that {@code root}'s bucket answers with these settings: one {@code
+     * ListObjectsV2} of at most one key under the prefix (an empty prefix is fine).
+     *
+     * @param root image root {@code s3://bucket/prefix}
+     * @param settings endpoint, region, credentials and timeouts of the job's S3 client
+     * @throws IOException naming the endpoint and the reason (unreachable endpoint, unknown bucket,
+     *     denied credentials, timeout)
+     */
+    public static void checkReachable(String root, S3ClientSettings settings) throws IOException {
+        URI uri = URI.create(root.endsWith("/") ? root : root + "/");
+        String prefix = uri.getPath().isEmpty() ? "" : uri.getPath().substring(1);
+        try (S3AsyncClient client = settings.createClient(List.of())) {
+            client.listObjectsV2(
+                            ListObjectsV2Request.builder()
+                                    .bucket(uri.getAuthority())
+                                    .prefix(prefix)
+                                    .maxKeys(1)
+                                    .build())
+                    .get(settings.requestTimeout.toMillis() + 1000, TimeUnit.MILLISECONDS);
+        } catch (ExecutionException e) {
+            throw new IOException(
+                    "S3 ("
+                            + settings
+                            + ") did not list "
+                            + root
+                            + ": "
+                            + unwrap(e.getCause()).getMessage(),
+                    e.getCause());
+        } catch (java.util.concurrent.TimeoutException e) {
+            throw new IOException("S3 (" + settings + ") did not answer for " + root, e);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IOException("interrupted while checking " + root, e);
+        }
     }
 
     /** Closes the client; GETs still in flight fail (callers that are closing ignore them). */

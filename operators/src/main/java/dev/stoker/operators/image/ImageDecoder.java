@@ -7,12 +7,10 @@ import java.io.ByteArrayInputStream;
 import java.io.IOException;
 import java.util.ArrayList;
 import java.util.Arrays;
-import java.util.Iterator;
 import java.util.List;
 import java.util.Locale;
 import javax.imageio.IIOException;
 import javax.imageio.IIOImage;
-import javax.imageio.ImageIO;
 import javax.imageio.ImageReader;
 import javax.imageio.metadata.IIOMetadata;
 import javax.imageio.stream.ImageInputStream;
@@ -33,7 +31,8 @@ import org.w3c.dom.Node;
  *       WARN at start-up and the gauge {@code webpDecoderNative} = 0, with TwelveMonkeys' ImageIO
  *       reader, whose lossy (VP8) decoder produces wrong colours for some files (libwebp's {@code
  *       method=0}, see docs/parity.md). Both readers are created directly, not looked up in
- *       ImageIO's JVM-global registry.
+ *       ImageIO's JVM-global registry ({@link ImageReaders}: nothing of the job is registered
+ *       there, so a TaskManager runs job after job).
  *   <li>JPEG: YCbCr, RGB and grayscale JPEGs are decoded with libjpeg-turbo ({@link
  *       TurboJpegDecoder}, Pillow's own decoder) when {@link TurboJpeg#available() it is
  *       installed}; CMYK/YCCK JPEGs (through TwelveMonkeys), JPEGs libjpeg-turbo rejects or warns
@@ -64,6 +63,12 @@ public final class ImageDecoder {
 
     /** The DCT scale denominators libjpeg-turbo's SIMD code covers, largest first. */
     private static final int[] DCT_DENOMINATORS = {8, 4, 2};
+
+    static {
+        // before anything in this class touches ImageIO: its JVM-global registry must not load
+        // the job's plugins (see ImageReaders)
+        ImageReaders.init();
+    }
 
     /** Null when JPEGs go through ImageIO. */
     private final TurboJpegDecoder turbo;
@@ -110,7 +115,6 @@ public final class ImageDecoder {
      *     LibWebpDecoder#available()}
      */
     ImageDecoder(boolean nativeJpeg, boolean nativeWebp) {
-        ImageIO.setUseCache(false);
         this.turbo = nativeJpeg ? new TurboJpegDecoder() : null;
         this.webp = nativeWebp ? new LibWebpDecoder() : null;
     }
@@ -344,22 +348,14 @@ public final class ImageDecoder {
         }
     }
 
-    /**
-     * The reader for {@code format}: TwelveMonkeys' for WebP, created directly (the registry may
-     * also hold webp-imageio's, which needs the native library that is missing here); the JDK's
-     * from the registry for the others.
-     */
+    /** A new reader for {@code format} (see {@link ImageReaders}). */
     private static ImageReader readerFor(ImageFormat format) throws RejectedRecordException {
-        if (format == ImageFormat.WEBP) {
-            return new com.twelvemonkeys.imageio.plugins.webp.WebPImageReaderSpi()
-                    .createReaderInstance(null);
-        }
-        Iterator<ImageReader> readers = ImageIO.getImageReadersByFormatName(format.imageIoName);
-        if (!readers.hasNext()) {
+        try {
+            return ImageReaders.create(format);
+        } catch (IOException e) {
             throw new RejectedRecordException(
-                    RejectReason.UNSUPPORTED_IMAGE, "no ImageIO reader installed for " + format);
+                    RejectReason.UNSUPPORTED_IMAGE, "no ImageIO reader for " + format + ": " + e);
         }
-        return readers.next();
     }
 
     /**

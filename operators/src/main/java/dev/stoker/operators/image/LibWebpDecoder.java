@@ -8,6 +8,7 @@ import java.awt.image.BufferedImage;
 import java.awt.image.DataBufferInt;
 import java.io.IOException;
 import java.util.Arrays;
+import javax.imageio.ImageReadParam;
 import javax.imageio.ImageReader;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -19,9 +20,11 @@ import org.slf4j.LoggerFactory;
  *
  * <p>libwebp is reached through webp-imageio's JNI binding, whose jar carries the native library
  * for Linux, macOS and Windows (x86-64 and ARM64, among others) and extracts it to {@code
- * java.io.tmpdir} on first use. Its reader is created directly ({@link WebPImageReaderSpi}), never
- * looked up in ImageIO's JVM-global plugin registry. It decodes with libwebp's {@code WebPDecode}
- * (default options: fancy upsampling, no dithering) to non-premultiplied ARGB.
+ * java.io.tmpdir} on first use. A JNI library loads in one class loader per JVM, so on a cluster
+ * webp-imageio is in Flink's {@code lib/}, not in the job jar. Its reader is created directly
+ * ({@link WebPImageReaderSpi}), never looked up in ImageIO's JVM-global plugin registry. It decodes
+ * with libwebp's {@code WebPDecode} (default options: fancy upsampling, no dithering) to
+ * non-premultiplied ARGB.
  *
  * <p>What Pillow does on top, reproduced here: Pillow opens every WebP with libwebp's {@code
  * WebPAnimDecoder} (RGBA output). Its mode is RGBA when the file says it has alpha (VP8X alpha
@@ -52,6 +55,13 @@ final class LibWebpDecoder {
     private static final boolean AVAILABLE = probe();
 
     private final ImageReader reader = new WebPImageReaderSpi().createReaderInstance(null);
+
+    /**
+     * The read parameters of every decode. webp-imageio 0.11.0 registers each parameter's native
+     * decoder options with a Cleaner that holds them itself, so they are never freed: {@code
+     * read(0, null)} would leak one per image.
+     */
+    private final ImageReadParam param = reader.getDefaultReadParam();
 
     /** True when libwebp decodes in this JVM (its native library loaded). */
     static boolean available() {
@@ -175,7 +185,7 @@ final class LibWebpDecoder {
             int h = reader.getHeight(0);
             size = " " + w + "x" + h;
             sizeCheck.check(w, h);
-            BufferedImage img = reader.read(0, null);
+            BufferedImage img = reader.read(0, param);
             int[] argb = ((DataBufferInt) img.getRaster().getDataBuffer()).getData();
             return new Decoded(
                     img.getWidth(), img.getHeight(), argb, img.getColorModel().hasAlpha());

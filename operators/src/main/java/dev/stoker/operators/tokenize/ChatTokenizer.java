@@ -35,9 +35,25 @@ import java.util.Map;
  * produces them (the pre-tokenizer splits their strings and there are no merges for them), and
  * every other id stays as it was. {@link #open} checks both.
  *
+ * <p>No network: before DJL is first used in a JVM this class sets the system properties {@code
+ * OPT_OUT_TRACKING=true} (else every {@code HuggingFaceTokenizer.newInstance} asks the EC2 metadata
+ * service at 169.254.169.254 for usage telemetry, at most once a day) and {@code
+ * ai.djl.offline=true} (else, on a machine with CUDA, DJL downloads a CUDA build of its native
+ * library from publish.djl.ai instead of using the CPU one in its jar), unless they are already set
+ * (environment variables {@code OPT_OUT_TRACKING} / {@code DJL_OFFLINE} take precedence in DJL).
+ *
  * <p>Not thread-safe to close while in use; one instance per operator subtask.
  */
 public final class ChatTokenizer implements AutoCloseable {
+    static {
+        if (System.getProperty("OPT_OUT_TRACKING") == null) {
+            System.setProperty("OPT_OUT_TRACKING", "true");
+        }
+        if (System.getProperty("ai.djl.offline") == null) {
+            System.setProperty("ai.djl.offline", "true");
+        }
+    }
+
     public static final long ENDOFTEXT = 151643;
     public static final long IM_START = 151644;
     public static final long IM_END = 151645;

@@ -5,8 +5,12 @@ import dev.stoker.operators.model.DeadLetters;
 import dev.stoker.operators.model.PreprocessedRecord;
 import dev.stoker.operators.model.RejectedRecordException;
 import dev.stoker.operators.model.TokenizedSample;
+import java.io.IOException;
+import java.nio.file.AccessDeniedException;
+import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import org.apache.flink.api.common.functions.OpenContext;
+import org.apache.flink.runtime.execution.SuppressRestartsException;
 import org.apache.flink.streaming.api.functions.ProcessFunction;
 import org.apache.flink.util.Collector;
 
@@ -58,9 +62,29 @@ public class TokenizeFunction extends ProcessFunction<PreprocessedRecord, Tokeni
         this.policy = policy;
     }
 
+    /**
+     * Loads the tokenizer.
+     *
+     * @throws SuppressRestartsException when {@code tokenizer.json} is missing or unreadable on
+     *     this TaskManager, or not a Qwen2-VL tokenizer: restarting cannot heal that, so the job
+     *     fails with this reason instead of restarting (other I/O errors are thrown as they are,
+     *     and the restart strategy decides)
+     */
     @Override
     public void open(OpenContext openContext) throws Exception {
-        tokenizer = ChatTokenizer.open(Path.of(tokenizerDir));
+        try {
+            tokenizer = ChatTokenizer.open(Path.of(tokenizerDir));
+        } catch (NoSuchFileException | AccessDeniedException | IllegalStateException e) {
+            throw new SuppressRestartsException(
+                    new IOException(
+                            "the tokenizer in "
+                                    + tokenizerDir
+                                    + " does not load in "
+                                    + getRuntimeContext().getTaskInfo().getTaskNameWithSubtasks()
+                                    + " (the path must exist on every TaskManager): "
+                                    + e,
+                            e));
+        }
         samples = new SampleTokenizer(tokenizer, template, mergeSize, maxSeqLen, policy);
     }
 

@@ -1,0 +1,382 @@
+"""Repeated resumes on one cluster: six jobs in a row on the same TaskManager JVM.
+
+A standalone cluster (``scripts/cluster.sh``) with ONE TaskManager, so every job runs in the same
+JVM. The dataset mixes the demo's generated records (JPEG, PNG, GIF, WebP, BMP) with CMYK JPEGs
+from the bad-input corpus, which libjpeg-turbo leaves to ImageIO (TwelveMonkeys' reader): every
+job decodes through ImageIO and libwebp, the two libraries that used to register job classes
+JVM-wide (ImageIO's plugin registry; a JNI library, one class loader per JVM).
+
+1. Job 0 runs the whole epoch uninterrupted with a recording trainer: the reference.
+2. Jobs 1..5: each is submitted (job 1 fresh, the others with ``-s <savepoint>
+   --stoker.resume-step S``), a trainer reads steps S+1 .. its stop step and exits, the job idles
+   at its prefetch bound and is stopped with ``flink stop --savepointPath`` (it must end
+   FINISHED); job 5 runs to the end of the epoch. Every job must reach RUNNING, restart never
+   (no exception in its history), decode WebP with libwebp (``webpDecoderNative`` = 1) and end
+   FINISHED.
+3. The five trainers together read every (step, rank) exactly once, with the reference's SHA-256.
+4. After each job the TaskManager's loaded classes and metaspace are measured (``jcmd GC.run``,
+   then ``jstat``) and its live user-code class loaders counted (``jcmd VM.classloader_stats``),
+   and printed. They are NOT bounded yet: the goal is at most one live job class loader (ImageIO's
+   JVM-global registry keeps the first job that touched ImageIO) and growth from after job 1 to
+   after job 5 of at most ``GOAL_CLASSES_PER_JOB`` classes and ``GOAL_METASPACE_KB_PER_JOB`` KiB
+   per job, but today every finished job's class loader stays reachable (~1,450 classes and
+   ~9.4 MB of metaspace per job), held by something on the stop-with-savepoint / resume path
+   that is not found yet (issue 24, point 1, open).
+
+While job 1 idles, every REST metric id of the README's "Watch" table (but the S3 fetch ones,
+which only a job reading S3 has) is read from its REST API. The measured numbers are printed
+(``-s`` shows them).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_cluster import (
+    CLUSTER,
+    JAR,
+    JOB_NAME,
+    REPO_ROOT,
+    SHARED,
+    WORLD_SIZE,
+    Cluster,
+    _consumed,
+    _finish,
+    _generation,
+    _manifest,
+    _read_record,
+    _steps_on_disk,
+    _submit,
+    _trainer,
+    _wait,
+)
+
+GENERATED_RECORDS = 32
+CMYK_RECORDS = 20
+RECORDS = GENERATED_RECORDS + CMYK_RECORDS
+NUM_STEPS = -(-RECORDS // (WORLD_SIZE * 2))  # micro-batch 2 (test_cluster._submit): 13
+# The trainer of job k stops after STOPS[k-1]; job 5's trainer reads to the end.
+STOPS = [1, 3, 5, 7]
+# Growth bounds per job once the first job loaded what stays (the cluster's lib/ classes, JIT):
+# a leaked job class loader holds thousands of classes and tens of MB of metaspace.
+GOAL_CLASSES_PER_JOB = 300
+GOAL_METASPACE_KB_PER_JOB = 2048
+
+
+@pytest.fixture(scope="module")
+def dataset() -> Iterator[Path]:
+    """Generated records plus CMYK JPEG records (images copied from the bad-input corpus)."""
+    d = Path(tempfile.mkdtemp(prefix="stoker-reuse-dataset-"))
+    try:
+        subprocess.run(
+            [
+                sys.executable,
+                str(REPO_ROOT / "scripts" / "make_sample_dataset.py"),
+                str(d),
+                "--records",
+                str(GENERATED_RECORDS),
+            ],
+            check=True,
+            capture_output=True,
+        )
+        cmyk = SHARED / "bad-inputs" / "cmyk-jpeg"
+        shutil.copytree(cmyk / "images", d / "cmyk")
+        files = ["cmyk_adobe.jpg", "pil_sample_cmyk.jpg"]
+        with (d / "cmyk.jsonl").open("w") as f:
+            for i in range(CMYK_RECORDS):
+                record = {
+                    "id": f"cmyk-{i}",
+                    "image": f"cmyk/{files[i % 2]}",
+                    "conversations": [
+                        {"from": "human", "value": f"<image>\nWhat is in picture {i}?"},
+                        {"from": "gpt", "value": f"Picture {i} shows a test pattern."},
+                    ],
+                }
+                f.write(json.dumps(record) + "\n")
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    if not SHARED.is_dir():
+        pytest.fail(f"{SHARED} is missing; tests need ../shared beside the repository")
+    if not JAR.is_file():
+        pytest.fail(f"{JAR} is missing: run ./stoker test (or mvn package)")
+    for tool in ("jcmd", "jstat"):
+        if shutil.which(tool) is None:
+            pytest.fail(f"{tool} (the JDK's) is needed to measure the TaskManager's classes")
+    run_dir = Path(tempfile.mkdtemp(prefix="stoker-reuse-cluster-"))
+    c = Cluster(run_dir, Path(tempfile.mkdtemp(prefix="stoker-reuse-", dir="/dev/shm")))
+    c.env["STOKER_TASKMANAGERS"] = "1"
+    try:
+        c.script(
+            "start",
+            "-D",
+            "taskmanager.numberOfTaskSlots=4",
+            "-D",
+            "metrics.fetcher.update-interval=1000",
+            # a job that fails must show here, not restart for minutes
+            "-D",
+            "restart-strategy.type=none",
+            timeout_s=240,
+        )
+        yield c
+    finally:
+        subprocess.run([str(CLUSTER), "stop"], env=c.env, capture_output=True, timeout=120)
+        logs = run_dir / "log"
+        if logs.is_dir():
+            keep = REPO_ROOT / ".stoker" / "logs" / "e2e-cluster-reuse"
+            shutil.rmtree(keep, ignore_errors=True)
+            shutil.copytree(logs, keep, dirs_exist_ok=True)
+        shutil.rmtree(run_dir, ignore_errors=True)
+        shutil.rmtree(c.shm, ignore_errors=True)
+
+
+def _tm_pid(cluster: Cluster) -> int:
+    return int((cluster.run_dir / "pid" / "taskmanager-1.pid").read_text().strip())
+
+
+def _jvm_classes(cluster: Cluster) -> tuple[int, float, int]:
+    """(loaded classes, metaspace used in KiB, live user-code class loaders) of the TaskManager.
+
+    Waits until the TaskManager has freed every slot (Flink then releases the finished job's
+    class loader), runs ``GC.run`` twice (class unloading happens in a full GC), reads ``jstat
+    -class`` (loaded minus unloaded), ``jstat -gc`` (``MU``) and ``jcmd VM.classloader_stats`` (Flink's
+    user-code class loaders, ``ChildFirstClassLoader``, still alive).
+    """
+    _wait(
+        "the TaskManager to free every slot",
+        60,
+        lambda: all(
+            tm["freeSlots"] == tm["slotsNumber"]
+            for tm in cluster.rest("/taskmanagers")["taskmanagers"]
+        ),
+    )
+    time.sleep(2)
+    pid = str(_tm_pid(cluster))
+    for _ in range(2):
+        subprocess.run(["jcmd", pid, "GC.run"], check=True, capture_output=True, timeout=60)
+    cls = subprocess.run(["jstat", "-class", pid], check=True, capture_output=True, text=True)
+    head, row = cls.stdout.split("\n")[:2]
+    c = dict(zip(head.split(), row.split(), strict=True))
+    gc = subprocess.run(["jstat", "-gc", pid], check=True, capture_output=True, text=True)
+    head, row = gc.stdout.split("\n")[:2]
+    g = dict(zip(head.split(), row.split(), strict=True))
+    stats = subprocess.run(
+        ["jcmd", pid, "VM.classloader_stats"], check=True, capture_output=True, text=True
+    )
+    loaders = sum("ChildFirstClassLoader" in line for line in stats.stdout.splitlines())
+    return int(c["Loaded"]) - int(c["Unloaded"]), float(g["MU"]), loaders
+
+
+def _webp_native(cluster: Cluster, jid: str) -> float | None:
+    """The smallest ``webpDecoderNative`` over the preprocess subtasks (None: not reported yet)."""
+    v = cluster.vertex(jid, "preprocess-images")
+    base = f"/jobs/{jid}/vertices/{v['id']}/subtasks/metrics"
+    got = cluster.rest(f"{base}?get=preprocess-images.webpDecoderNative&agg=min")
+    return float(got[0]["min"]) if got and "min" in got[0] else None
+
+
+def _stop_with_savepoint(cluster: Cluster, jid: str) -> str:
+    """``flink stop --savepointPath``: the savepoint path; the job must end FINISHED."""
+    out = cluster.flink("stop", "--savepointPath", str(cluster.run_dir / "savepoints"), jid)
+    m = re.search(r"Savepoint completed\. Path: (\S+)", out)
+    assert m, f"`flink stop` printed no savepoint path:\n{out[-3000:]}"
+    _wait(
+        f"job {jid} to finish after stop-with-savepoint",
+        60,
+        lambda: cluster.state(jid) == "FINISHED",
+        explain=lambda: cluster.describe(jid),
+    )
+    return m.group(1)
+
+
+def _readme_metric_ids() -> dict[str, list[str]]:
+    """README "Watch" table: operator -> REST metric ids (``<r>`` -> 0), S3-only ones left out."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    table = readme[readme.index("| operator | REST metric id |") :].split("\n\n", 1)[0]
+    ids: dict[str, list[str]] = {}
+    for row in table.splitlines()[2:]:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        operator, rest_ids = cells[0].strip("`"), cells[1].split("S3:", 1)[0]
+        for metric in re.findall(r"`([^`]+)`", rest_ids):
+            ids.setdefault(operator, []).append(
+                metric.replace("<r>", "0").replace("<REASON>", "IMAGE_NOT_FOUND")
+            )
+    return ids
+
+
+def _check_readme_metrics(cluster: Cluster, jid: str) -> None:
+    """Every REST metric id of the README's table (but S3's) exists on the running job."""
+    documented = _readme_metric_ids()
+    assert set(documented) == {
+        "arrow-shm-sink",
+        "fetch-images",
+        "preprocess-images",
+        "dead-letter-accounting",
+    }, documented
+    missing = {}
+    for operator, ids in documented.items():
+        vertex = cluster.vertex(jid, operator)
+        base = f"/jobs/{jid}/vertices/{vertex['id']}/subtasks/metrics"
+        have = _wait(
+            f"the metrics of {operator}",
+            30,
+            lambda b=base, want=ids: (
+                (m := {x["id"] for x in cluster.rest(b)}) and set(want) <= m and m
+            ),
+            explain=lambda b=base, want=ids: (
+                f"missing: {sorted(set(want) - {x['id'] for x in cluster.rest(b)})}"
+            ),
+        )
+        missing.update({i: operator for i in ids if i not in have})
+    assert missing == {}, f"README metric ids the job does not report: {missing}"
+
+
+def _no_restarts(cluster: Cluster, jid: str) -> None:
+    entries = cluster.rest(f"/jobs/{jid}/exceptions").get("exceptionHistory", {}).get("entries", [])
+    assert entries == [], f"job {jid} failed and restarted:\n{cluster.describe(jid)}"
+
+
+def test_six_jobs_in_a_row_on_one_taskmanager_resume_exactly_once(
+    cluster: Cluster, dataset: Path
+) -> None:
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        _jobs_in_a_row(cluster, dataset, procs)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def _jobs_in_a_row(cluster: Cluster, dataset: Path, procs: list[subprocess.Popen[str]]) -> None:
+    base = cluster.shm
+    measured: list[tuple[str, int, float, int]] = []
+
+    def measure(what: str) -> None:
+        measured.append((what, *_jvm_classes(cluster)))
+        print(f"TaskManager {measured[-1]}", file=sys.stderr)
+
+    measure("cluster started")
+
+    # job 0: the reference, uninterrupted
+    ref_out, ref_record = base / "reference", base / "reference.jsonl"
+    ref_jid = _submit(cluster, ref_out, dataset)
+    _finish(_trainer(ref_out / JOB_NAME, ref_record, procs), timeout_s=300)
+    _wait(
+        "the reference job to finish",
+        60,
+        lambda: cluster.state(ref_jid) == "FINISHED",
+        explain=lambda: cluster.describe(ref_jid),
+    )
+    _no_restarts(cluster, ref_jid)
+    reference = _read_record(ref_record)
+    assert sorted((r["step"], r["rank"]) for r in reference) == [
+        (s, r) for s in range(NUM_STEPS) for r in range(WORLD_SIZE)
+    ]
+    measure("after job 0 (reference)")
+
+    # jobs 1..5 on the same TaskManager: stop with a savepoint, resume from it
+    out = base / "run"
+    job_dir = out / JOB_NAME
+    records: list[dict[str, Any]] = []
+    savepoint, resume, gen = "", -1, None
+    for k, stop in enumerate([*STOPS, None], start=1):
+        extra = ("-s", savepoint) if savepoint else ()
+        jid = _submit(cluster, out, dataset, *extra, resume=str(resume) if resume >= 0 else "")
+        gen = _wait(
+            f"job {k}'s new generation in manifest.json",
+            120,
+            lambda old=gen: (g := _generation(job_dir)) != old and g,
+            explain=lambda j=jid: cluster.describe(j),
+        )
+        assert _manifest(job_dir)["first_step"] == resume + 1
+        record = base / f"run-{k}.jsonl"
+        trainer = _trainer(
+            job_dir,
+            record,
+            procs,
+            start_step=resume + 1 if resume >= 0 else None,
+            stop_after_step=stop,
+        )
+        _wait(
+            f"job {k} to run",
+            120,
+            lambda j=jid: cluster.running(j) or cluster.state(j) == "FINISHED",
+            explain=lambda j=jid: cluster.describe(j),
+        )
+        _finish(trainer, timeout_s=240)
+        records += _read_record(record)
+        if stop is not None:
+            rank_dirs = [job_dir / f"gen-{gen}" / f"rank-{r}" for r in range(WORLD_SIZE)]
+            assert [_consumed(d) for d in rank_dirs] == [stop] * WORLD_SIZE
+            bound = min(stop + 4, NUM_STEPS - 1)  # prefetch depth 4 (test_cluster._submit)
+            _wait(
+                f"job {k} to reach its prefetch bound {bound}",
+                120,
+                lambda b=bound, ds=rank_dirs: all(b in _steps_on_disk(d) for d in ds),
+                explain=lambda j=jid: cluster.describe(j),
+            )
+            _wait(
+                f"job {k}'s webpDecoderNative gauge",
+                30,
+                lambda j=jid: _webp_native(cluster, j) is not None,
+            )
+            assert _webp_native(cluster, jid) == 1.0, f"job {k} decodes WebP without libwebp"
+            if k == 1:
+                _check_readme_metrics(cluster, jid)
+            _no_restarts(cluster, jid)
+            savepoint, resume = _stop_with_savepoint(cluster, jid), stop
+        else:
+            _wait(
+                f"job {k} to finish",
+                60,
+                lambda j=jid: cluster.state(j) == "FINISHED",
+                explain=lambda j=jid: cluster.describe(j),
+            )
+            _no_restarts(cluster, jid)
+        measure(f"after job {k}")
+
+    report = "\n".join(
+        f"  {what}: {n} classes, metaspace {mu:.0f} KiB, {cl} job class loaders alive"
+        for what, n, mu, cl in measured
+    )
+    (_, c1, m1, _), (_, c5, m5, _) = measured[2], measured[-1]
+    per_job_classes, per_job_kb = (c5 - c1) / 4, (m5 - m1) / 4
+    print(
+        f"TaskManager classes/metaspace:\n{report}\n"
+        f"  growth per job (job 1 -> job 5): {per_job_classes:+.0f} classes, "
+        f"{per_job_kb:+.0f} KiB metaspace",
+        file=sys.stderr,
+    )
+
+    # exactly once across the five jobs, identical to the reference
+    counts = collections.Counter((r["step"], r["rank"]) for r in records)
+    assert [k for k, n in counts.items() if n > 1] == [], "batches read more than once"
+    want = {(r["step"], r["rank"]): r["sha256"] for r in reference}
+    got = {(r["step"], r["rank"]): r["sha256"] for r in records}
+    assert sorted(got) == sorted(want), f"missing {sorted(set(want) - set(got))}"
+    assert sorted(k for k in want if got[k] != want[k]) == [], "batches differ from the reference"
+    left = sorted(str(p.relative_to(job_dir)) for p in job_dir.glob("gen-*/rank-*/step-*"))
+    assert left == [], f"batch files left: {left}"
+
+    # Not asserted yet (see the module docstring, point 4): the leak per job is measured only.
+    print(
+        f"job reuse: goal <= 1 live job class loader, <= {GOAL_CLASSES_PER_JOB} classes and"
+        f" <= {GOAL_METASPACE_KB_PER_JOB} KiB metaspace per job; measured:\n{report}"
+    )
