@@ -215,6 +215,10 @@ def test_flink_configuration_is_the_production_config_plus_kubernetes_keys() -> 
     for key, value in production.items():
         if key in LOOPBACK_KEYS:
             assert key not in conf, f"{key} binds loopback; on Kubernetes the pod's address applies"
+        elif key.startswith("high-availability."):
+            # the production config's ZooKeeper HA is replaced by Kubernetes HA (checked above)
+            if key.startswith("high-availability.zookeeper.") or key.endswith(".cluster-id"):
+                assert key not in conf, f"{key}: ZooKeeper HA or a fixed cluster id on Kubernetes"
         else:
             assert conf.get(key) == _flink_string(value), (
                 f"{key}: {conf.get(key)!r} != {value!r} in {FLINK_CONF}"
