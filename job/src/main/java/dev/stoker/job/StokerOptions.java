@@ -429,13 +429,14 @@ public final class StokerOptions {
     public static final ConfigOption<Duration> S3_HEDGE_AFTER =
             ConfigOptions.key("stoker.s3.hedge-after")
                     .durationType()
-                    .defaultValue(Duration.ofSeconds(1))
+                    .defaultValue(Duration.ZERO)
                     .withDescription(
                             "Send a second, identical image GET when the first is still running after this"
                                     + " long (and a connection is free); the first success wins and the other is"
-                                    + " cancelled. A stuck GET then costs this long instead of the attempt timeout;"
-                                    + " at 1 s a GET of normal latency is never hedged, so the extra requests are"
-                                    + " about the stuck ones (bench/README.md, stuck GETs); 0 = off.");
+                                    + " cancelled. A stuck GET then costs this long instead of the attempt timeout,"
+                                    + " but a GET waiting in retry backoff (throttling) is hedged too and doubles"
+                                    + " the requests, so it is off by default (bench/README.md, stuck GETs);"
+                                    + " 1 s suits a store with stuck connections and no throttling; 0 = off.");
 
     public static final ConfigOption<Duration> S3_RETRY_MAX_DELAY =
             ConfigOptions.key("stoker.s3.retry-max-delay")
