@@ -25,6 +25,7 @@ also on failure.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import re
@@ -351,22 +352,27 @@ def dataset() -> Path:
     return make_dataset()
 
 
+def generate_records(directory: Path, records: int) -> None:
+    """``records`` generated records (``scripts/make_sample_dataset.py``) in ``directory``."""
+    subprocess.run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "scripts" / "make_sample_dataset.py"),
+            str(directory),
+            "--records",
+            str(records),
+        ],
+        check=True,
+        capture_output=True,
+    )
+
+
 def make_dataset() -> Path:
     """A generated dataset (both record formats, five image formats), cached under .stoker/."""
     d = REPO_ROOT / ".stoker" / f"e2e-cluster-dataset-{RECORDS}"
     if not (d / ".complete").exists():
         shutil.rmtree(d, ignore_errors=True)
-        subprocess.run(
-            [
-                sys.executable,
-                str(REPO_ROOT / "scripts" / "make_sample_dataset.py"),
-                str(d),
-                "--records",
-                str(RECORDS),
-            ],
-            check=True,
-            capture_output=True,
-        )
+        generate_records(d, RECORDS)
         (d / ".complete").touch()
     return d
 
@@ -397,12 +403,21 @@ def cluster() -> Iterator[Cluster]:
 def test_kill_savepoint_cancel_resume_rescale_delivers_every_batch_once(
     cluster: Cluster, dataset: Path
 ) -> None:
+    with cluster_run(cluster) as (procs, phases):
+        _workflow(cluster, dataset, cluster.shm, procs, phases)
+
+
+@contextlib.contextmanager
+def cluster_run(cluster: Cluster) -> Iterator[tuple[list[subprocess.Popen[str]], Phases]]:
+    """The processes a cluster test starts (append them) and its phase timer. On a failure the
+    cluster's thread dumps are taken (a job that hangs: where every thread waits); at the end
+    every process still running is killed and the phases are printed."""
     procs: list[subprocess.Popen[str]] = []
     phases = Phases()
     try:
-        _workflow(cluster, dataset, cluster.shm, procs, phases)
+        yield procs, phases
     except BaseException:
-        cluster.thread_dumps()  # a job that hangs: where every thread of the cluster waits
+        cluster.thread_dumps()
         raise
     finally:
         for p in procs:
@@ -412,14 +427,19 @@ def test_kill_savepoint_cancel_resume_rescale_delivers_every_batch_once(
         print(phases.report(), file=sys.stderr)
 
 
-def _workflow(
+def reference_run(
     cluster: Cluster,
-    dataset: Path,
     base: Path,
+    dataset: Path,
     procs: list[subprocess.Popen[str]],
-    phases: Phases,
-) -> None:
-    # --- the reference: an uninterrupted run -------------------------------------------------
+    num_steps: int,
+) -> tuple[str, list[dict[str, Any]]]:
+    """The uninterrupted run every cluster test compares against: the job submitted fresh under
+    ``base/reference`` and a recording trainer reading every batch; the job must end FINISHED and
+    the trainer must have read every (step, rank) of ``num_steps`` steps.
+
+    :returns: the job id and the trainer's record (one dict per batch)
+    """
     ref_out, ref_record = base / "reference", base / "reference.jsonl"
     ref_jid = _submit(cluster, ref_out, dataset)
     _finish(_trainer(ref_out / JOB_NAME, ref_record, procs), timeout_s=300)
@@ -431,8 +451,20 @@ def _workflow(
     )
     reference = _read_record(ref_record)
     assert sorted((r["step"], r["rank"]) for r in reference) == [
-        (s, r) for s in range(NUM_STEPS) for r in range(WORLD_SIZE)
+        (s, r) for s in range(num_steps) for r in range(WORLD_SIZE)
     ]
+    return ref_jid, reference
+
+
+def _workflow(
+    cluster: Cluster,
+    dataset: Path,
+    base: Path,
+    procs: list[subprocess.Popen[str]],
+    phases: Phases,
+) -> None:
+    # --- the reference: an uninterrupted run -------------------------------------------------
+    ref_jid, reference = reference_run(cluster, base, dataset, procs, NUM_STEPS)
     phases("reference run")
 
     # --- the same job, interrupted ------------------------------------------------------------

@@ -48,7 +48,9 @@ from test_cluster import (
     _submit,
     _trainer,
     _wait,
+    cluster_run,
     make_dataset,
+    reference_run,
 )
 
 # Simulated compute per step: slower than the pipeline, so the job waits at its prefetch bound
@@ -105,19 +107,8 @@ def test_standby_jobmanager_takes_over_and_the_trainer_reads_every_batch_once(
     ha_cluster: tuple[Cluster, int], ha_dataset: Path
 ) -> None:
     cluster, standby_port = ha_cluster
-    procs: list[subprocess.Popen[str]] = []
-    phases = Phases()
-    try:
+    with cluster_run(cluster) as (procs, phases):
         _failover(cluster, standby_port, ha_dataset, procs, phases)
-    except BaseException:
-        cluster.thread_dumps()
-        raise
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        print(phases.report(), file=sys.stderr)
 
 
 def _failover(
@@ -129,19 +120,7 @@ def _failover(
 ) -> None:
     base = cluster.shm
     # --- the reference: an uninterrupted run -------------------------------------------------
-    ref_out, ref_record = base / "reference", base / "reference.jsonl"
-    ref_jid = _submit(cluster, ref_out, dataset)
-    _finish(_trainer(ref_out / JOB_NAME, ref_record, procs), timeout_s=300)
-    _wait(
-        "the reference job to finish",
-        60,
-        lambda: cluster.state(ref_jid) == "FINISHED",
-        explain=lambda: cluster.describe(ref_jid),
-    )
-    reference = _read_record(ref_record)
-    assert sorted((r["step"], r["rank"]) for r in reference) == [
-        (s, r) for s in range(NUM_STEPS) for r in range(WORLD_SIZE)
-    ]
+    ref_jid, reference = reference_run(cluster, base, dataset, procs, NUM_STEPS)
     phases("reference run")
 
     # --- the same job; the leading JobManager dies mid-run -----------------------------------

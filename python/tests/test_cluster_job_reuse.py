@@ -60,6 +60,8 @@ from test_cluster import (
     _submit,
     _trainer,
     _wait,
+    generate_records,
+    reference_run,
 )
 
 GENERATED_RECORDS = 32
@@ -79,17 +81,7 @@ def dataset() -> Iterator[Path]:
     """Generated records plus CMYK JPEG records (images copied from the bad-input corpus)."""
     d = Path(tempfile.mkdtemp(prefix="stoker-reuse-dataset-"))
     try:
-        subprocess.run(
-            [
-                sys.executable,
-                str(REPO_ROOT / "scripts" / "make_sample_dataset.py"),
-                str(d),
-                "--records",
-                str(GENERATED_RECORDS),
-            ],
-            check=True,
-            capture_output=True,
-        )
+        generate_records(d, GENERATED_RECORDS)
         cmyk = SHARED / "bad-inputs" / "cmyk-jpeg"
         shutil.copytree(cmyk / "images", d / "cmyk")
         files = ["cmyk_adobe.jpg", "pil_sample_cmyk.jpg"]
@@ -275,20 +267,8 @@ def _jobs_in_a_row(cluster: Cluster, dataset: Path, procs: list[subprocess.Popen
     measure("cluster started")
 
     # job 0: the reference, uninterrupted
-    ref_out, ref_record = base / "reference", base / "reference.jsonl"
-    ref_jid = _submit(cluster, ref_out, dataset)
-    _finish(_trainer(ref_out / JOB_NAME, ref_record, procs), timeout_s=300)
-    _wait(
-        "the reference job to finish",
-        60,
-        lambda: cluster.state(ref_jid) == "FINISHED",
-        explain=lambda: cluster.describe(ref_jid),
-    )
+    ref_jid, reference = reference_run(cluster, base, dataset, procs, NUM_STEPS)
     _no_restarts(cluster, ref_jid)
-    reference = _read_record(ref_record)
-    assert sorted((r["step"], r["rank"]) for r in reference) == [
-        (s, r) for s in range(NUM_STEPS) for r in range(WORLD_SIZE)
-    ]
     measure("after job 0 (reference)")
 
     # jobs 1..5 on the same TaskManager: stop with a savepoint, resume from it
