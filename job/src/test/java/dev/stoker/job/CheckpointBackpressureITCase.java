@@ -85,7 +85,8 @@ class CheckpointBackpressureITCase {
     void checkpointsCompleteWhileTheTrainerHoldsTheJobBack(@InjectMiniCluster MiniCluster cluster)
             throws Exception {
         Configuration conf =
-                JobRun.config("s3://" + BUCKET + "/case", outputRoot, WORLD_SIZE, MICRO_BATCH_SIZE);
+                JobConfigs.config(
+                        "s3://" + BUCKET + "/case", outputRoot, WORLD_SIZE, MICRO_BATCH_SIZE);
         conf.addAll(S3FileSystems.config(S3));
         conf.set(StokerOptions.JOB_NAME, "backpressure");
         // 1400x1400 would stay 1400x1400 (12 MB of pixel values per sample, 750 MB per step);

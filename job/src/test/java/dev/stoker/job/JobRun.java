@@ -28,7 +28,6 @@ import org.apache.arrow.vector.BigIntVector;
 import org.apache.arrow.vector.VectorSchemaRoot;
 import org.apache.arrow.vector.ipc.ArrowFileReader;
 import org.apache.flink.api.common.JobExecutionResult;
-import org.apache.flink.configuration.CheckpointingOptions;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.RestartStrategyOptions;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
@@ -127,29 +126,6 @@ final class JobRun {
     }
 
     /**
-     * The job configuration the ITs start from: dataset, the shared Qwen tokenizer, output root,
-     * job name {@code itcase}, W and B, checkpoints under the output root, and no restarts (any
-     * failure or restart fails the test).
-     */
-    static Configuration config(
-            String datasetRoot, Path outputRoot, int worldSize, int microBatchSize) {
-        Configuration conf = new Configuration();
-        conf.set(StokerOptions.DATASET_PATH, datasetRoot);
-        conf.set(
-                StokerOptions.TOKENIZER_PATH,
-                SharedData.dataDir().resolve("tokenizers/qwen3").toString());
-        conf.set(StokerOptions.OUTPUT_ROOT, outputRoot.toString());
-        conf.set(StokerOptions.JOB_NAME, "itcase");
-        conf.set(StokerOptions.DP_WORLD_SIZE, worldSize);
-        conf.set(StokerOptions.MICRO_BATCH_SIZE, microBatchSize);
-        conf.set(
-                CheckpointingOptions.CHECKPOINTS_DIRECTORY,
-                outputRoot.resolve("checkpoints").toUri().toString());
-        conf.set(RestartStrategyOptions.RESTART_STRATEGY, "none");
-        return conf;
-    }
-
-    /**
      * As {@link #run(Path, Path, int, int, Configuration)} for a dataset URI such as {@code
      * s3://bucket/prefix}.
      */
@@ -160,7 +136,7 @@ final class JobRun {
             int microBatchSize,
             Configuration extra)
             throws Exception {
-        Configuration conf = config(datasetRoot, outputRoot, worldSize, microBatchSize);
+        Configuration conf = JobConfigs.config(datasetRoot, outputRoot, worldSize, microBatchSize);
         // listing order, so sample index = record index; no trainer acknowledges batches here
         conf.set(StokerOptions.SHUFFLE, false);
         conf.set(StokerOptions.PREFETCH_DEPTH, 0);

@@ -39,7 +39,8 @@ class PermanentFailureITCase {
                 tokenizer.resolve("tokenizer.json"));
         Path out = Files.createDirectories(dir.resolve("out"));
         Configuration conf =
-                JobRun.config(SharedData.dataDir().resolve("llava-style").toString(), out, 2, 2);
+                JobConfigs.config(
+                        SharedData.dataDir().resolve("llava-style").toString(), out, 2, 2);
         conf.set(StokerOptions.TOKENIZER_PATH, tokenizer.toString());
         conf.set(StokerOptions.PREFETCH_DEPTH, 0);
         conf.set(RestartStrategyOptions.RESTART_STRATEGY, "fixed-delay");

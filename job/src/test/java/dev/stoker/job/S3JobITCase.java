@@ -321,7 +321,7 @@ class S3JobITCase {
         assertThat(documented).isNotEmpty();
 
         Configuration conf =
-                JobRun.config("s3://" + BUCKET + "/complete", outputRoot, WORLD_SIZE, 2);
+                JobConfigs.config("s3://" + BUCKET + "/complete", outputRoot, WORLD_SIZE, 2);
         conf.addAll(s3Config());
         conf.set(StokerOptions.PREFETCH_DEPTH, 1);
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment();

@@ -22,7 +22,7 @@ class StartupChecksTest {
     private static final Path TOKENIZER = SharedData.dataDir().resolve("tokenizers/qwen3");
 
     private static Configuration conf(Path output) {
-        return JobRun.config(LLAVA.toString(), output, 2, 2);
+        return JobConfigs.config(LLAVA.toString(), output, 2, 2);
     }
 
     private static void build(Configuration conf) throws Exception {
