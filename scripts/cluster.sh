@@ -29,16 +29,32 @@
 # $STOKER_TASKMANAGERS=0 starts only the JobManager (then add TaskManagers one by one).
 # Everything of a cluster (conf/, log/, pid/, checkpoints/, savepoints/) lives in
 # $STOKER_CLUSTER_DIR (default .stoker/cluster), so two clusters with different directories and
-# ports can run side by side. Every process binds 127.0.0.1 only.
-# With --ha: ZooKeeper (cluster/zookeeper, jars from Maven Central) on 127.0.0.1:$STOKER_ZK_PORT
-# (2181), data in $STOKER_CLUSTER_DIR/zookeeper, Flink's HA metadata in $STOKER_CLUSTER_DIR/ha;
-# JobManager N (N >= 2) serves REST on $STOKER_REST_PORT + N - 1 unless -D rest.port=... says.
+# ports can run side by side.
+# Addresses: every process binds $STOKER_CLUSTER_ADDRESS (default 127.0.0.1) only, and this
+# script's own REST calls go there. `start` writes it into the cluster's configuration
+# (jobmanager.rpc.address, jobmanager.bind-host, rest.address, rest.bind-address,
+# taskmanager.host, taskmanager.bind-host); later commands read it from there. A TaskManager on
+# another host (a simulated node of scripts/nodes.sh) is started on that host with its own
+# address, the cluster directory being shared (all simulated nodes see this file system):
+#   STOKER_CLUSTER_ADDRESS=10.77.0.1 scripts/nodes.sh exec cpu0 scripts/cluster.sh start
+#   scripts/nodes.sh exec gpu0 scripts/cluster.sh add-taskmanager \
+#     -D taskmanager.host=10.77.0.3 -D taskmanager.bind-host=10.77.0.3 [-D ...]
+# Processes outlive the command that started them (setsid). `stop` and `kill-taskmanager` work
+# from the host or any node (by process id: the nodes share the machine's processes); `flink`,
+# `status` and `add-*` must run where the JobManager's address is reachable (for simulated nodes:
+# inside a node, e.g. scripts/nodes.sh exec cpu0 scripts/cluster.sh flink run ...).
+# With --ha: ZooKeeper (cluster/zookeeper, jars from Maven Central) on that address, port
+# $STOKER_ZK_PORT (2181), data in $STOKER_CLUSTER_DIR/zookeeper, Flink's HA metadata in
+# $STOKER_CLUSTER_DIR/ha; JobManager N (N >= 2) serves REST on $STOKER_REST_PORT + N - 1 unless
+# -D rest.port=... says.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 FLINK_HOME=${STOKER_FLINK_HOME:-$REPO/cluster/target/flink}
 RUN=${STOKER_CLUSTER_DIR:-$REPO/.stoker/cluster}
 REST_PORT=${STOKER_REST_PORT:-8081}
 RPC_PORT=${STOKER_JM_RPC_PORT:-6123}
+ADDRESS=${STOKER_CLUSTER_ADDRESS:-127.0.0.1}
+[[ $ADDRESS =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}$ ]] || { echo "[cluster] error: STOKER_CLUSTER_ADDRESS '$ADDRESS': an IPv4 address" >&2; exit 1; }
 CONF=$RUN/conf
 LOG=$RUN/log
 PIDS=$RUN/pid
@@ -93,6 +109,12 @@ write_conf() {
     -D "execution.checkpointing.dir=file://$RUN/checkpoints"
     -D "execution.checkpointing.savepoint-dir=file://$RUN/savepoints"
     -D "rest.port=$REST_PORT"
+    -D "jobmanager.rpc.address=$ADDRESS"
+    -D "jobmanager.bind-host=$ADDRESS"
+    -D "rest.address=$ADDRESS"
+    -D "rest.bind-address=$ADDRESS"
+    -D "taskmanager.host=$ADDRESS"
+    -D "taskmanager.bind-host=$ADDRESS"
     -D "jobmanager.rpc.port=$RPC_PORT"
     -D "metrics.reporters=jmx"
     -D "jobmanager.memory.process.size=1024m"
@@ -125,12 +147,17 @@ spawn() {
   echo $! > "$PIDS/$name.pid"
 }
 
+# The JobManager's address: the cluster's configuration's once `start` wrote it.
+jm_address() {
+  if [ -f "$CONF/effective.yaml" ]; then conf_value rest.address; else echo "$ADDRESS"; fi
+}
+
 # The REST API of the cluster: the leading JobManager's with --ha (any JobManager's REST endpoint
 # answers for the leader, but a killed one answers nothing).
 rest() {
   local port=$REST_PORT
   if ha_on; then port=$(ha_leader | cut -d' ' -f2); [ -n "$port" ] || return 1; fi
-  curl -sf --max-time 5 "http://127.0.0.1:$port$1"
+  curl -sf --max-time 5 "http://$(jm_address):$port$1"
 }
 
 # JobManager N's process name: "jobmanager" for the first (as without --ha), "jobmanager-N" after.
@@ -205,7 +232,7 @@ cmd_start() {
   cmd_build
   command -v curl >/dev/null || die "curl is needed to talk to the REST API"
   if alive "$PIDS/jobmanager.pid" || alive "$PIDS/zookeeper.pid"; then die "a cluster is already running in $RUN (scripts/cluster.sh stop first)"; fi
-  if curl -sf --max-time 5 "http://127.0.0.1:$REST_PORT/overview" >/dev/null 2>&1; then die "something already answers on 127.0.0.1:$REST_PORT (set STOKER_REST_PORT)"; fi
+  if curl -sf --max-time 5 "http://$ADDRESS:$REST_PORT/overview" >/dev/null 2>&1; then die "something already answers on $ADDRESS:$REST_PORT (set STOKER_REST_PORT)"; fi
   rm -rf "$PIDS" "$LOG"
   if [ $ha = 1 ]; then
     mkdir -p "$PIDS" "$LOG"
@@ -215,12 +242,12 @@ cmd_start() {
   fi
   write_conf "$@"
   local n=${STOKER_TASKMANAGERS:-2} i started=()
-  log "starting a JobManager (web UI http://127.0.0.1:$REST_PORT) and $n TaskManagers; run directory $RUN"
+  log "starting a JobManager (web UI http://$ADDRESS:$REST_PORT) and $n TaskManagers; run directory $RUN"
   start_jobmanager
   if [ $ha = 1 ]; then
     for ((i = 2; i <= ${STOKER_JOBMANAGERS:-2}; i++)); do
       start_jobmanager "$i" -D "rest.port=$((REST_PORT + i - 1))"
-      log "standby JobManager $i: web UI http://127.0.0.1:$((REST_PORT + i - 1))"
+      log "standby JobManager $i: web UI http://$ADDRESS:$((REST_PORT + i - 1))"
     done
   fi
   for ((i = 0; i < n; i++)); do started+=("$(start_taskmanager)"); done
@@ -317,24 +344,24 @@ build_zookeeper() {
 zk_up() {
   alive "$PIDS/zookeeper.pid" || die "ZooKeeper exited; see $LOG/zookeeper.log and .out"
   local reply
-  { exec 3<>"/dev/tcp/127.0.0.1/$ZK_PORT"; } 2>/dev/null || return 1
+  { exec 3<>"/dev/tcp/$ADDRESS/$ZK_PORT"; } 2>/dev/null || return 1
   printf srvr >&3
   reply=$(timeout 2 cat <&3 || true)
   exec 3>&-
   [[ "$reply" == *"Mode: standalone"* ]]
 }
 
-# One standalone ZooKeeper server on 127.0.0.1:$ZK_PORT (a production ensemble has 3 or 5 on
+# One standalone ZooKeeper server on $ADDRESS:$ZK_PORT (a production ensemble has 3 or 5 on
 # separate hosts); its data (snapshots, transaction log) in $RUN/zookeeper.
 start_zookeeper() {
-  if (exec 3<>"/dev/tcp/127.0.0.1/$ZK_PORT") 2>/dev/null; then die "something already listens on 127.0.0.1:$ZK_PORT (set STOKER_ZK_PORT)"; fi
+  if (exec 3<>"/dev/tcp/$ADDRESS/$ZK_PORT") 2>/dev/null; then die "something already listens on $ADDRESS:$ZK_PORT (set STOKER_ZK_PORT)"; fi
   mkdir -p "$RUN/zookeeper/data"
   cat > "$RUN/zookeeper/zoo.cfg" <<EOF
 # Generated by scripts/cluster.sh start --ha.
 tickTime=2000
 dataDir=$RUN/zookeeper/data
 clientPort=$ZK_PORT
-clientPortAddress=127.0.0.1
+clientPortAddress=$ADDRESS
 # no AdminServer (an HTTP listener on 8080); the four-letter "srvr" tells that the server is up
 admin.enableServer=false
 4lw.commands.whitelist=srvr,stat
@@ -349,8 +376,8 @@ EOF
       org.apache.zookeeper.server.ZooKeeperServerMain "$RUN/zookeeper/zoo.cfg" < /dev/null > "$LOG/zookeeper.out" 2>&1
   ) &
   echo $! > "$PIDS/zookeeper.pid"
-  wait_for 60 "ZooKeeper answering on 127.0.0.1:$ZK_PORT" zk_up
-  log "ZooKeeper up on 127.0.0.1:$ZK_PORT"
+  wait_for 60 "ZooKeeper answering on $ADDRESS:$ZK_PORT" zk_up
+  log "ZooKeeper up on $ADDRESS:$ZK_PORT"
 }
 
 # The keys that point the cluster at that ZooKeeper and keep the HA metadata on the local disk.
@@ -358,7 +385,7 @@ ha_overrides() {
   mkdir -p "$RUN/ha"
   HA_OVERRIDES=(
     -D "high-availability.type=zookeeper"
-    -D "high-availability.zookeeper.quorum=127.0.0.1:$ZK_PORT"
+    -D "high-availability.zookeeper.quorum=$ADDRESS:$ZK_PORT"
     -D "high-availability.storageDir=file://$RUN/ha"
     # the local server has no SASL; without this every ZooKeeper connection logs "Authentication failed"
     -D "zookeeper.sasl.disable=true"
@@ -421,5 +448,5 @@ case "${1:-}" in
   leader) ha_on || die "the cluster in $RUN runs without --ha"; ha_leader || die "no JobManager leads"; ;;
   flink) shift; cmd_flink "$@" ;;
   conf) cat "$CONF/config.yaml" ;;
-  *) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,48p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

@@ -31,8 +31,8 @@ import software.amazon.awssdk.regions.Region;
 import software.amazon.awssdk.services.s3.S3AsyncClient;
 
 /**
- * A real S3-compatible server on 127.0.0.1 for tests and the demo: S3Proxy (filesystem backend in a
- * temporary directory, AWS V2/V4 signatures) on a free port, in this JVM.
+ * A real S3-compatible server on 127.0.0.1 (or a given address) for tests and the demo: S3Proxy
+ * (filesystem backend in a temporary directory, AWS V2/V4 signatures) on a free port, in this JVM.
  *
  * <p>As a JUnit 5 extension ({@code @RegisterExtension static final LocalS3Server S3 = new
  * LocalS3Server();}) it starts before the class's tests and stops (deleting its data) after them.
@@ -41,15 +41,16 @@ import software.amazon.awssdk.services.s3.S3AsyncClient;
  * closes:
  *
  * <pre>
- * java -cp ... dev.stoker.testkit.LocalS3Server --port 9000 [--basedir DIR] [--upload DIR s3://bucket/prefix]
+ * java -cp ... dev.stoker.testkit.LocalS3Server [--host ADDRESS] --port 9000 [--basedir DIR] [--upload DIR s3://bucket/prefix]
  *     [--get-latency-ms 50 [--get-jitter-ms 20] [--get-latency-keys REGEX]] [--exit-on-stdin-eof]
  * </pre>
  *
- * (port 0: a free one; the latency options add time to first byte to every GET of a key matching
- * REGEX, default all keys, uniform in {@code latency +- jitter} ms, as {@link
- * FaultInjectingBlobStore} does for tests) and prints {@code endpoint=http://127.0.0.1:PORT} on
- * standard output once it serves (after any upload), the last line it prints. Objects are always
- * put through the S3 API, never copied into the backing directory.
+ * (host: the address it listens on and names in its endpoint, default 127.0.0.1, e.g. a simulated
+ * node's address for the multi-node tests; port 0: a free one; the latency options add time to
+ * first byte to every GET of a key matching REGEX, default all keys, uniform in {@code latency +-
+ * jitter} ms, as {@link FaultInjectingBlobStore} does for tests) and prints {@code
+ * endpoint=http://HOST:PORT} on standard output once it serves (after any upload), the last line it
+ * prints. Objects are always put through the S3 API, never copied into the backing directory.
  */
 public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback, AutoCloseable {
     /** Access key id the server accepts. Test credentials, not a secret. */
@@ -60,6 +61,7 @@ public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback,
 
     private static final Logger LOG = LoggerFactory.getLogger(LocalS3Server.class);
 
+    private final String host;
     private final int port;
     private Path basedir;
     private boolean deleteBasedir;
@@ -78,6 +80,16 @@ public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback,
      * @param basedir backing directory, null for a temporary one deleted on close
      */
     public LocalS3Server(int port, Path basedir) {
+        this("127.0.0.1", port, basedir);
+    }
+
+    /**
+     * @param host IPv4 address to listen on (and to name in {@link #endpoint()})
+     * @param port TCP port on {@code host}, 0 for a free one
+     * @param basedir backing directory, null for a temporary one deleted on close
+     */
+    public LocalS3Server(String host, int port, Path basedir) {
+        this.host = host;
         this.port = port;
         this.basedir = basedir;
     }
@@ -99,7 +111,7 @@ public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback,
         proxy =
                 S3Proxy.builder()
                         .blobStore(faults)
-                        .endpoint(URI.create("http://127.0.0.1:" + port))
+                        .endpoint(URI.create("http://" + host + ":" + port))
                         .awsAuthentication(AuthenticationType.AWS_V2_OR_V4, ACCESS_KEY, SECRET_KEY)
                         .build();
         proxy.start();
@@ -119,9 +131,9 @@ public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback,
         return faults;
     }
 
-    /** {@code http://127.0.0.1:PORT}. */
+    /** {@code http://HOST:PORT} (host 127.0.0.1 unless given). */
     public String endpoint() {
-        return "http://127.0.0.1:" + proxy.getPort();
+        return "http://" + host + ":" + proxy.getPort();
     }
 
     /** The Flink configuration keys for its S3 filesystem plugins (and Stoker's fallbacks). */
@@ -242,6 +254,7 @@ public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback,
     }
 
     private static void serve(String[] args) throws Exception {
+        String host = "127.0.0.1";
         int port = 9000;
         Path basedir = null;
         Path upload = null;
@@ -252,6 +265,7 @@ public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback,
         boolean exitOnStdinEof = false;
         for (int i = 0; i < args.length; i++) {
             switch (args[i]) {
+                case "--host" -> host = args[++i];
                 case "--port" -> port = Integer.parseInt(args[++i]);
                 case "--basedir" -> basedir = Path.of(args[++i]);
                 case "--upload" -> {
@@ -268,7 +282,7 @@ public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback,
         if (basedir != null) {
             Files.createDirectories(basedir);
         }
-        LocalS3Server server = new LocalS3Server(port, basedir).start();
+        LocalS3Server server = new LocalS3Server(host, port, basedir).start();
         Runtime.getRuntime()
                 .addShutdownHook(
                         new Thread(
