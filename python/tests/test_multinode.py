@@ -1,0 +1,917 @@
+"""One Flink job feeding 2 GPU nodes x 2 ranks from 2 CPU nodes, every process inside its node.
+
+Issue 21, "Done when" 1 and 2, on simulated nodes (``scripts/nodes.sh``: a network namespace with
+its own address, ``tc`` rate and ``/dev/shm`` per node; docs/multi-node.md):
+
+* node ``s3``: the testkit's S3 server (S3Proxy) bound to that node's address, holding the
+  generated dataset and its images; node ``ref``: the single-node reference run;
+* ``cpu0``: the JobManager and a CPU TaskManager; ``cpu1``: a CPU TaskManager (both declare
+  ``stoker-cpu``); ``gpu0``/``gpu1``: one edge TaskManager each (``stoker-node-<n>``, 2 slots) and
+  two simulated trainers, one per rank, reading that node's ``/dev/shm``;
+* checkpoints and savepoints on the host's file system (every node sees it; only ``/dev/shm`` is
+  per node). The test itself runs on the host, which has no address on the nodes' bridge: it
+  talks to the REST API and the Flink CLI through ``nodes.sh exec cpu0``.
+
+1. The reference: the job on embedded Flink in node ``ref`` (one machine, today's single-node
+   layout) with the same dataset, seed and W = 4, and one trainer reading all 4 ranks there.
+2. The multi-node run (``stoker.topology.nodes 2``, ``placement EDGE``, the edge sinks' ack
+   addresses), with slow trainers that stop after step ``STOP_AFTER``. The subtask placement is
+   read back from the REST API: every sink of node n on the TaskManager at gpu<n>'s address, no
+   other subtask on an edge TaskManager.
+3. gpu1's trainers are paused (SIGSTOP) while gpu0's go on: the job comes to its prefetch bound;
+   the checkpoints taken meanwhile must complete (their durations are printed).
+4. The CPU TaskManager of cpu1 is SIGKILLed: the job restores its latest checkpoint on cpu0's
+   TaskManager; a new CPU TaskManager joins in cpu1.
+5. gpu1's edge TaskManager is SIGKILLed and a new one started in gpu1: its trainers wait (their
+   longest wait is printed), then continue.
+6. The trainers stop after ``STOP_AFTER``; the job idles at its prefetch bound (checked per rank
+   on both GPU nodes) and is stopped with a savepoint, then resumed from it with another
+   parallelism for the CPU stages (``-p 3``) and ``--stoker.resume-step STOP_AFTER``; new trainers
+   read the rest.
+
+The four trainers together must have read every (step, rank) exactly once, each batch with the
+reference's SHA-256, and leave no batch file behind. A sampler checks throughout that no rank ever
+has more than ``PREFETCH_DEPTH`` batches written beyond its acknowledged step. Every process and
+node is removed in ``finally`` (``nodes.sh down`` under a random prefix), also on failure.
+
+Needs root (network namespaces); as another user it fails, never skips.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import secrets
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from stoker_tools.demo import S3_CREDENTIALS, job_command
+from test_cluster import (
+    CLUSTER,
+    JAR,
+    REPO_ROOT,
+    SHARED,
+    Phases,
+    _consumed,
+    _finish,
+    _read_record,
+    _steps_on_disk,
+    _wait,
+    generate_records,
+)
+
+NODES_SH = REPO_ROOT / "scripts" / "nodes.sh"
+STATE_ROOT = Path("/run/stoker-nodes")
+JOB_NAME = "stoker-multinode"
+GPU_NODES = 2
+RANKS_PER_NODE = 2
+WORLD_SIZE = GPU_NODES * RANKS_PER_NODE
+MICRO_BATCH = 2
+RECORDS = 144
+NUM_STEPS = -(-RECORDS // (WORLD_SIZE * MICRO_BATCH))  # 18
+PREFETCH_DEPTH = 3
+STOP_AFTER = 13
+SLOW_STEP_MS = 1000
+#: every node's network card; the links are not what this test is about
+RATE = "1gbit"
+#: output root inside each node (its own /dev/shm)
+OUTPUT_ROOT = "/dev/shm/stoker-mn"
+REST_PORT = 8081
+#: port of the first sink subtask's ack endpoint on each GPU node (subtask k: ACK_PORT + k)
+ACK_PORT = 7070
+S3_PORT = 9000
+BUCKET = "stoker-mn"
+DATASET_URI = f"s3://{BUCKET}/dataset"
+CPU_RESOURCE = "stoker-cpu"
+SINK_PREFIX = "arrow-shm-sink-node-"
+PLACED = ("DEPLOYING", "INITIALIZING", "RUNNING")
+#: how long gpu1's trainers stay paused (the checkpoints of that window are measured)
+PAUSE_S = 10.0
+
+
+def _require_root() -> None:
+    if os.geteuid() != 0:
+        pytest.fail(
+            "the multi-node test runs every process inside simulated nodes (scripts/nodes.sh: "
+            "network namespaces, a bridge, mounts), which needs root: run the tests as root, as "
+            "CI does"
+        )
+
+
+def node_resource(node: int) -> str:
+    return f"stoker-node-{node}"
+
+
+class Nodes:
+    """``scripts/nodes.sh`` under a random prefix; ``exec`` runs a command inside a node."""
+
+    def __init__(self) -> None:
+        self.prefix = "m" + secrets.token_hex(2)
+        self.env = dict(os.environ, STOKER_NODES_PREFIX=self.prefix)
+        self.address: dict[str, str] = {}
+
+    def up(self, *names: str) -> None:
+        proc = subprocess.run(
+            [str(NODES_SH), "up", *(f"{n}:{RATE}" for n in names)],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0, f"nodes.sh up failed:\n{proc.stderr[-3000:]}"
+        for line in proc.stdout.splitlines():
+            name, address = line.split()[:2]
+            self.address[name] = address
+
+    def command(self, node: str, *cmd: str) -> list[str]:
+        return [str(NODES_SH), "exec", node, *cmd]
+
+    def run(
+        self, node: str, *cmd: str, env: dict[str, str] | None = None, timeout_s: float = 180
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self.command(node, *cmd),
+            env={**self.env, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+
+    def popen(self, node: str, *cmd: str, env: dict[str, str] | None = None, **kw: Any):
+        return subprocess.Popen(self.command(node, *cmd), env={**self.env, **(env or {})}, **kw)
+
+    def shm(self, node: str) -> Path:
+        """The node's /dev/shm as the host sees it (the tmpfs nodes.sh mounted for it)."""
+        return STATE_ROOT / self.prefix / "shm" / node
+
+    def down(self) -> str:
+        proc = subprocess.run(
+            [str(NODES_SH), "down"], env=self.env, capture_output=True, text=True, timeout=120
+        )
+        return proc.stderr
+
+
+class RestError(OSError):
+    """A REST call through ``nodes.sh exec cpu0 curl`` failed (the JobManager busy, a 404)."""
+
+
+class NodeCluster:
+    """``scripts/cluster.sh`` with its JobManager in node cpu0, TaskManagers in their nodes."""
+
+    def __init__(self, nodes: Nodes, run_dir: Path, s3_env: dict[str, str]) -> None:
+        self.nodes = nodes
+        self.run_dir = run_dir
+        self.jm = nodes.address["cpu0"]
+        self.env = {
+            **s3_env,
+            "STOKER_CLUSTER_DIR": str(run_dir),
+            "STOKER_CLUSTER_ADDRESS": self.jm,
+            "STOKER_TASKMANAGERS": "0",
+            "STOKER_REST_PORT": str(REST_PORT),
+        }
+        #: TaskManager index -> the node it runs in
+        self.tm_node: dict[int, str] = {}
+
+    def script(self, node: str, *args: str, timeout_s: float = 240) -> str:
+        proc = self.nodes.run(node, str(CLUSTER), *args, env=self.env, timeout_s=timeout_s)
+        if proc.returncode != 0:
+            pytest.fail(
+                f"nodes.sh exec {node} scripts/cluster.sh {' '.join(args[:3])} failed "
+                f"({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+            )
+        return proc.stdout
+
+    def start(self, *conf: str) -> None:
+        self.script("cpu0", "start", *conf)
+
+    def add_taskmanager(self, node: str, resource: str, amount: int) -> int:
+        a = self.nodes.address[node]
+        out = self.script(
+            node,
+            "add-taskmanager",
+            "-D",
+            f"taskmanager.host={a}",
+            "-D",
+            f"taskmanager.bind-host={a}",
+            "-D",
+            f"external-resources={resource}",
+            "-D",
+            f"external-resource.{resource}.amount={amount}",
+            "-D",
+            f"taskmanager.numberOfTaskSlots={amount}",
+        )
+        i = int(out.split()[-1])
+        self.tm_node[i] = node
+        return i
+
+    def kill_taskmanager(self, i: int) -> None:
+        """SIGKILL from the host: the nodes share the machine's process ids."""
+        proc = subprocess.run(
+            [str(CLUSTER), "kill-taskmanager", str(i)],
+            env={**os.environ, **self.env},
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert proc.returncode == 0, proc.stderr
+
+    def stop(self) -> None:
+        subprocess.run(
+            [str(CLUSTER), "stop"],
+            env={**os.environ, **self.env},
+            capture_output=True,
+            timeout=120,
+        )
+
+    def flink(self, *args: str, timeout_s: float = 240) -> str:
+        return self.script("cpu0", "flink", *args, timeout_s=timeout_s)
+
+    def rest(self, path: str) -> Any:
+        proc = self.nodes.run(
+            "cpu0",
+            "curl",
+            "-sf",
+            "--max-time",
+            "10",
+            f"http://{self.jm}:{REST_PORT}{path}",
+            timeout_s=30,
+        )
+        if proc.returncode != 0:
+            raise RestError(f"GET {path}: curl exit {proc.returncode} {proc.stderr.strip()}")
+        return json.loads(proc.stdout)
+
+    def job(self, jid: str) -> dict[str, Any]:
+        return dict(self.rest(f"/jobs/{jid}"))
+
+    def state(self, jid: str) -> str:
+        return str(self.job(jid)["state"])
+
+    def running(self, jid: str) -> bool:
+        job = self.job(jid)
+        return job["state"] == "RUNNING" and all(
+            v["status"] in ("RUNNING", "FINISHED") for v in job["vertices"]
+        )
+
+    def checkpoints(self, jid: str) -> dict[str, Any]:
+        return dict(self.rest(f"/jobs/{jid}/checkpoints"))
+
+    def describe(self, jid: str) -> str:
+        lines = []
+        try:
+            job = self.job(jid)
+            lines.append(f"job {jid}: {job['state']}")
+            for v in job["vertices"]:
+                tasks = {k: n for k, n in v.get("tasks", {}).items() if n}
+                lines.append(f"  {v['name']} (p={v['parallelism']}): {v['status']} {tasks}")
+            for e in (
+                self.rest(f"/jobs/{jid}/exceptions")
+                .get("exceptionHistory", {})
+                .get("entries", [])[:3]
+            ):
+                lines.append(
+                    f"  exception on {e.get('taskName')}: {e.get('stacktrace', '')[:1500]}"
+                )
+        except OSError as e:
+            lines.append(f"job {jid}: REST error {e}")
+        log = self.run_dir / "log" / "jobmanager.log"
+        if log.is_file():
+            lines.append("--- tail of jobmanager.log")
+            lines.extend(log.read_text(errors="replace").splitlines()[-40:])
+        return "\n".join(lines)
+
+    def tm_addresses(self) -> dict[str, str]:
+        """TaskManager id -> the address its RPC endpoint is bound to (from its REST ``path``)."""
+        out = {}
+        for tm in self.rest("/taskmanagers")["taskmanagers"]:
+            m = re.search(r"@([0-9.]+):\d+/", tm["path"])
+            assert m, tm["path"]
+            out[tm["id"]] = m.group(1)
+        return out
+
+    def placement(self, jid: str) -> list[tuple[str, int, str, str]]:
+        """(vertex name, subtask, status, TaskManager id) of every subtask's current execution."""
+        out = []
+        for v in self.job(jid)["vertices"]:
+            detail = self.rest(f"/jobs/{jid}/vertices/{v['id']}")
+            for s in detail["subtasks"]:
+                out.append(
+                    (
+                        v["name"],
+                        int(s["subtask"]),
+                        s["status"],
+                        s.get("taskmanager-id", "(unassigned)"),
+                    )
+                )
+        return out
+
+
+def check_placement(cluster: NodeCluster, jid: str, cpu_parallelism: int) -> str:
+    """Every sink of node n on the TaskManager at gpu<n>'s address, every other subtask on a CPU
+    node's TaskManager; read from the REST API. The placement table, for the log."""
+    addresses = cluster.tm_addresses()
+    node_of = {a: n for n, a in cluster.nodes.address.items()}
+    table = cluster.placement(jid)
+    lines, wrong = [], []
+    sinks: dict[int, int] = collections.Counter()
+    for vertex, subtask, status, tm in table:
+        node = node_of.get(addresses.get(tm, ""), "?")
+        lines.append(f"  {vertex[:70]:70} #{subtask} {status:9} {tm:15} {node}")
+        if status not in PLACED:
+            wrong.append(f"{vertex} #{subtask} is {status}")
+            continue
+        m = re.search(re.escape(SINK_PREFIX) + r"(\d+)", vertex)
+        if m:
+            sinks[int(m.group(1))] += 1
+            if node != f"gpu{m.group(1)}":
+                wrong.append(f"{vertex} #{subtask} on {tm} in {node}")
+        elif node not in ("cpu0", "cpu1"):
+            wrong.append(f"CPU-stage {vertex} #{subtask} on {tm} in {node}")
+    text = "\n".join(lines)
+    assert wrong == [], f"misplaced subtasks: {wrong}\n{text}"
+    assert sinks == {n: RANKS_PER_NODE for n in range(GPU_NODES)}, f"sinks per node {sinks}\n{text}"
+    cpu_vertices = {v for v, _, _, _ in table if SINK_PREFIX not in v}
+    assert any(
+        sum(1 for v2, _, _, _ in table if v2 == v) == cpu_parallelism for v in cpu_vertices
+    ), f"no CPU-stage vertex with parallelism {cpu_parallelism}\n{text}"
+    return text
+
+
+class S3Server:
+    """The testkit's LocalS3Server in node ``s3``, bound to its address, the dataset uploaded."""
+
+    def __init__(self, nodes: Nodes, dataset: Path, basedir: Path, log: Path) -> None:
+        testkit = REPO_ROOT / "testkit" / "target"
+        jar, cp_file = testkit / "stoker-testkit.jar", testkit / "runtime-classpath.txt"
+        if not jar.is_file() or not cp_file.is_file():
+            pytest.fail(f"{jar} or {cp_file} is missing: build with mvn package")
+        self.err = log.open("w")
+        self.proc = nodes.popen(
+            "s3",
+            "java",
+            f"-Dlog.file={log.with_suffix('.log')}",
+            f"-Dlog4j.configurationFile=file:{REPO_ROOT / 'flink-conf' / 'log4j-s3proxy.properties'}",
+            "-cp",
+            f"{jar}:{cp_file.read_text().strip()}",
+            "dev.stoker.testkit.LocalS3Server",
+            "--host",
+            nodes.address["s3"],
+            "--port",
+            str(S3_PORT),
+            "--basedir",
+            str(basedir),
+            "--upload",
+            str(dataset),
+            DATASET_URI,
+            "--exit-on-stdin-eof",
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.err,
+            text=True,
+        )
+        self.endpoint = self._await_endpoint(180)
+
+    def _await_endpoint(self, timeout_s: float) -> str:
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.proc.stdout], [], [], 1.0)
+            if not ready:
+                continue
+            line = self.proc.stdout.readline()
+            if not line:
+                pytest.fail(f"the S3 server exited ({self.proc.wait()}); see {self.err.name}")
+            if line.startswith("endpoint="):
+                return line.strip().removeprefix("endpoint=")
+        pytest.fail(f"the S3 server did not serve within {timeout_s:.0f}s; see {self.err.name}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()  # it exits when its standard input closes
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.err.close()
+
+
+class BoundSampler(threading.Thread):
+    """Samples every rank's directory on its GPU node: the highest step written minus the rank's
+    acknowledged step (``ack.json`` read after the listing, so a sample never overstates it)."""
+
+    def __init__(self, nodes: Nodes) -> None:
+        super().__init__(name="bound-sampler", daemon=True)
+        self.nodes = nodes
+        self.stop_event = threading.Event()
+        self.max_ahead: dict[int, int] = {}
+        self.samples = 0
+
+    def run(self) -> None:
+        while not self.stop_event.wait(0.2):
+            for rank in range(WORLD_SIZE):
+                job_dir = self.nodes.shm(f"gpu{rank // RANKS_PER_NODE}") / "stoker-mn" / JOB_NAME
+                gen = _generation(job_dir)
+                if gen is None:
+                    continue
+                rank_dir = job_dir / f"gen-{gen}" / f"rank-{rank}"
+                try:
+                    steps = _steps_on_disk(rank_dir)
+                except (OSError, ValueError):
+                    continue
+                if not steps:
+                    continue
+                ahead = steps[-1] - _consumed(rank_dir)
+                self.max_ahead[rank] = max(self.max_ahead.get(rank, ahead), ahead)
+                self.samples += 1
+
+
+def _generation(job_dir: Path) -> str | None:
+    try:
+        return str(json.loads((job_dir / "manifest.json").read_text())["generation"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _job_dir(nodes: Nodes, node: str) -> Path:
+    return nodes.shm(node) / "stoker-mn" / JOB_NAME
+
+
+def _trainer(
+    nodes: Nodes,
+    node: str,
+    root: str,
+    ranks: str,
+    record: Path,
+    procs: list[subprocess.Popen[str]],
+    *,
+    step_time_ms: int = 10,
+    start_step: int | None = None,
+    stop_after_step: int | None = None,
+) -> subprocess.Popen[str]:
+    """``python -m stoker_tools.simulate --record`` inside ``node`` (its /dev/shm)."""
+    args = [
+        sys.executable,
+        "-m",
+        "stoker_tools.simulate",
+        "--root",
+        root,
+        "--ranks",
+        ranks,
+        "--record",
+        str(record),
+        "--step-time-ms",
+        str(step_time_ms),
+        "--timeout-s",
+        "180",
+        "--progress-interval-s",
+        "5",
+    ]
+    if start_step is not None:
+        args += ["--start-step", str(start_step)]
+    if stop_after_step is not None:
+        args += ["--stop-after-step", str(stop_after_step)]
+    proc = nodes.popen(
+        node,
+        *args,
+        env={"PYTHONPATH": str(REPO_ROOT / "python")},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    procs.append(proc)
+    return proc
+
+
+def _job_options(s3_endpoint: str) -> dict[str, str]:
+    """The options every run shares: the dataset on S3, the shape, the prefetch depth."""
+    return {
+        "stoker.dataset.path": DATASET_URI,
+        "stoker.tokenizer.path": str(SHARED / "tokenizers" / "qwen3"),
+        "stoker.job-name": JOB_NAME,
+        "stoker.dp-world-size": str(WORLD_SIZE),
+        "stoker.micro-batch-size": str(MICRO_BATCH),
+        "stoker.prefetch-depth": str(PREFETCH_DEPTH),
+        "stoker.image.max-pixels": "200704",
+        "s3.endpoint": s3_endpoint,
+        "s3.path.style.access": "true",
+    }
+
+
+def _args(options: dict[str, str]) -> list[str]:
+    return [x for k, v in options.items() for x in (f"--{k}", v)]
+
+
+def _submit(cluster: NodeCluster, s3_endpoint: str, *extra: str, resume: int | None = None) -> str:
+    ack = ";".join(f"{cluster.nodes.address[f'gpu{n}']}:{ACK_PORT}" for n in range(GPU_NODES))
+    out = cluster.flink(
+        "run",
+        "-d",
+        *extra,
+        str(JAR),
+        *_args(_job_options(s3_endpoint)),
+        "--stoker.output.root",
+        OUTPUT_ROOT,
+        "--stoker.topology.nodes",
+        str(GPU_NODES),
+        "--stoker.topology.placement",
+        "EDGE",
+        "--stoker.topology.ack-addresses",
+        ack,
+        "--execution.checkpointing.interval",
+        "1s",
+        "--execution.checkpointing.min-pause",
+        "0s",
+        *(("--stoker.resume-step", str(resume)) if resume is not None else ()),
+    )
+    m = re.search(r"JobID ([0-9a-f]{32})", out)
+    assert m, f"`flink run -d` printed no job id:\n{out}"
+    return m.group(1)
+
+
+def reference_run(
+    nodes: Nodes, s3_endpoint: str, base: Path, procs: list[subprocess.Popen[str]]
+) -> list[dict[str, Any]]:
+    """Today's single-node layout in node ``ref``: the job on embedded Flink (the demo's command)
+    writing every rank into that node's /dev/shm, one trainer reading all ranks there."""
+    record, log, out = (
+        base / "reference.jsonl",
+        base / "reference-job.log",
+        base / "reference-job.out",
+    )
+    options = {**_job_options(s3_endpoint), "stoker.output.root": "/dev/shm/stoker-ref"}
+    cmd = job_command(
+        REPO_ROOT, SHARED / "tokenizers" / "qwen3", options.pop("stoker.dataset.path"), options, log
+    )
+    with out.open("w") as f:
+        job = nodes.popen(
+            "ref",
+            *cmd,
+            # the S3 plugin (the JSONL) and the image fetch take the keys from the AWS chain
+            env={
+                **S3_CREDENTIALS,
+                "FLINK_PLUGINS_DIR": str(REPO_ROOT / "job" / "target" / "plugins"),
+            },
+            stdout=f,
+            stderr=subprocess.STDOUT,
+        )
+    procs.append(job)
+    trainer = _trainer(
+        nodes,
+        "ref",
+        f"/dev/shm/stoker-ref/{JOB_NAME}",
+        ",".join(map(str, range(WORLD_SIZE))),
+        record,
+        procs,
+    )
+    while trainer.poll() is None:
+        rc = job.poll()
+        if rc is not None and rc != 0:
+            pytest.fail(f"the reference job failed ({rc}):\n{out.read_text()[-3000:]}")
+        time.sleep(0.5)
+    _finish(trainer, timeout_s=10)
+    try:
+        rc = job.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the reference job did not end after its trainer; see {log}")
+    assert rc == 0, f"the reference job failed ({rc}):\n{out.read_text()[-3000:]}"
+    reference = _read_record(record)
+    assert sorted((r["step"], r["rank"]) for r in reference) == [
+        (s, r) for s in range(NUM_STEPS) for r in range(WORLD_SIZE)
+    ]
+    return reference
+
+
+def _restored_since(cluster: NodeCluster, jid: str, t: float) -> bool:
+    """The job runs, restored from a checkpoint after Unix time ``t``."""
+    if not cluster.running(jid):
+        return False
+    restored = (cluster.checkpoints(jid).get("latest") or {}).get("restored") or {}
+    return (
+        bool(restored)
+        and restored["restore_timestamp"] >= t * 1000
+        and not restored["is_savepoint"]
+    )
+
+
+def _checkpoints_between(cluster: NodeCluster, jid: str, t0_ms: int, t1_ms: int) -> list[dict]:
+    history = cluster.checkpoints(jid).get("history", [])
+    return sorted(
+        (c for c in history if t0_ms <= c["trigger_timestamp"] <= t1_ms), key=lambda c: c["id"]
+    )
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    d = Path(tempfile.mkdtemp(prefix="stoker-multinode-"))
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_multinode_feed_survives_failures_and_rescale(base: Path) -> None:
+    _require_root()
+    if not SHARED.is_dir():
+        pytest.fail(f"{SHARED} is missing; tests need ../shared beside the repository")
+    if not JAR.is_file():
+        pytest.fail(f"{JAR} is missing: run ./stoker test (or mvn package)")
+    nodes = Nodes()
+    phases = Phases()
+    procs: list[subprocess.Popen[str]] = []
+    cluster: NodeCluster | None = None
+    s3: S3Server | None = None
+    sampler = BoundSampler(nodes)
+    try:
+        nodes.up("cpu0", "cpu1", "gpu0", "gpu1", "s3", "ref")
+        dataset = base / "dataset"
+        generate_records(dataset, RECORDS)
+        s3 = S3Server(nodes, dataset, base / "s3", base / "s3proxy.err")
+        s3_env = {**S3_CREDENTIALS}
+        phases("nodes up, dataset on S3")
+
+        reference = reference_run(nodes, s3.endpoint, base, procs)
+        phases("reference run (embedded, one node)")
+
+        cluster = NodeCluster(nodes, base / "cluster", s3_env)
+        cluster.start(
+            "-D",
+            f"s3.endpoint={s3.endpoint}",
+            "-D",
+            "s3.path.style.access=true",
+            "-D",
+            f"s3.access-key={S3_CREDENTIALS['AWS_ACCESS_KEY_ID']}",
+            "-D",
+            f"s3.secret-key={S3_CREDENTIALS['AWS_SECRET_ACCESS_KEY']}",
+            "-D",
+            "metrics.fetcher.update-interval=1000",
+        )
+        cpu_tm = {n: cluster.add_taskmanager(n, CPU_RESOURCE, 2) for n in ("cpu0", "cpu1")}
+        edge_tm = {
+            n: cluster.add_taskmanager(f"gpu{n}", node_resource(n), RANKS_PER_NODE)
+            for n in range(GPU_NODES)
+        }
+        phases("cluster up in the nodes")
+
+        # --- the multi-node run ----------------------------------------------------------------
+        jid = _submit(cluster, s3.endpoint, "-p", "2")
+        node_root = f"{OUTPUT_ROOT}/{JOB_NAME}"
+        records1 = {r: base / f"run1-rank{r}.jsonl" for r in range(WORLD_SIZE)}
+        trainers = {
+            r: _trainer(
+                nodes,
+                f"gpu{r // RANKS_PER_NODE}",
+                node_root,
+                str(r),
+                records1[r],
+                procs,
+                step_time_ms=SLOW_STEP_MS,
+                stop_after_step=STOP_AFTER,
+            )
+            for r in range(WORLD_SIZE)
+        }
+        sampler.start()
+        _wait(
+            "the job to run",
+            120,
+            lambda: cluster.running(jid),
+            explain=lambda: cluster.describe(jid),
+        )
+        print("placement:\n" + check_placement(cluster, jid, 2), file=sys.stderr)
+        job_dirs = {n: _job_dir(nodes, f"gpu{n}") for n in range(GPU_NODES)}
+        gens = {
+            n: _wait(f"gpu{n}'s manifest", 120, lambda n=n: _generation(job_dirs[n]))
+            for n in range(GPU_NODES)
+        }
+        rank_dirs = {
+            r: job_dirs[r // RANKS_PER_NODE] / f"gen-{gens[r // RANKS_PER_NODE]}" / f"rank-{r}"
+            for r in range(WORLD_SIZE)
+        }
+        _wait(
+            "every trainer's first acknowledgement and a completed checkpoint",
+            180,
+            lambda: (
+                min(_consumed(d) for d in rank_dirs.values()) >= 0
+                and cluster.checkpoints(jid)["counts"]["completed"] >= 1
+            ),
+            explain=lambda: cluster.describe(jid),
+        )
+        phases("multi-node job running, placement checked")
+
+        # gpu1's trainers pause; gpu0's go on until the job is at its prefetch bound
+        paused = [trainers[r] for r in range(WORLD_SIZE) if r // RANKS_PER_NODE == 1]
+        for p in paused:
+            os.kill(p.pid, signal.SIGSTOP)
+        pause_ms = int(time.time() * 1000)
+        time.sleep(PAUSE_S)
+        during = _checkpoints_between(cluster, jid, pause_ms, int(time.time() * 1000))
+        for p in paused:
+            os.kill(p.pid, signal.SIGCONT)
+        durations = [(c["id"], c["status"], c.get("end_to_end_duration")) for c in during]
+        print(
+            f"checkpoints while gpu1's trainers were paused ({PAUSE_S:.0f}s): "
+            + ", ".join(f"#{i} {s} {d} ms" for i, s, d in durations),
+            file=sys.stderr,
+        )
+        completed = [c for c in during if c["status"] == "COMPLETED"]
+        assert len(completed) >= 3 and not [c for c in during if c["status"] == "FAILED"], durations
+        phases("gpu1's trainers paused, checkpoints measured")
+
+        # a CPU node fails: SIGKILL cpu1's TaskManager; the job restores on cpu0's
+        consumed = min(_consumed(d) for d in rank_dirs.values())
+        assert consumed + PREFETCH_DEPTH < STOP_AFTER, (
+            f"the trainers are at step {consumed}: the restore after the kills would not be tested"
+        )
+        killed_at = time.time()
+        cluster.kill_taskmanager(cpu_tm["cpu1"])
+        _wait(
+            "the job to restore its latest checkpoint after the CPU TaskManager kill",
+            180,
+            lambda: _restored_since(cluster, jid, killed_at),
+            interval_s=0.5,
+            explain=lambda: cluster.describe(jid),
+        )
+        cpu_recovery_s = time.time() - killed_at
+        cpu_tm["cpu1"] = cluster.add_taskmanager("cpu1", CPU_RESOURCE, 2)
+        check_placement(cluster, jid, 2)
+        phases(f"CPU TaskManager killed (trainers at step {consumed}), job restored")
+
+        # a GPU node's edge TaskManager fails and comes back in its node
+        consumed = min(_consumed(d) for d in rank_dirs.values())
+        assert consumed + PREFETCH_DEPTH < STOP_AFTER, (
+            f"the trainers are at step {consumed}: the edge restore would not be tested"
+        )
+        edge_killed_at = time.time()
+        cluster.kill_taskmanager(edge_tm[1])
+        edge_tm[1] = cluster.add_taskmanager("gpu1", node_resource(1), RANKS_PER_NODE)
+        _wait(
+            "the job to restore again with gpu1's new edge TaskManager",
+            180,
+            lambda: _restored_since(cluster, jid, edge_killed_at),
+            interval_s=0.5,
+            explain=lambda: cluster.describe(jid),
+        )
+        edge_recovery_s = time.time() - edge_killed_at
+        check_placement(cluster, jid, 2)
+        phases(f"edge TaskManager of gpu1 killed (trainers at step {consumed}) and restarted")
+
+        for t in trainers.values():
+            _finish(t, timeout_s=300)
+        before = {r: _read_record(records1[r]) for r in range(WORLD_SIZE)}
+        for r in range(WORLD_SIZE):
+            assert [b["step"] for b in before[r]] == list(range(STOP_AFTER + 1)), r
+        stall = {
+            r: max(
+                (b["wait_s"] for b in before[r] if b["received_at"] >= edge_killed_at), default=0
+            )
+            for r in range(WORLD_SIZE)
+        }
+        print(
+            f"CPU TaskManager kill: job restored after {cpu_recovery_s:.1f}s; edge TaskManager "
+            f"kill + restart: job restored after {edge_recovery_s:.1f}s; the trainers' longest "
+            f"wait for a batch after the edge kill: "
+            + ", ".join(f"rank {r} {s:.1f}s" for r, s in stall.items()),
+            file=sys.stderr,
+        )
+        # gpu1's trainers waited for their node's sinks to come back (a JVM start and a restore
+        # take longer than the PREFETCH_DEPTH steps they had in hand), then read on
+        assert all(s > 1.0 for r, s in stall.items() if r // RANKS_PER_NODE == 1), stall
+
+        # the trainers are down after STOP_AFTER: every rank's batches up to the bound, no further
+        bound = STOP_AFTER + PREFETCH_DEPTH
+        _wait(
+            f"every rank's batch {bound} (the prefetch bound) on its node",
+            120,
+            lambda: all(bound in _steps_on_disk(d) for d in rank_dirs.values()),
+        )
+        time.sleep(3)  # time to overshoot, if the gate let it
+        for r, d in rank_dirs.items():
+            assert _steps_on_disk(d) == list(range(STOP_AFTER + 1, bound + 1)), (r, d)
+        phases("trainers stopped, job idle at the prefetch bound on both GPU nodes")
+
+        # stop with a savepoint, resume with another parallelism for the CPU stages
+        out = cluster.flink("stop", "--savepointPath", str(cluster.run_dir / "savepoints"), jid)
+        m = re.search(r"Savepoint completed\. Path: (\S+)", out)
+        assert m, f"`flink stop` printed no savepoint path:\n{out[-3000:]}"
+        savepoint = m.group(1)
+        _wait(
+            "the job to finish after stop-with-savepoint",
+            120,
+            lambda: cluster.state(jid) == "FINISHED",
+            explain=lambda: cluster.describe(jid),
+        )
+        phases("stopped with a savepoint")
+
+        jid2 = _submit(cluster, s3.endpoint, "-s", savepoint, "-p", "3", resume=STOP_AFTER)
+        gens2 = {
+            n: _wait(
+                f"gpu{n}'s new generation",
+                120,
+                lambda n=n: (g := _generation(job_dirs[n])) != gens[n] and g,
+            )
+            for n in range(GPU_NODES)
+        }
+        records2 = {r: base / f"run2-rank{r}.jsonl" for r in range(WORLD_SIZE)}
+        trainers2 = [
+            _trainer(
+                nodes,
+                f"gpu{r // RANKS_PER_NODE}",
+                node_root,
+                str(r),
+                records2[r],
+                procs,
+                start_step=STOP_AFTER + 1,
+            )
+            for r in range(WORLD_SIZE)
+        ]
+        _wait(
+            "the resumed job to run",
+            120,
+            lambda: cluster.running(jid2) or cluster.state(jid2) == "FINISHED",
+            explain=lambda: cluster.describe(jid2),
+        )
+        if cluster.state(jid2) == "RUNNING":
+            print(
+                "placement after the resume:\n" + check_placement(cluster, jid2, 3), file=sys.stderr
+            )
+        for t in trainers2:
+            _finish(t, timeout_s=300)
+        _wait(
+            "the resumed job to finish",
+            120,
+            lambda: cluster.state(jid2) == "FINISHED",
+            explain=lambda: cluster.describe(jid2),
+        )
+        restored = cluster.checkpoints(jid2)["latest"]["restored"]
+        assert restored["is_savepoint"], restored
+        phases("resumed with -p 3 to the end")
+
+        # --- the trainers' view: every batch exactly once, identical to the reference -------------
+        sampler.stop_event.set()
+        sampler.join()
+        run = [b for r in range(WORLD_SIZE) for b in before[r] + _read_record(records2[r])]
+        counts = collections.Counter((b["step"], b["rank"]) for b in run)
+        assert [k for k, n in counts.items() if n > 1] == [], "batches read more than once"
+        want = {(b["step"], b["rank"]): b["sha256"] for b in reference}
+        got = {(b["step"], b["rank"]): b["sha256"] for b in run}
+        assert sorted(got) == sorted(want), f"missing {sorted(set(want) - set(got))}"
+        differ = sorted(k for k in want if got[k] != want[k])
+        assert differ == [], f"batches that differ from the single-node reference: {differ}"
+        print(
+            f"prefetch bound: most batches written beyond the acknowledged step, per rank "
+            f"({sampler.samples} samples): {dict(sorted(sampler.max_ahead.items()))}",
+            file=sys.stderr,
+        )
+        assert sampler.samples > 0
+        assert all(a <= PREFETCH_DEPTH for a in sampler.max_ahead.values()), sampler.max_ahead
+        for n in range(GPU_NODES):
+            assert sorted(p.name for p in job_dirs[n].glob("gen-*")) == [f"gen-{gens2[n]}"]
+            left = sorted(str(p) for p in job_dirs[n].glob(f"gen-{gens2[n]}/rank-*/step-*"))
+            assert left == [], f"batch files left on gpu{n}: {left}"
+    finally:
+        sampler.stop_event.set()
+        for p in procs:
+            if p.poll() is None:
+                p.kill()  # also a SIGSTOPped one
+                p.wait()
+        if cluster is not None:
+            cluster.stop()
+        if s3 is not None:
+            s3.stop()
+        # keep the logs of the last run next to the repo for CI
+        keep = REPO_ROOT / ".stoker" / "logs" / "e2e-multinode"
+        shutil.rmtree(keep, ignore_errors=True)
+        keep.mkdir(parents=True)
+        if cluster is not None and (cluster.run_dir / "log").is_dir():
+            shutil.copytree(cluster.run_dir / "log", keep / "cluster")
+        for f in [*base.glob("*.log"), *base.glob("*.out"), *base.glob("*.err")]:
+            shutil.copy(f, keep)
+        nodes.down()
+        print(phases.report(), file=sys.stderr)
+    left = _processes_of(base)
+    assert left == [], f"processes of the test left after nodes.sh down: {left}"
+
+
+def _processes_of(base: Path) -> list[str]:
+    """Command lines of running processes that name the test's directory."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if proc.name.isdigit() and str(base) in cmdline:
+            out.append(f"{proc.name}: {cmdline[:200]}")
+    return out
