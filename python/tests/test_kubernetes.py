@@ -11,7 +11,13 @@ themselves:
   resolves (``~/.m2``; ``./stoker test`` runs Maven before pytest);
 * the FlinkDeployment carries ``flink-conf/config.yaml`` value for value (the operator replaces the
   image's config with its own, so a missing key would silently fall back to Flink's default);
-* the job's arguments are options declared in ``StokerOptions.java``;
+* the job's arguments are options declared in ``StokerOptions.java``, and its topology (nodes, EDGE
+  placement, one ack address per node) is the edge StatefulSet's: its pods' DNS names through the
+  headless service and its containerPorts;
+* the slot profiles the job requests fit the TaskManagers' memory as Flink 2.3 computes it: Flink's
+  own ``BashJavaUtils GET_TM_RESOURCE_PARAMS`` (what ``taskmanager.sh`` runs) on the
+  FlinkDeployment's config, from the Flink home that the Maven build assembles
+  (``cluster/target/flink``, or ``$STOKER_FLINK_HOME`` as in ``scripts/cluster.sh``);
 * the edge TaskManager's start-up script is run (with a stand-in ``taskmanager.sh`` that prints
   its arguments) for several pod names, and the resource it declares is derived from the ordinal.
 
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import zipfile
 from pathlib import Path
@@ -38,6 +45,20 @@ STOKER_OPTIONS = (
     REPO_ROOT / "job" / "src" / "main" / "java" / "dev" / "stoker" / "job" / "StokerOptions.java"
 )
 SCRIPT = K8S / "edge-taskmanager.sh"
+FLINK_HOME = Path(os.environ.get("STOKER_FLINK_HOME", REPO_ROOT / "cluster" / "target" / "flink"))
+
+#: What the edge pod's memory limit holds beyond the JVM: the batch files in /dev/shm, charged to
+#: the pod's memory cgroup (edge-taskmanagers.yaml).
+BATCH_FILES_BYTES = 16 << 30
+
+#: The slot profile options, as suffixes of stoker.topology.{cpu,edge}-slot., and the TaskManager
+#: resource (a dynamic property of BashJavaUtils GET_TM_RESOURCE_PARAMS) each one draws on.
+PROFILE = {
+    "cpu-cores": "taskmanager.cpu.cores",
+    "task-heap": "taskmanager.memory.task.heap.size",
+    "task-off-heap": "taskmanager.memory.task.off-heap.size",
+    "managed": "taskmanager.memory.managed.size",
+}
 
 #: Keys of flink-conf/config.yaml that bind loopback; on Kubernetes Flink's defaults (the pod's
 #: address) apply instead, so the FlinkDeployment must not carry them.
@@ -163,6 +184,79 @@ def _dynamic_properties(argv: list[str]) -> dict[str, str]:
     rest = argv[1:]
     assert len(rest) % 2 == 0 and all(a == "-D" for a in rest[::2]), argv
     return dict(p.split("=", 1) for p in rest[1::2])
+
+
+def _flink_bytes(size: str) -> int:
+    """A Flink MemorySize string in bytes (its units are powers of 1024: MemorySize.MemoryUnit)."""
+    m = re.fullmatch(
+        r"(\d+)\s*(b|bytes|k|kb|kibibytes|m|mb|mebibytes|g|gb|gibibytes|)", size.lower()
+    )
+    assert m, f"not a Flink memory size: {size!r}"
+    shift = {"": 0, "b": 0, "k": 10, "m": 20, "g": 30}[m.group(2)[:1]]
+    return int(m.group(1)) << shift
+
+
+def _quantity_bytes(quantity: str) -> int:
+    """A Kubernetes memory quantity with a binary suffix (Ki, Mi, Gi) in bytes."""
+    m = re.fullmatch(r"(\d+)(Ki|Mi|Gi)", quantity)
+    assert m, f"not a binary Kubernetes quantity: {quantity!r}"
+    return int(m.group(1)) << {"Ki": 10, "Mi": 20, "Gi": 30}[m.group(2)]
+
+
+def _taskmanager_resources(tmp_path: Path, dynamic: dict[str, str] | None = None) -> dict[str, str]:
+    """What Flink gives a TaskManager of the FlinkDeployment's config plus ``dynamic`` (-D).
+
+    Flink's ``BashJavaUtils GET_TM_RESOURCE_PARAMS``, which ``taskmanager.sh`` runs with the same
+    -D options before it starts the JVM: its second result line is the TaskManager's derived
+    settings (task heap, managed memory, CPU cores, slots) as -D key=value.
+    """
+    lib = FLINK_HOME / "lib"
+    assert lib.is_dir(), (
+        f"{lib} is missing: the Maven build assembles it (mvn -q -pl cluster package, or "
+        "scripts/cluster.sh build)"
+    )
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir(exist_ok=True)
+    conf = _flink_deployment()["spec"]["flinkConfiguration"]
+    (conf_dir / "config.yaml").write_text(yaml.safe_dump(conf))
+    cmd = ["java", "-cp", f"{lib}/*", "org.apache.flink.runtime.util.bash.BashJavaUtils"]
+    cmd += ["GET_TM_RESOURCE_PARAMS", "--configDir", str(conf_dir)]
+    for key, value in (dynamic or {}).items():
+        cmd += ["-D", f"{key}={value}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    marker = "BASH_JAVA_UTILS_EXEC_RESULT:"
+    results = [line[len(marker) :] for line in proc.stdout.splitlines() if line.startswith(marker)]
+    assert proc.returncode == 0 and len(results) == 2, proc.stdout + proc.stderr
+    words = shlex.split(results[1])
+    assert all(w == "-D" for w in words[::2]), results[1]
+    return dict(w.split("=", 1) for w in words[1::2])
+
+
+def _slot_profile(kind: str) -> dict[str, float]:
+    """The job's stoker.topology.<kind>-slot.* args: cores, and memory in bytes."""
+    args = _job_args()
+    prefix = f"stoker.topology.{kind}-slot."
+    return {
+        name: float(args[prefix + name])
+        if name == "cpu-cores"
+        else _flink_bytes(args[prefix + name])
+        for name in PROFILE
+    }
+
+
+def _assert_slots_fit(kind: str, slots: int, tm: dict[str, str]) -> dict[str, float]:
+    """``slots`` x the <kind>-slot profile fit the TaskManager ``tm``; returns the share used."""
+    profile = _slot_profile(kind)
+    share = {}
+    for name, resource in PROFILE.items():
+        have = float(tm[resource]) if name == "cpu-cores" else _flink_bytes(tm[resource])
+        need = slots * profile[name]
+        assert need <= have, (
+            f"{slots} x stoker.topology.{kind}-slot.{name} = {need:.0f} > the TaskManager's "
+            f"{resource} = {have:.0f}: Flink cannot place the slots"
+        )
+        share[name] = need / have if have else 1.0
+    return share
 
 
 def test_every_manifest_parses_and_kustomization_lists_them() -> None:
@@ -312,12 +406,14 @@ def test_edge_statefulset_runs_one_small_taskmanager_per_gpu_node_on_the_cluster
         f"{spec['securityContext']['runAsUser']}:{spec['securityContext']['runAsGroup']} {output_root}"
         in init["command"][-1]
     )
-    # The memory limit holds the JVM and the batch files it writes to tmpfs (charged to it).
-    process = str(_edge_env()["STOKER_EDGE_PROCESS_SIZE"])
-    assert re.fullmatch(r"\d+g", process) and re.fullmatch(
-        r"\d+Gi", container["resources"]["limits"]["memory"]
-    )
-    assert int(container["resources"]["limits"]["memory"][:-2]) > int(process[:-1])
+    # The memory request is the JVM's process size; the limit holds the JVM and the batch files
+    # it writes to tmpfs (charged to it).
+    process = _flink_bytes(str(_edge_env()["STOKER_EDGE_PROCESS_SIZE"]))
+    memory = container["resources"]
+    assert _quantity_bytes(memory["requests"]["memory"]) == process
+    assert _quantity_bytes(memory["limits"]["memory"]) == process + BATCH_FILES_BYTES
+    # A sink binds its pod's name when it starts: the name must resolve before the pod is Ready.
+    assert service["spec"]["publishNotReadyAddresses"] is True
 
 
 def test_job_args_are_stoker_options_and_world_size_is_nodes_times_ranks() -> None:
@@ -329,3 +425,63 @@ def test_job_args_are_stoker_options_and_world_size_is_nodes_times_ranks() -> No
     nodes = _edge()["spec"]["replicas"]
     ranks_per_node = int(_edge_env()["STOKER_RANKS_PER_NODE"])
     assert int(args["stoker.dp-world-size"]) == nodes * ranks_per_node
+
+
+def test_job_topology_is_the_edge_statefulset_nodes_names_and_ports() -> None:
+    args = _job_args()
+    sts = _edge()
+    nodes = sts["spec"]["replicas"]
+    ranks = int(_edge_env()["STOKER_RANKS_PER_NODE"])
+    assert int(args["stoker.topology.nodes"]) == nodes
+    # Pinned by the resources only the edge TaskManagers (and stoker-cpu the CPU ones) declare.
+    assert args["stoker.topology.placement"] == "EDGE"
+    addresses = args["stoker.topology.ack-addresses"].split(";")
+    assert len(addresses) == nodes, addresses
+    service = _one("edge-taskmanagers.yaml", "Service")["metadata"]["name"]
+    container_ports = {p["containerPort"] for p in _edge_container()["ports"]}
+    for n, address in enumerate(addresses):
+        host, port = address.rsplit(":", 1)
+        # Pod n's DNS name through the headless service (short, or with namespace and svc).
+        pod = f"{sts['metadata']['name']}-{n}"
+        assert re.fullmatch(
+            rf"{re.escape(pod)}\.{re.escape(service)}(\.[a-z0-9-]+\.svc(\.cluster\.local)?)?", host
+        ), f"node {n}'s ack address {address} is not pod {pod} of the service {service}"
+        # Sink subtask k (local rank k) listens on port + k: the pod declares each of them.
+        assert {int(port) + k for k in range(ranks)} == container_ports, (
+            f"node {n}: ports {port}+0..{ranks - 1} vs containerPorts {sorted(container_ports)}"
+        )
+
+
+def test_job_states_every_slot_profile_option() -> None:
+    """The defaults fit the 2g local cluster's TaskManagers; on Kubernetes each is sized here."""
+    declared = set(re.findall(r'ConfigOptions\.key\("([^"]+)"\)', STOKER_OPTIONS.read_text()))
+    profile_keys = {
+        k for k in declared if re.fullmatch(r"stoker\.topology\.(cpu|edge)-slot\..+", k)
+    }
+    assert profile_keys == {
+        f"stoker.topology.{kind}-slot.{n}" for kind in ("cpu", "edge") for n in PROFILE
+    }
+    assert profile_keys <= set(_job_args())
+
+
+def test_cpu_slot_profile_takes_half_of_a_cpu_taskmanager(tmp_path: Path) -> None:
+    tm = _taskmanager_resources(tmp_path)
+    conf = _flink_deployment()["spec"]["flinkConfiguration"]
+    slots = int(tm["taskmanager.numberOfTaskSlots"])
+    assert slots == int(conf["taskmanager.numberOfTaskSlots"])
+    share = _assert_slots_fit("cpu", slots, tm)
+    # The slots request the TaskManager's task heap and managed memory, not a fraction of it
+    # (what a TaskManager has beyond its slots' profiles no subtask can use).
+    assert share["task-heap"] >= 0.9 and share["managed"] >= 0.9, share
+
+
+def test_edge_slot_profiles_of_all_ranks_fit_the_edge_taskmanager(tmp_path: Path) -> None:
+    ranks = int(_edge_env()["STOKER_RANKS_PER_NODE"])
+    # The edge TaskManager as the start-up script starts it: its -D options on the cluster config.
+    result = _run_script(tmp_path, f"{_edge()['metadata']['name']}-0", str(ranks))
+    assert result.returncode == 0, result.stderr
+    tm = _taskmanager_resources(tmp_path, _dynamic_properties(result.stdout.splitlines()))
+    assert int(tm["taskmanager.numberOfTaskSlots"]) == ranks
+    share = _assert_slots_fit("edge", ranks, tm)
+    # STOKER_EDGE_PROCESS_SIZE is sized to the ranks' task heap, not far beyond it.
+    assert share["task-heap"] >= 0.9, share

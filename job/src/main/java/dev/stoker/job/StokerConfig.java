@@ -93,6 +93,7 @@ final class StokerConfig {
                             + " must match [A-Za-z0-9._-]+ (it names a directory): "
                             + conf.get(StokerOptions.JOB_NAME));
         }
+        Topology.of(conf);
     }
 
     /** Every {@link StokerOptions} option. */

@@ -8,6 +8,7 @@ import dev.stoker.connectors.source.DatasetListing;
 import dev.stoker.connectors.source.PrefetchGate;
 import dev.stoker.operators.batch.BatchPlan;
 import dev.stoker.operators.image.QwenVisionConfig;
+import dev.stoker.operators.model.SlotResult;
 import java.nio.file.Path;
 import org.apache.flink.api.common.JobExecutionResult;
 import org.apache.flink.configuration.CheckpointingOptions;
@@ -17,6 +18,7 @@ import org.apache.flink.configuration.PipelineOptions;
 import org.apache.flink.configuration.TaskManagerOptions;
 import org.apache.flink.core.fs.FileSystem;
 import org.apache.flink.core.plugin.PluginUtils;
+import org.apache.flink.streaming.api.datastream.DataStreamSink;
 import org.apache.flink.streaming.api.environment.LocalStreamEnvironment;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.slf4j.Logger;
@@ -127,13 +129,15 @@ public final class StokerJob {
                 plan.numSteps() - 1);
 
         ShmLayout layout = new ShmLayout(StokerConfig.jobDir(conf), generation.stamp);
+        Topology topology = Topology.of(conf);
         PrefetchGate gate =
                 new PrefetchGate(
-                        layout,
-                        plan.worldSize(),
+                        topology.ackFeed(layout, plan.worldSize(), generation.firstStep()),
+                        generation.stamp,
                         conf.get(StokerOptions.PREFETCH_DEPTH),
                         generation.firstStep());
-        StokerPipeline.Outputs outputs = StokerPipeline.build(env, conf, listing, plan, gate);
+        StokerPipeline.Outputs outputs =
+                StokerPipeline.build(env, conf, listing, plan, gate, topology);
         QwenVisionConfig vision = StokerPipeline.visionConfig(conf);
         Manifest manifest =
                 new Manifest(
@@ -147,18 +151,30 @@ public final class StokerJob {
                         vision,
                         listing.fingerprint(),
                         ModelOptions.preset(conf).key());
-        outputs.slotsByRank
-                .sinkTo(
-                        new ArrowBatchSink(
-                                layout,
-                                manifest,
-                                plan,
-                                generation.firstStep(),
-                                vision,
-                                padTokenId,
-                                conf.get(StokerOptions.PIXEL_DTYPE)))
-                .name("arrow-shm-sink")
-                .uid("arrow-shm-sink");
+        int sinks = topology.perNodeSinks() ? topology.nodes : 1;
+        for (int node = 0; node < sinks; node++) {
+            DataStreamSink<SlotResult> sink =
+                    outputs.slotsOfNode(node)
+                            .sinkTo(
+                                    new ArrowBatchSink(
+                                            layout,
+                                            manifest,
+                                            plan,
+                                            generation.firstStep(),
+                                            vision,
+                                            padTokenId,
+                                            conf.get(StokerOptions.PIXEL_DTYPE),
+                                            topology.nodeAcks(node)))
+                            .name(topology.sinkName(node))
+                            .uid(topology.sinkName(node));
+            if (topology.perNodeSinks()) {
+                // one subtask per rank of the node
+                sink.setParallelism(topology.ranksPerNode);
+            }
+            if (topology.edgeGroup(node) != null) {
+                sink.slotSharingGroup(topology.edgeGroup(node));
+            }
+        }
         outputs.deadLetters
                 .sinkTo(DeadLetterSinks.jsonl(StokerConfig.deadLetterDir(conf)))
                 .name("dead-letter-sink")

@@ -443,4 +443,102 @@ public final class StokerOptions {
                     .durationType()
                     .defaultValue(Duration.ofSeconds(5))
                     .withDescription("Longest single backoff delay between attempts.");
+
+    public static final ConfigOption<Integer> TOPOLOGY_NODES =
+            ConfigOptions.key("stoker.topology.nodes")
+                    .intType()
+                    .defaultValue(1)
+                    .withDescription(
+                            "GPU nodes of the training job. Each has dp-world-size / nodes ranks (which must"
+                                    + " divide), global rank = node x ranks per node + local rank (torchrun's"
+                                    + " order), and its own sink (uid arrow-shm-sink-node-<n>, one subtask per"
+                                    + " rank) that writes its ranks' batches into that node's output root."
+                                    + " 1 with placement ANY is the single-node job (one sink, uid"
+                                    + " arrow-shm-sink). docs/multi-node.md.");
+
+    public static final ConfigOption<Topology.Placement> TOPOLOGY_PLACEMENT =
+            ConfigOptions.key("stoker.topology.placement")
+                    .enumType(Topology.Placement.class)
+                    .defaultValue(Topology.Placement.ANY)
+                    .withDescription(
+                            "ANY: every subtask takes any slot (the embedded MiniCluster, a single-node"
+                                    + " cluster). EDGE: pinned by fine-grained resources: the CPU stages (source"
+                                    + " to tokenize, the dead-letter sink) in slot sharing group 'cpu' request"
+                                    + " the external resource stoker-cpu, node n's sink in group 'edge-<n>'"
+                                    + " requests stoker-node-<n>, so it runs only on the edge TaskManager that"
+                                    + " declares it; needs the default scheduler (the adaptive one ignores the"
+                                    + " requests) and the slot profiles stoker.topology.*-slot.*.");
+
+    public static final ConfigOption<List<String>> TOPOLOGY_ACK_ADDRESSES =
+            ConfigOptions.key("stoker.topology.ack-addresses")
+                    .stringType()
+                    .asList()
+                    .defaultValues()
+                    .withDescription(
+                            "host:port per GPU node, in node order (';'-separated): node n's sink subtask k"
+                                    + " serves its node's acks over HTTP on host:port+k, and the source's"
+                                    + " enumerator on the JobManager polls them for the prefetch gate. Empty:"
+                                    + " the JobManager reads the ack files under its own output root, so it must"
+                                    + " run on the ranks' node. Required when nodes > 1 with placement EDGE.");
+
+    public static final ConfigOption<Double> CPU_SLOT_CPU_CORES =
+            ConfigOptions.key("stoker.topology.cpu-slot.cpu-cores")
+                    .doubleType()
+                    .defaultValue(1.0)
+                    .withDescription(
+                            "Placement EDGE: CPU cores one slot of the CPU stages requests.");
+
+    public static final ConfigOption<MemorySize> CPU_SLOT_TASK_HEAP =
+            ConfigOptions.key("stoker.topology.cpu-slot.task-heap")
+                    .memoryType()
+                    .defaultValue(MemorySize.parse("192mb"))
+                    .withDescription(
+                            "Placement EDGE: task heap one slot of the CPU stages requests (images in"
+                                    + " flight: fetch capacity x encoded and decoded sizes). The default fits two"
+                                    + " slots of a 2g TaskManager (scripts/cluster.sh); size it to the TaskManagers.");
+
+    public static final ConfigOption<MemorySize> CPU_SLOT_TASK_OFF_HEAP =
+            ConfigOptions.key("stoker.topology.cpu-slot.task-off-heap")
+                    .memoryType()
+                    .defaultValue(MemorySize.ZERO)
+                    .withDescription(
+                            "Placement EDGE: task off-heap memory one slot of the CPU stages requests.");
+
+    public static final ConfigOption<MemorySize> CPU_SLOT_MANAGED =
+            ConfigOptions.key("stoker.topology.cpu-slot.managed")
+                    .memoryType()
+                    .defaultValue(MemorySize.parse("32mb"))
+                    .withDescription(
+                            "Placement EDGE: managed memory one slot of the CPU stages requests.");
+
+    public static final ConfigOption<Double> EDGE_SLOT_CPU_CORES =
+            ConfigOptions.key("stoker.topology.edge-slot.cpu-cores")
+                    .doubleType()
+                    .defaultValue(0.5)
+                    .withDescription(
+                            "Placement EDGE: CPU cores one sink slot (one rank) requests.");
+
+    public static final ConfigOption<MemorySize> EDGE_SLOT_TASK_HEAP =
+            ConfigOptions.key("stoker.topology.edge-slot.task-heap")
+                    .memoryType()
+                    .defaultValue(MemorySize.parse("128mb"))
+                    .withDescription(
+                            "Placement EDGE: task heap one sink slot requests (the slots of its rank's"
+                                    + " batches in flight). The edge TaskManager needs ranks x this.");
+
+    public static final ConfigOption<MemorySize> EDGE_SLOT_TASK_OFF_HEAP =
+            ConfigOptions.key("stoker.topology.edge-slot.task-off-heap")
+                    .memoryType()
+                    .defaultValue(MemorySize.ZERO)
+                    .withDescription(
+                            "Placement EDGE: task off-heap memory one sink slot requests (the Arrow buffers"
+                                    + " are native memory outside it, in the process's overhead).");
+
+    public static final ConfigOption<MemorySize> EDGE_SLOT_MANAGED =
+            ConfigOptions.key("stoker.topology.edge-slot.managed")
+                    .memoryType()
+                    .defaultValue(MemorySize.parse("32mb"))
+                    .withDescription(
+                            "Placement EDGE: managed memory one sink slot requests (the keyed sink's RocksDB"
+                                    + " backend).");
 }

@@ -26,6 +26,7 @@ import dev.stoker.operators.tokenize.TokenizeFunction;
 import java.time.Duration;
 import java.util.concurrent.TimeUnit;
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
+import org.apache.flink.api.common.functions.FilterFunction;
 import org.apache.flink.api.common.typeinfo.TypeInformation;
 import org.apache.flink.api.common.typeinfo.Types;
 import org.apache.flink.api.java.functions.KeySelector;
@@ -49,21 +50,48 @@ import org.apache.flink.types.Either;
  * </pre>
  *
  * <p>Upstream operators run unordered; the sink, keyed by DP rank, puts samples back into their
- * slots. Every operator has a stable {@code uid} so savepoints map onto it.
+ * slots. Every operator has a stable {@code uid} so savepoints map onto it. With placement EDGE the
+ * source is in the CPU stages' slot sharing group ({@link Topology#cpuGroup}), and every operator
+ * after it inherits the group (an operator whose inputs share one group is put in it).
  */
 public final class StokerPipeline {
 
     /** The pipeline's two outputs. */
     public static final class Outputs {
-        /** Filled and empty slots, keyed by DP rank, for the Arrow shared-memory sink. */
-        public final KeyedStream<SlotResult, Integer> slotsByRank;
+        private final DataStream<SlotResult> slots;
+        private final BatchPlan plan;
+        private final Topology topology;
 
         /** Rejected records, for the dead-letter output. */
         public final DataStream<DeadLetter> deadLetters;
 
-        Outputs(KeyedStream<SlotResult, Integer> slotsByRank, DataStream<DeadLetter> deadLetters) {
-            this.slotsByRank = slotsByRank;
+        Outputs(
+                DataStream<SlotResult> slots,
+                BatchPlan plan,
+                Topology topology,
+                DataStream<DeadLetter> deadLetters) {
+            this.slots = slots;
+            this.plan = plan;
+            this.topology = topology;
             this.deadLetters = deadLetters;
+        }
+
+        /**
+         * Filled and empty slots of node {@code node}'s ranks, keyed by global DP rank, for that
+         * node's Arrow shared-memory sink: routed by the logical stream (node, rank) of the batch
+         * plan, never by a host. With one sink for all ranks, every slot.
+         */
+        KeyedStream<SlotResult, Integer> slotsOfNode(int node) {
+            DataStream<SlotResult> routed = slots;
+            if (topology.perNodeSinks()) {
+                // a filter per node, not partitionCustom: that is refused with unaligned
+                // checkpoints
+                routed =
+                        slots.filter(new OfNode(plan, topology.ranksPerNode, node))
+                                .name("route-node-" + node)
+                                .uid("route-node-" + node);
+            }
+            return routed.keyBy(new RankOfSlot(plan), Types.INT);
         }
     }
 
@@ -76,15 +104,17 @@ public final class StokerPipeline {
      * @param listing the dataset's files and record offsets, scanned at planning time
      * @param plan the batch plan derived from the listing
      * @param gate the prefetch bound of this generation
+     * @param topology nodes, ranks per node and placement
      */
-    public static Outputs build(
+    static Outputs build(
             StreamExecutionEnvironment env,
             Configuration conf,
             DatasetListing listing,
             BatchPlan plan,
-            PrefetchGate gate) {
+            PrefetchGate gate,
+            Topology topology) {
         int maxLine = (int) conf.get(StokerOptions.MAX_LINE_LENGTH).getBytes();
-        DataStream<JsonlLine> lines =
+        SingleOutputStreamOperator<JsonlLine> lines =
                 env.fromSource(
                                 new ShuffledJsonlSource(
                                         listing,
@@ -97,6 +127,9 @@ public final class StokerPipeline {
                                 WatermarkStrategy.noWatermarks(),
                                 "jsonl-source")
                         .uid("jsonl-source");
+        if (topology.cpuGroup() != null) {
+            lines.slotSharingGroup(topology.cpuGroup());
+        }
 
         SingleOutputStreamOperator<SftRecord> records =
                 lines.filter(line -> !line.padding)
@@ -177,8 +210,26 @@ public final class StokerPipeline {
                                         .name("dead-letter-accounting")
                                         .uid("dead-letter-accounting"),
                                 paddingSlots);
-        KeyedStream<SlotResult, Integer> byRank = slots.keyBy(new RankOfSlot(plan), Types.INT);
-        return new Outputs(byRank, deadLetters);
+        return new Outputs(slots, plan, topology, deadLetters);
+    }
+
+    /** Keeps the slots of one node's ranks. */
+    private static final class OfNode implements FilterFunction<SlotResult> {
+        private static final long serialVersionUID = 1L;
+        private final BatchPlan plan;
+        private final int ranksPerNode;
+        private final int node;
+
+        OfNode(BatchPlan plan, int ranksPerNode, int node) {
+            this.plan = plan;
+            this.ranksPerNode = ranksPerNode;
+            this.node = node;
+        }
+
+        @Override
+        public boolean filter(SlotResult slot) {
+            return plan.rankOf(slot.sampleIndex) / ranksPerNode == node;
+        }
     }
 
     /** Key of a slot result: its DP rank in the plan. */

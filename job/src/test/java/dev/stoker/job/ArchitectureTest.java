@@ -93,17 +93,36 @@ class ArchitectureTest {
                                     + " no connector");
 
     @ArchTest
+    static final ArchRule THE_FEEDBACK_SITS_ON_THE_PROTOCOL =
+            noClasses()
+                    .that()
+                    .resideInAPackage("dev.stoker.connectors.feedback..")
+                    .should()
+                    .dependOnClassesThat()
+                    .resideInAnyPackage(
+                            "dev.stoker.connectors.source..",
+                            "dev.stoker.connectors.shm..",
+                            "dev.stoker.connectors.fetch..",
+                            "dev.stoker.connectors.deadletter..")
+                    .because(
+                            "the acks' way from the ranks' nodes to the gate (files, HTTP) is shared by"
+                                    + " the source (which polls) and the sink (which serves): it"
+                                    + " depends on the protocol only");
+
+    @ArchTest
     static final ArchRule SOURCE_AND_SINK_USE_THE_PROTOCOL =
             classes()
                     .that()
-                    .haveSimpleName("PrefetchGate")
+                    .haveSimpleName("LocalAckFeed")
+                    .or()
+                    .haveSimpleName("AckServer")
                     .or()
                     .haveSimpleName("ArrowBatchWriter")
                     .should()
                     .dependOnClassesThat()
                     .resideInAPackage("dev.stoker.connectors.protocol..")
                     .because(
-                            "the prefetch gate (source) and the batch writer (sink) read the acks"
+                            "the prefetch gate's feeds and the batch writer (sink) read the acks"
                                     + " through the protocol package's Ack");
 
     @ArchTest

@@ -320,6 +320,55 @@ class ExactlyOnceITCase {
         }
     }
 
+    /**
+     * Two "nodes" of one rank each: a sink per node ({@code arrow-shm-sink-node-<n>}) that serves
+     * its node's acks over HTTP on loopback, and the source's gate polling both over HTTP (the
+     * MiniCluster's nodes share one output root, so the batches land where one sink writes them).
+     * The batches are the single sink's; the bound holds through the HTTP path; a TaskManager
+     * killed mid-run makes the restarted sinks listen on their ports again.
+     */
+    @Test
+    void twoNodesWithTheirOwnSinksAndAckServersGiveTheSameBatches() throws Exception {
+        Configuration conf = config(2);
+        conf.set(StokerOptions.TOPOLOGY_NODES, 2);
+        conf.set(
+                StokerOptions.TOPOLOGY_ACK_ADDRESSES,
+                List.of("127.0.0.1:" + freePort(), "127.0.0.1:" + freePort()));
+        try (TrainerSim trainer = new TrainerSim(jobDir(), WORLD_SIZE, 0, numSteps - 1, 100)) {
+            JobClient job = submit(conf, 300);
+            long deadline = System.currentTimeMillis() + 120_000;
+            while (trainer.stepsDone() < numSteps) {
+                assertThat(System.currentTimeMillis()).isLessThan(deadline);
+                Thread.sleep(5);
+            }
+            miniCluster.terminateTaskManager(0).get();
+            miniCluster.startTaskManager();
+            assertThat(trainer.await(180_000)).containsExactlyElementsOf(reference);
+            awaitStatus(job, JobStatus.FINISHED);
+            assertThat(restarts(job.getJobID())).as("job restarts").isGreaterThanOrEqualTo(1);
+            JsonNode vertices = rest("/jobs/" + job.getJobID()).get("vertices");
+            List<String> sinks = new ArrayList<>();
+            for (JsonNode v : vertices) {
+                if (v.get("name").asText().contains("arrow-shm-sink")) {
+                    sinks.add(v.get("name").asText() + " x" + v.get("parallelism").asInt());
+                }
+            }
+            assertThat(sinks)
+                    .containsExactlyInAnyOrder(
+                            "arrow-shm-sink-node-0: Writer x1", "arrow-shm-sink-node-1: Writer x1");
+            assertThat(trainer.maxFilesPerRank())
+                    .as("batch files a rank had in shared memory at once")
+                    .isLessThanOrEqualTo(PREFETCH_DEPTH)
+                    .isPositive();
+        }
+    }
+
+    private static int freePort() throws IOException {
+        try (java.net.ServerSocket socket = new java.net.ServerSocket(0)) {
+            return socket.getLocalPort();
+        }
+    }
+
     private Configuration resumeConfig(int parallelism, String savepoint, long resumeStep) {
         Configuration conf = config(parallelism);
         conf.set(StateRecoveryOptions.SAVEPOINT_PATH, savepoint);

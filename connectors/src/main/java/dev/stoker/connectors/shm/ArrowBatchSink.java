@@ -1,5 +1,7 @@
 package dev.stoker.connectors.shm;
 
+import dev.stoker.connectors.feedback.AckServer;
+import dev.stoker.connectors.feedback.NodeAcks;
 import dev.stoker.connectors.protocol.Manifest;
 import dev.stoker.connectors.protocol.PixelDtype;
 import dev.stoker.connectors.protocol.ShmLayout;
@@ -18,13 +20,14 @@ import org.apache.flink.api.connector.sink2.WriterInitContext;
  *
  * <p>Input must be keyed by DP rank, so all slots of a batch reach the same writer. Samples that
  * wait for the rest of their batch are staged in files next to the batches, not in Flink state. The
- * writer never blocks: the prefetch bound is enforced upstream by the source's {@link
- * PrefetchGate}. Delivery to the trainer: exactly once per step and rank; a batch rewritten after a
- * failover replaces the identical file, and steps the reader already acknowledged are not written
- * again.
+ * writer never blocks: the prefetch bound is enforced upstream by the source's prefetch gate, which
+ * reads the acks of this node's ranks either from the same {@code /dev/shm} or, when the sink is
+ * given its node's {@link NodeAcks}, from an {@link AckServer} each subtask runs. Delivery to the
+ * trainer: exactly once per step and rank; a batch rewritten after a failover replaces the
+ * identical file, and steps the reader already acknowledged are not written again.
  */
 public final class ArrowBatchSink implements Sink<SlotResult> {
-    private static final long serialVersionUID = 4L;
+    private static final long serialVersionUID = 5L;
 
     private final ShmLayout layout;
     private final Manifest manifest;
@@ -33,6 +36,7 @@ public final class ArrowBatchSink implements Sink<SlotResult> {
     private final QwenVisionConfig vision;
     private final long padTokenId;
     private final PixelDtype pixelDtype;
+    private final NodeAcks acks;
 
     /**
      * @param layout this generation's directory layout
@@ -43,6 +47,8 @@ public final class ArrowBatchSink implements Sink<SlotResult> {
      *     patchifies with them
      * @param padTokenId token id used to pad {@code input_ids}
      * @param pixelDtype element type of the {@code pixel_values} column
+     * @param acks where subtask {@code k} serves the acks of this sink's node ({@code port + k}),
+     *     or {@code null} to serve none (the gate reads the files itself)
      */
     public ArrowBatchSink(
             ShmLayout layout,
@@ -51,7 +57,8 @@ public final class ArrowBatchSink implements Sink<SlotResult> {
             long firstStep,
             QwenVisionConfig vision,
             long padTokenId,
-            PixelDtype pixelDtype) {
+            PixelDtype pixelDtype,
+            NodeAcks acks) {
         this.layout = layout;
         this.manifest = manifest;
         this.plan = plan;
@@ -59,6 +66,7 @@ public final class ArrowBatchSink implements Sink<SlotResult> {
         this.vision = vision;
         this.padTokenId = padTokenId;
         this.pixelDtype = pixelDtype;
+        this.acks = acks;
     }
 
     @Override
@@ -68,12 +76,22 @@ public final class ArrowBatchSink implements Sink<SlotResult> {
             Generations.removeOtherGenerations(layout);
         }
         manifest.writeTo(layout);
+        AckServer server =
+                acks == null
+                        ? null
+                        : AckServer.start(
+                                acks.host(),
+                                acks.port() + context.getTaskInfo().getIndexOfThisSubtask(),
+                                layout,
+                                acks.globalRanks(),
+                                firstStep);
         return new ArrowBatchWriter(
                 layout,
                 plan,
                 firstStep,
                 new BatchFileWriter(layout, new ArrowBatchEncoder(vision, padTokenId, pixelDtype)),
                 new SlotStager(layout),
-                context.metricGroup());
+                context.metricGroup(),
+                server);
     }
 }

@@ -1,5 +1,6 @@
 package dev.stoker.connectors.shm;
 
+import dev.stoker.connectors.feedback.AckServer;
 import dev.stoker.connectors.protocol.Ack;
 import dev.stoker.connectors.protocol.ShmLayout;
 import dev.stoker.operators.batch.Backfill;
@@ -54,6 +55,9 @@ final class ArrowBatchWriter implements SinkWriter<SlotResult> {
     private final Counter slotsSkipped;
     private final Map<Integer, Counter> batchesWritten = new HashMap<>();
 
+    /** Serves this node's acks to the source's gate on another host, or {@code null}. */
+    private final AckServer ackServer;
+
     /** Slots this writer instance received, by slot index, until their batch is written. */
     private final Map<Long, SlotResult> waiting = new HashMap<>();
 
@@ -69,8 +73,10 @@ final class ArrowBatchWriter implements SinkWriter<SlotResult> {
             long firstStep,
             BatchFileWriter files,
             SlotStager stager,
-            MetricGroup metrics) {
+            MetricGroup metrics,
+            AckServer ackServer) {
         this.layout = layout;
+        this.ackServer = ackServer;
         this.plan = plan;
         this.firstStep = firstStep;
         this.files = files;
@@ -189,6 +195,9 @@ final class ArrowBatchWriter implements SinkWriter<SlotResult> {
 
     @Override
     public void close() {
+        if (ackServer != null) {
+            ackServer.close();
+        }
         allocator.close();
         memory.close();
     }

@@ -30,8 +30,8 @@ import org.apache.flink.core.io.SimpleVersionedSerializer;
  * and not by parallelism or timing. Delivery: each record of steps {@code firstStep ..} exactly
  * once per generation with Flink checkpointing (the enumerator's position and each reader's
  * progress within its step are checkpointed). A restore into a new generation (a new submission
- * from a savepoint) starts again at the gate's first step. Steps are emitted only as far as the
- * {@link PrefetchGate} allows.
+ * from a savepoint) starts again at the gate's first step. Steps are handed to the readers only as
+ * far as the {@link PrefetchGate} allows (the enumerator enforces it).
  */
 public final class ShuffledJsonlSource
         implements Source<JsonlLine, StepSplit, StepEnumeratorState>,
@@ -79,22 +79,18 @@ public final class ShuffledJsonlSource
     public SplitEnumerator<StepSplit, StepEnumeratorState> createEnumerator(
             SplitEnumeratorContext<StepSplit> context) {
         return new StepEnumerator(
-                context,
-                gate.layout().generation(),
-                gate.firstStep(),
-                plan.numSteps(),
-                new TreeSet<>());
+                context, gate, gate.firstStep(), plan.numSteps(), new TreeSet<>());
     }
 
     @Override
     public SplitEnumerator<StepSplit, StepEnumeratorState> restoreEnumerator(
             SplitEnumeratorContext<StepSplit> context, StepEnumeratorState state) {
-        if (!state.generation.equals(gate.layout().generation())) {
+        if (!state.generation.equals(gate.generation())) {
             // A new submission restored from a savepoint: start at this generation's first step.
             return createEnumerator(context);
         }
         return new StepEnumerator(
-                context, state.generation, state.nextStep, plan.numSteps(), state.returnedSteps);
+                context, gate, state.nextStep, plan.numSteps(), state.returnedSteps);
     }
 
     @Override
@@ -115,10 +111,9 @@ public final class ShuffledJsonlSource
                                 plan,
                                 shuffle,
                                 seed,
-                                gate,
                                 new RecordLineReader(listing, maxLineBytes, fileCacheBytes)),
                 context,
-                gate.layout().generation());
+                gate.generation());
     }
 
     @Override

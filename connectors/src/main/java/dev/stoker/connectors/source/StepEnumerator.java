@@ -1,5 +1,6 @@
 package dev.stoker.connectors.source;
 
+import dev.stoker.connectors.feedback.AckFeed;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -21,6 +22,12 @@ import org.slf4j.LoggerFactory;
  * to the readers only once every reader holds none: until then a finished reader stays up (idle),
  * takes steps a failed reader gives back, and takes part in savepoints while the others wait at the
  * prefetch gate.
+ *
+ * <p>The enumerator is the {@link PrefetchGate}: it polls the gate's {@link AckFeed} every {@value
+ * #GATE_POLL_MS} ms (on its worker thread, through {@link SplitEnumeratorContext#callAsync}) and
+ * hands out a step only when it is within the bound; a request beyond it waits until an ack opens
+ * the gate. Metrics (enumerator group): {@code prefetchAllowedStep}, the highest step the gate
+ * allows now, and {@code ackedStep}, the lowest step acknowledged by every rank.
  */
 final class StepEnumerator implements SplitEnumerator<StepSplit, StepEnumeratorState> {
     /**
@@ -30,9 +37,14 @@ final class StepEnumerator implements SplitEnumerator<StepSplit, StepEnumeratorS
      */
     static final int SPLITS_HELD = 2;
 
+    /** Period of the ack polls, in ms: the gate's latency beyond the feed's own. */
+    static final long GATE_POLL_MS = 20;
+
     private static final Logger LOG = LoggerFactory.getLogger(StepEnumerator.class);
 
     private final SplitEnumeratorContext<StepSplit> context;
+    private final PrefetchGate gate;
+    private final AckFeed feed;
     private final String generation;
     private final long endStep;
     private final SortedSet<Long> returned;
@@ -42,14 +54,24 @@ final class StepEnumerator implements SplitEnumerator<StepSplit, StepEnumeratorS
 
     private long nextStep;
 
+    /** The highest step the gate allows, from the last poll. */
+    private long allowedStep;
+
+    /** The lowest step every rank has acknowledged, from the last poll. */
+    private long ackedStep;
+
     StepEnumerator(
             SplitEnumeratorContext<StepSplit> context,
-            String generation,
+            PrefetchGate gate,
             long nextStep,
             long endStep,
             SortedSet<Long> returned) {
         this.context = context;
-        this.generation = generation;
+        this.gate = gate;
+        this.feed = gate.isBounded() ? gate.openFeed() : null;
+        this.generation = gate.generation();
+        this.allowedStep = gate.initialAllowedStep();
+        this.ackedStep = gate.firstStep() - 1;
         this.nextStep = nextStep;
         this.endStep = endStep;
         this.returned = new TreeSet<>(returned);
@@ -63,6 +85,29 @@ final class StepEnumerator implements SplitEnumerator<StepSplit, StepEnumeratorS
                 nextStep,
                 endStep - 1,
                 returned.size());
+        context.metricGroup().gauge("prefetchAllowedStep", () -> allowedStep);
+        context.metricGroup().gauge("ackedStep", () -> ackedStep);
+        if (gate.isBounded()) {
+            context.callAsync(feed::poll, this::onAcks, 0, GATE_POLL_MS);
+        }
+    }
+
+    /** A poll's result, on the enumerator's thread: widen the gate and answer waiting readers. */
+    private void onAcks(long[] consumed, Throwable error) {
+        if (error != null) {
+            LOG.warn("Polling the acks failed; the gate stays where it was", error);
+            return;
+        }
+        long min = Long.MAX_VALUE;
+        for (long step : consumed) {
+            min = Math.min(min, step);
+        }
+        ackedStep = Math.max(ackedStep, min);
+        long allowed = gate.highestAllowedStep(consumed);
+        if (allowed > allowedStep) {
+            allowedStep = allowed;
+            answer();
+        }
     }
 
     @Override
@@ -82,15 +127,28 @@ final class StepEnumerator implements SplitEnumerator<StepSplit, StepEnumeratorS
         answer();
     }
 
-    /** Hands steps to the readers that asked, or signals the end once no reader holds a split. */
+    /**
+     * Hands the steps the gate allows to the readers that asked, or signals the end once no step is
+     * left and no reader holds a split.
+     */
     private void answer() {
         for (Map.Entry<Integer, Integer> e : unanswered.entrySet()) {
-            while (e.getValue() > 0 && (!returned.isEmpty() || nextStep < endStep)) {
-                long step = returned.isEmpty() ? nextStep++ : returned.first();
-                returned.remove(step);
+            while (e.getValue() > 0) {
+                long step = returned.isEmpty() ? nextStep : returned.first();
+                if (step >= endStep || step > allowedStep) {
+                    break;
+                }
+                if (returned.isEmpty()) {
+                    nextStep++;
+                } else {
+                    returned.remove(step);
+                }
                 context.assignSplit(new StepSplit(generation, step, 0), e.getKey());
                 e.setValue(e.getValue() - 1);
             }
+        }
+        if (!returned.isEmpty() || nextStep < endStep) {
+            return;
         }
         int readers = context.currentParallelism();
         for (int subtask = 0; subtask < readers; subtask++) {
@@ -115,5 +173,9 @@ final class StepEnumerator implements SplitEnumerator<StepSplit, StepEnumeratorS
     }
 
     @Override
-    public void close() {}
+    public void close() {
+        if (feed != null) {
+            feed.close();
+        }
+    }
 }

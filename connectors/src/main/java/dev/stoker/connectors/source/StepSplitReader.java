@@ -21,46 +21,34 @@ import org.apache.flink.connector.base.source.reader.splitreader.SplitsChange;
  * Reads the records of one {@link StepSplit} at a time, the lowest step it holds first, on the
  * source's fetcher thread.
  *
- * <p>Before a step's records are read, the {@link PrefetchGate} must allow the step; while it does
- * not, {@link #fetch()} waits on the fetcher thread (polling the readers' acks), never on the task
- * thread, so checkpoints pass. Records come out in slot order, each tagged with its slot index; a
- * padding slot gives a {@link JsonlLine#padding padding marker}.
+ * <p>Every split it holds is within the {@link PrefetchGate}: the enumerator hands out no other.
+ * Records come out in slot order, each tagged with its slot index; a padding slot gives a {@link
+ * JsonlLine#padding padding marker}.
  */
 final class StepSplitReader implements SplitReader<JsonlLine, StepSplit> {
-    private static final long GATE_POLL_MS = 20;
-    private static final long MAX_WAIT_PER_FETCH_MS = 500;
-
     private final BatchPlan plan;
     private final boolean shuffle;
     private final long seed;
-    private final PrefetchGate gate;
     private final RecordLineReader lines;
 
-    /**
-     * The splits held, lowest step first: the lowest step held by any reader is always within the
-     * gate, so reading in step order cannot wait on a later step while an earlier one is held.
-     */
+    /** The splits held, lowest step first. */
     private final Queue<StepSplit> splits =
             new PriorityQueue<>(Comparator.comparingLong((StepSplit s) -> s.step));
 
-    private final Object wakeLock = new Object();
-    private boolean wokenUp;
     private int orderEpoch = -1;
     private SampleOrder order;
 
-    StepSplitReader(
-            BatchPlan plan, boolean shuffle, long seed, PrefetchGate gate, RecordLineReader lines) {
+    StepSplitReader(BatchPlan plan, boolean shuffle, long seed, RecordLineReader lines) {
         this.plan = plan;
         this.shuffle = shuffle;
         this.seed = seed;
-        this.gate = gate;
         this.lines = lines;
     }
 
     @Override
     public RecordsWithSplitIds<JsonlLine> fetch() throws IOException {
         StepSplit split = splits.peek();
-        if (split == null || !awaitGate(split.step)) {
+        if (split == null) {
             return new RecordsBySplits<>(Collections.emptyMap(), Collections.emptySet());
         }
         splits.remove();
@@ -86,28 +74,6 @@ final class StepSplitReader implements SplitReader<JsonlLine, StepSplit> {
         return order;
     }
 
-    /** Waits until the gate allows {@code step}; false if woken up or still closed for a while. */
-    private boolean awaitGate(long step) {
-        long deadline = System.currentTimeMillis() + MAX_WAIT_PER_FETCH_MS;
-        synchronized (wakeLock) {
-            while (!gate.allows(step)) {
-                long left = deadline - System.currentTimeMillis();
-                if (wokenUp || left <= 0) {
-                    wokenUp = false;
-                    return false;
-                }
-                try {
-                    wakeLock.wait(Math.min(GATE_POLL_MS, left));
-                } catch (InterruptedException e) {
-                    Thread.currentThread().interrupt();
-                    return false;
-                }
-            }
-            wokenUp = false;
-            return true;
-        }
-    }
-
     @Override
     public void handleSplitsChanges(SplitsChange<StepSplit> change) {
         splits.addAll(change.splits());
@@ -115,10 +81,7 @@ final class StepSplitReader implements SplitReader<JsonlLine, StepSplit> {
 
     @Override
     public void wakeUp() {
-        synchronized (wakeLock) {
-            wokenUp = true;
-            wakeLock.notifyAll();
-        }
+        // fetch() never blocks
     }
 
     @Override

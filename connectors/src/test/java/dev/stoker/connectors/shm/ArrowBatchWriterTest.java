@@ -111,7 +111,8 @@ class ArrowBatchWriterTest {
                 new BatchFileWriter(
                         layout, new ArrowBatchEncoder(vision(), PAD, PixelDtype.FLOAT32)),
                 new SlotStager(layout),
-                UnregisteredMetricsGroup.createSinkWriterMetricGroup());
+                UnregisteredMetricsGroup.createSinkWriterMetricGroup(),
+                null);
     }
 
     /** Closes what a test opened, before the allocator it came from. */

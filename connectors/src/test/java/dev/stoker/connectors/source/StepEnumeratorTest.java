@@ -2,6 +2,7 @@ package dev.stoker.connectors.source;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
+import dev.stoker.connectors.feedback.AckFeed;
 import java.util.List;
 import java.util.TreeSet;
 import org.apache.flink.connector.testutils.source.reader.TestingSplitEnumeratorContext;
@@ -11,10 +12,52 @@ class StepEnumeratorTest {
     private final TestingSplitEnumeratorContext<StepSplit> context =
             new TestingSplitEnumeratorContext<>(2);
 
+    /**
+     * Acks a test sets: what the trainers have consumed, per rank. Static, since the enumerator
+     * polls its own copy of the feed.
+     */
+    private static final class SetAcks implements AckFeed {
+        static long[] consumed;
+        static int polls;
+
+        @Override
+        public long[] poll() {
+            polls++;
+            return consumed.clone();
+        }
+
+        @Override
+        public void close() {}
+    }
+
+    private final SetAcks acks = new SetAcks();
+
+    StepEnumeratorTest() {
+        SetAcks.consumed = new long[] {-1, -1};
+        SetAcks.polls = 0;
+    }
+
     private StepEnumerator enumerator(long endStep) {
+        return enumerator(endStep, 0);
+    }
+
+    private StepEnumerator enumerator(long endStep, int depth) {
         context.registerReader(0, "localhost");
         context.registerReader(1, "localhost");
-        return new StepEnumerator(context, "g1", 0, endStep, new TreeSet<>());
+        StepEnumerator e =
+                new StepEnumerator(
+                        context,
+                        new PrefetchGate(acks, "g1", depth, 0),
+                        0,
+                        endStep,
+                        new TreeSet<>());
+        e.start();
+        return e;
+    }
+
+    /** One round of the enumerator's ack poll and its handler. */
+    private void pollAcks() {
+        context.triggerAllActions(); // the periodic poll, then its handler
     }
 
     /** {@code times} split requests from {@code reader}. */
@@ -61,6 +104,43 @@ class StepEnumeratorTest {
         ask(e, 1, 1);
         assertThat(ended(0)).isTrue();
         assertThat(ended(1)).isTrue();
+    }
+
+    @Test
+    void handsOutOnlyStepsWithinTheBoundAndOpensWithTheAcks() {
+        StepEnumerator e = enumerator(10, 2);
+        ask(e, 0, 2);
+        ask(e, 1, 2);
+        // nothing acknowledged: steps 0 .. depth - 1 only
+        assertThat(steps(0)).containsExactly(0L, 1L);
+        assertThat(steps(1)).isEmpty();
+        pollAcks();
+        assertThat(steps(1)).as("no ack yet").isEmpty();
+        // rank 0 consumed step 0, rank 1 nothing: the slowest rank bounds the gate
+        SetAcks.consumed = new long[] {0, -1};
+        pollAcks();
+        assertThat(steps(1)).isEmpty();
+        SetAcks.consumed = new long[] {3, 0};
+        pollAcks();
+        assertThat(steps(1)).containsExactly(2L);
+        // reader 0 finishes its two steps: it gets none beyond min(consumed) + depth = 2
+        ask(e, 0, 2);
+        assertThat(steps(0)).containsExactly(0L, 1L);
+        assertThat(ended(0)).as("steps are left: the end is not signalled").isFalse();
+        SetAcks.consumed = new long[] {5, 5};
+        pollAcks();
+        assertThat(steps(0)).containsExactly(0L, 1L, 3L, 4L);
+        assertThat(steps(1)).containsExactly(2L, 5L);
+        assertThat(SetAcks.polls).isEqualTo(4);
+    }
+
+    @Test
+    void anUnboundedGateNeverPolls() {
+        StepEnumerator e = enumerator(10, 0);
+        ask(e, 0, 2);
+        pollAcks();
+        assertThat(steps(0)).containsExactly(0L, 1L);
+        assertThat(SetAcks.polls).isZero();
     }
 
     @Test
