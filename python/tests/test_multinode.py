@@ -18,8 +18,9 @@ its own address, ``tc`` rate and ``/dev/shm`` per node; docs/multi-node.md):
    addresses), with slow trainers that stop after step ``STOP_AFTER``. The subtask placement is
    read back from the REST API: every sink of node n on the TaskManager at gpu<n>'s address, no
    other subtask on an edge TaskManager.
-3. gpu1's trainers are paused (SIGSTOP) while gpu0's go on: the job comes to its prefetch bound;
-   the checkpoints taken meanwhile must complete (their durations are printed).
+3. gpu1's trainers are paused (SIGSTOP) while gpu0's go on: every rank comes to the bound (the
+   lowest acknowledged step + depth: a step is one split for all ranks) and stays there; the
+   checkpoints of the next ``PAUSE_S`` seconds must complete (their durations are printed).
 4. The CPU TaskManager of cpu1 is SIGKILLed: the job restores its latest checkpoint on cpu0's
    TaskManager; a new CPU TaskManager joins in cpu1.
 5. gpu1's edge TaskManager is SIGKILLed and a new one started in gpu1: its trainers wait (their
@@ -52,7 +53,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +97,8 @@ BUCKET = "stoker-mn"
 DATASET_URI = f"s3://{BUCKET}/dataset"
 CPU_RESOURCE = "stoker-cpu"
 SINK_PREFIX = "arrow-shm-sink-node-"
-PLACED = ("DEPLOYING", "INITIALIZING", "RUNNING")
+#: states of a subtask that is (or was, FINISHED) on its TaskManager
+PLACED = ("DEPLOYING", "INITIALIZING", "RUNNING", "FINISHED")
 #: how long gpu1's trainers stay paused (the checkpoints of that window are measured)
 PAUSE_S = 10.0
 
@@ -410,7 +412,9 @@ class S3Server:
 
 class BoundSampler(threading.Thread):
     """Samples every rank's directory on its GPU node: the highest step written minus the rank's
-    acknowledged step (``ack.json`` read after the listing, so a sample never overstates it)."""
+    acknowledged step (``ack.json`` read after the listing, so a sample never overstates it).
+    Before the rank's first acknowledgement in a generation the acknowledged step is the
+    generation's ``first_step - 1`` (the trainer resumes after it), as the gate counts."""
 
     def __init__(self, nodes: Nodes) -> None:
         super().__init__(name="bound-sampler", daemon=True)
@@ -422,18 +426,16 @@ class BoundSampler(threading.Thread):
     def run(self) -> None:
         while not self.stop_event.wait(0.2):
             for rank in range(WORLD_SIZE):
-                job_dir = self.nodes.shm(f"gpu{rank // RANKS_PER_NODE}") / "stoker-mn" / JOB_NAME
-                gen = _generation(job_dir)
-                if gen is None:
-                    continue
-                rank_dir = job_dir / f"gen-{gen}" / f"rank-{rank}"
+                job_dir = _job_dir(self.nodes, f"gpu{rank // RANKS_PER_NODE}")
                 try:
+                    manifest = json.loads((job_dir / "manifest.json").read_text())
+                    rank_dir = job_dir / f"gen-{manifest['generation']}" / f"rank-{rank}"
                     steps = _steps_on_disk(rank_dir)
-                except (OSError, ValueError):
+                except (OSError, ValueError, KeyError):
                     continue
                 if not steps:
                     continue
-                ahead = steps[-1] - _consumed(rank_dir)
+                ahead = steps[-1] - max(_consumed(rank_dir), int(manifest["first_step"]) - 1)
                 self.max_ahead[rank] = max(self.max_ahead.get(rank, ahead), ahead)
                 self.samples += 1
 
@@ -443,6 +445,11 @@ def _generation(job_dir: Path) -> str | None:
         return str(json.loads((job_dir / "manifest.json").read_text())["generation"])
     except (OSError, ValueError, KeyError):
         return None
+
+
+def _reached(rank_dirs: Iterable[Path]) -> list[int]:
+    """Per rank the highest step written: on disk, or consumed (the reader removed it)."""
+    return [max([*_steps_on_disk(d), _consumed(d)]) for d in rank_dirs]
 
 
 def _job_dir(nodes: Nodes, node: str) -> Path:
@@ -714,22 +721,36 @@ def test_multinode_feed_survives_failures_and_rescale(base: Path) -> None:
         paused = [trainers[r] for r in range(WORLD_SIZE) if r // RANKS_PER_NODE == 1]
         for p in paused:
             os.kill(p.pid, signal.SIGSTOP)
-        pause_ms = int(time.time() * 1000)
+        paused_at = time.time()
+        # a step is one split for all ranks: the gate's bound is the lowest ack + depth
+        _wait(
+            "every rank at the prefetch bound (the job held at the gate by a stopped node)",
+            120,
+            lambda: (
+                _reached(rank_dirs.values())
+                == [min(_consumed(d) for d in rank_dirs.values()) + PREFETCH_DEPTH] * WORLD_SIZE
+            ),
+        )
+        held_at = time.time()
         time.sleep(PAUSE_S)
-        during = _checkpoints_between(cluster, jid, pause_ms, int(time.time() * 1000))
+        during = _checkpoints_between(cluster, jid, int(held_at * 1000), int(time.time() * 1000))
+        lowest = min(_consumed(d) for d in rank_dirs.values())
+        held = [s - lowest for s in _reached(rank_dirs.values())]
         for p in paused:
             os.kill(p.pid, signal.SIGCONT)
         durations = [(c["id"], c["status"], c.get("end_to_end_duration")) for c in during]
         print(
-            f"checkpoints while gpu1's trainers were paused ({PAUSE_S:.0f}s): "
+            f"gpu1's trainers paused; every rank at the bound {held_at - paused_at:.1f}s later; "
+            f"checkpoints triggered in the next {PAUSE_S:.0f}s: "
             + ", ".join(f"#{i} {s} {d} ms" for i, s, d in durations),
             file=sys.stderr,
         )
+        assert held == [PREFETCH_DEPTH] * WORLD_SIZE, held
         completed = [c for c in during if c["status"] == "COMPLETED"]
         assert len(completed) >= 3 and not [c for c in during if c["status"] == "FAILED"], durations
         phases("gpu1's trainers paused, checkpoints measured")
 
-        # a CPU node fails: SIGKILL cpu1's TaskManager; the job restores on cpu0's
+        # a CPU node fails: SIGKILL cpu1's TaskManager; the job restores on cpu0's (its 2 slots)
         consumed = min(_consumed(d) for d in rank_dirs.values())
         assert consumed + PREFETCH_DEPTH < STOP_AFTER, (
             f"the trainers are at step {consumed}: the restore after the kills would not be tested"
@@ -744,9 +765,8 @@ def test_multinode_feed_survives_failures_and_rescale(base: Path) -> None:
             explain=lambda: cluster.describe(jid),
         )
         cpu_recovery_s = time.time() - killed_at
-        cpu_tm["cpu1"] = cluster.add_taskmanager("cpu1", CPU_RESOURCE, 2)
         check_placement(cluster, jid, 2)
-        phases(f"CPU TaskManager killed (trainers at step {consumed}), job restored")
+        phases(f"CPU TaskManager killed (trainers at step {consumed}), job restored on cpu0")
 
         # a GPU node's edge TaskManager fails and comes back in its node
         consumed = min(_consumed(d) for d in rank_dirs.values())
@@ -766,6 +786,9 @@ def test_multinode_feed_survives_failures_and_rescale(base: Path) -> None:
         edge_recovery_s = time.time() - edge_killed_at
         check_placement(cluster, jid, 2)
         phases(f"edge TaskManager of gpu1 killed (trainers at step {consumed}) and restarted")
+        # cpu1 back for the resume's 3 CPU slots (cpu0's TaskManager has 2)
+        cpu_tm["cpu1"] = cluster.add_taskmanager("cpu1", CPU_RESOURCE, 2)
+        phases("a new CPU TaskManager in cpu1")
 
         for t in trainers.values():
             _finish(t, timeout_s=300)
