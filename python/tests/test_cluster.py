@@ -50,11 +50,14 @@ JAR = REPO_ROOT / "job" / "target" / "stoker-job.jar"
 JOB_NAME = "stoker-e2e"
 WORLD_SIZE = 2
 MICRO_BATCH = 2
-RECORDS = 64
-NUM_STEPS = -(-RECORDS // (WORLD_SIZE * MICRO_BATCH))  # 16
-PREFETCH_DEPTH = 4
+# RECORDS, PREFETCH_DEPTH and STOP_AFTER can be changed through the environment for a measurement
+# (README "Failures and recovery": a prefetch deep enough to cover the recovery), e.g.
+# STOKER_E2E_RECORDS=160 STOKER_E2E_PREFETCH_DEPTH=12 STOKER_E2E_STOP_AFTER=24.
+RECORDS = int(os.environ.get("STOKER_E2E_RECORDS", "64"))
+NUM_STEPS = -(-RECORDS // (WORLD_SIZE * MICRO_BATCH))  # 16 by default
+PREFETCH_DEPTH = int(os.environ.get("STOKER_E2E_PREFETCH_DEPTH", "4"))
 # The interrupted trainer stops after this step; the resumed job produces the steps after it.
-STOP_AFTER = 9
+STOP_AFTER = int(os.environ.get("STOKER_E2E_STOP_AFTER", "9"))
 # Simulated compute per step of the interrupted trainer: slower than the pipeline, so the job
 # waits at its prefetch bound, and slow enough that the TaskManager is killed long before the
 # trainer reaches STOP_AFTER (the restored job has to produce the steps up to it).
