@@ -12,7 +12,7 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * Hands out one {@link StepSplit} per global step, lowest step first, to whichever reader asks.
+ * Hands out one {@link StepSplit} per global step, lowest step first, to the readers that ask.
  * Steps a failed reader had not finished come back through {@link #addSplitsBack} and are handed
  * out again before newer ones, so the output never depends on which reader reads what.
  *
@@ -33,7 +33,7 @@ final class StepEnumerator implements SplitEnumerator<StepSplit, StepEnumeratorS
     /**
      * Splits a reader holds: the one being read and the next, whose records are then ready when the
      * first is done. With one, each step waited for a request's round trip to the enumerator and
-     * the task idled meanwhile. The prefetch gate still decides when a held step is read.
+     * the task idled meanwhile. The prefetch gate decides when a step is handed out.
      */
     static final int SPLITS_HELD = 2;
 
