@@ -50,15 +50,21 @@ JAR = REPO_ROOT / "job" / "target" / "stoker-job.jar"
 JOB_NAME = "stoker-e2e"
 WORLD_SIZE = 2
 MICRO_BATCH = 2
-RECORDS = 64
-NUM_STEPS = -(-RECORDS // (WORLD_SIZE * MICRO_BATCH))  # 16
-PREFETCH_DEPTH = 4
+# RECORDS, PREFETCH_DEPTH, STOP_AFTER and SLOW_STEP_MS can be changed through the environment, and
+# STOKER_E2E_KILL_WHEN_PREFETCHED=1 kills the TaskManager only once every rank has PREFETCH_DEPTH
+# batches written ahead: the measurement of a prefetch that covers the recovery (README "Failures
+# and recovery"), e.g. STOKER_E2E_RECORDS=120 STOKER_E2E_PREFETCH_DEPTH=6 STOKER_E2E_STOP_AFTER=20
+# STOKER_E2E_STEP_MS=3000 STOKER_E2E_KILL_WHEN_PREFETCHED=1.
+RECORDS = int(os.environ.get("STOKER_E2E_RECORDS", "64"))
+NUM_STEPS = -(-RECORDS // (WORLD_SIZE * MICRO_BATCH))  # 16 by default
+PREFETCH_DEPTH = int(os.environ.get("STOKER_E2E_PREFETCH_DEPTH", "4"))
 # The interrupted trainer stops after this step; the resumed job produces the steps after it.
-STOP_AFTER = 9
+STOP_AFTER = int(os.environ.get("STOKER_E2E_STOP_AFTER", "9"))
 # Simulated compute per step of the interrupted trainer: slower than the pipeline, so the job
 # waits at its prefetch bound, and slow enough that the TaskManager is killed long before the
 # trainer reaches STOP_AFTER (the restored job has to produce the steps up to it).
-SLOW_STEP_MS = 1000
+SLOW_STEP_MS = int(os.environ.get("STOKER_E2E_STEP_MS", "1000"))
+KILL_WHEN_PREFETCHED = os.environ.get("STOKER_E2E_KILL_WHEN_PREFETCHED") == "1"
 SINK = "arrow-shm-sink__Writer"
 # The longest the trainer may wait for a batch after the TaskManager kill. With the recovery
 # settings of flink-conf/config.yaml (a killed TaskManager declared lost after 2 heartbeats of 1 s,
@@ -495,6 +501,12 @@ def _workflow(
     assert hosts == {"taskmanager-1", "taskmanager-2"}, hosts
     phases("interrupted run started")
 
+    if KILL_WHEN_PREFETCHED:
+        _wait(
+            f"{PREFETCH_DEPTH} batches written ahead on every rank",
+            300,
+            lambda: all(len(_steps_on_disk(d)) >= PREFETCH_DEPTH for d in rank_dirs),
+        )
     # a node failure: SIGKILL one TaskManager, start a new one; the job restores its checkpoint
     consumed_at_kill = min(_consumed(d) for d in rank_dirs)
     assert consumed_at_kill + PREFETCH_DEPTH < STOP_AFTER, (

@@ -148,6 +148,35 @@ class ArchitectureTest {
                                     + " packages need into the lower one");
 
     @ArchTest
+    static final ArchRule JACKSON_ONLY_THROUGH_THE_JOBS_BUFFER_POOL =
+            noClasses()
+                    .that()
+                    .resideOutsideOfPackage("dev.stoker.operators.json..")
+                    .should()
+                    .callConstructor("com.fasterxml.jackson.databind.ObjectMapper")
+                    .orShould()
+                    .callConstructor("com.fasterxml.jackson.databind.json.JsonMapper")
+                    .orShould()
+                    .callConstructor("com.fasterxml.jackson.core.JsonFactory")
+                    .orShould()
+                    .callConstructor("com.fasterxml.jackson.core.JsonFactoryBuilder")
+                    .orShould()
+                    .callMethod("com.fasterxml.jackson.core.JsonFactory", "builder")
+                    .orShould()
+                    .callMethod("com.fasterxml.jackson.databind.json.JsonMapper", "builder")
+                    .orShould()
+                    .callMethod("com.fasterxml.jackson.databind.JsonNode", "toString")
+                    .orShould()
+                    .callMethod("com.fasterxml.jackson.databind.JsonNode", "toPrettyString")
+                    .because(
+                            "Jackson's default buffer pool is a ThreadLocal: JSON read on a thread"
+                                    + " Flink keeps (a gauge on flink-metrics-N) would keep the"
+                                    + " finished job's class loader in the TaskManager; make"
+                                    + " factories and mappers with dev.stoker.operators.json.Json"
+                                    + " (JsonNode.toString() uses a default mapper of Jackson's:"
+                                    + " write nodes with a Json mapper)");
+
+    @ArchTest
     static final ArchRule NO_FLINK_RUNTIME_INTERNALS =
             noClasses()
                     .should()

@@ -217,9 +217,7 @@ class ExactlyOnceITCase {
                         .as("job status before kill %d", kill)
                         .isEqualTo(JobStatus.RUNNING);
                 LOG.info("Killing a TaskManager after {} consumed batches", trainer.stepsDone());
-                // the MiniCluster keeps terminated TaskManagers in its list: kill the newest one
-                miniCluster.terminateTaskManager(kill).get();
-                miniCluster.startTaskManager();
+                killTaskManager();
                 long deadline = System.currentTimeMillis() + 60_000;
                 while (restarts(job.getJobID()) < kill + 1) { // the kill failed the job over
                     assertThat(System.currentTimeMillis()).isLessThan(deadline);
@@ -341,8 +339,7 @@ class ExactlyOnceITCase {
                 assertThat(System.currentTimeMillis()).isLessThan(deadline);
                 Thread.sleep(5);
             }
-            miniCluster.terminateTaskManager(0).get();
-            miniCluster.startTaskManager();
+            killTaskManager();
             assertThat(trainer.await(180_000)).containsExactlyElementsOf(reference);
             awaitStatus(job, JobStatus.FINISHED);
             assertThat(restarts(job.getJobID())).as("job restarts").isGreaterThanOrEqualTo(1);
@@ -361,6 +358,18 @@ class ExactlyOnceITCase {
                     .isLessThanOrEqualTo(PREFETCH_DEPTH)
                     .isPositive();
         }
+    }
+
+    /** Index of the live TaskManager in the MiniCluster's list. */
+    private static int liveTaskManager;
+
+    /**
+     * Kills the live TaskManager and starts another. The MiniCluster keeps terminated TaskManagers
+     * in its list (the new one is appended), so the live one is the newest.
+     */
+    private static void killTaskManager() throws Exception {
+        miniCluster.terminateTaskManager(liveTaskManager++).get();
+        miniCluster.startTaskManager();
     }
 
     private static int freePort() throws IOException {

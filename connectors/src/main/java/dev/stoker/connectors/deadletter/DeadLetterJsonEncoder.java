@@ -2,6 +2,7 @@ package dev.stoker.connectors.deadletter;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.stoker.operators.json.Json;
 import dev.stoker.operators.model.DeadLetter;
 import java.io.IOException;
 import java.io.OutputStream;
@@ -13,7 +14,7 @@ import org.apache.flink.api.common.serialization.Encoder;
  */
 public final class DeadLetterJsonEncoder implements Encoder<DeadLetter> {
     private static final long serialVersionUID = 1L;
-    private static final ObjectMapper JSON = new ObjectMapper();
+    private static final ObjectMapper JSON = Json.mapper();
 
     @Override
     public void encode(DeadLetter dl, OutputStream out) throws IOException {

@@ -6,6 +6,7 @@ import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpServer;
 import dev.stoker.connectors.protocol.Ack;
 import dev.stoker.connectors.protocol.ShmLayout;
+import dev.stoker.operators.json.Json;
 import java.io.IOException;
 import java.io.OutputStream;
 import java.net.InetSocketAddress;
@@ -27,7 +28,7 @@ public final class AckServer implements AutoCloseable {
     static final String GENERATION = "generation";
     static final String CONSUMED_STEPS = "consumed_steps";
 
-    private static final ObjectMapper JSON = new ObjectMapper();
+    private static final ObjectMapper JSON = Json.mapper();
 
     private final HttpServer server;
     private final ExecutorService executor;

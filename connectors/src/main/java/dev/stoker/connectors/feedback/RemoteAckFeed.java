@@ -2,6 +2,7 @@ package dev.stoker.connectors.feedback;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import dev.stoker.operators.json.Json;
 import java.io.IOException;
 import java.io.InputStream;
 import java.net.HttpURLConnection;
@@ -30,7 +31,7 @@ import org.slf4j.LoggerFactory;
 public final class RemoteAckFeed implements AckFeed {
     private static final long serialVersionUID = 1L;
     private static final Logger LOG = LoggerFactory.getLogger(RemoteAckFeed.class);
-    private static final ObjectMapper JSON = new ObjectMapper();
+    private static final ObjectMapper JSON = Json.mapper();
     static final int CONNECT_TIMEOUT_MS = 250;
     static final int READ_TIMEOUT_MS = 500;
 

@@ -2,6 +2,7 @@ package dev.stoker.connectors.protocol;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import dev.stoker.operators.json.Json;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -37,7 +38,7 @@ public record Ack(
     public static final List<String> FIELDS =
             List.of(CONSUMED_STEP, DATA_WAIT_S, ELAPSED_S, WAIT_TIME_RATIO);
 
-    private static final ObjectMapper JSON = new ObjectMapper();
+    private static final ObjectMapper JSON = Json.mapper();
 
     /**
      * The ack in {@code file}, or empty when it is missing, unreadable (a concurrent rename can

@@ -4,6 +4,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.stoker.operators.batch.BatchPlan;
 import dev.stoker.operators.image.QwenVisionConfig;
+import dev.stoker.operators.json.Json;
 import java.io.IOException;
 import java.io.Serializable;
 import java.nio.file.Files;
@@ -24,7 +25,7 @@ import java.util.Optional;
  */
 public final class Manifest implements Serializable {
     private static final long serialVersionUID = 3L;
-    private static final ObjectMapper JSON = new ObjectMapper();
+    private static final ObjectMapper JSON = Json.mapper();
 
     /** File name of the manifest in the job directory. */
     public static final String FILE_NAME = "manifest.json";

@@ -12,7 +12,7 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * Hands out one {@link StepSplit} per global step, lowest step first, to whichever reader asks.
+ * Hands out one {@link StepSplit} per global step, lowest step first, to the readers that ask.
  * Steps a failed reader had not finished come back through {@link #addSplitsBack} and are handed
  * out again before newer ones, so the output never depends on which reader reads what.
  *
@@ -33,7 +33,7 @@ final class StepEnumerator implements SplitEnumerator<StepSplit, StepEnumeratorS
     /**
      * Splits a reader holds: the one being read and the next, whose records are then ready when the
      * first is done. With one, each step waited for a request's round trip to the enumerator and
-     * the task idled meanwhile. The prefetch gate still decides when a held step is read.
+     * the task idled meanwhile. The prefetch gate decides when a step is handed out.
      */
     static final int SPLITS_HELD = 2;
 
@@ -49,7 +49,10 @@ final class StepEnumerator implements SplitEnumerator<StepSplit, StepEnumeratorS
     private final long endStep;
     private final SortedSet<Long> returned;
 
-    /** Per reader, its requests that found no step left. */
+    /** The reader that got the last step: ties go to the readers after it. */
+    private int lastAssigned = -1;
+
+    /** Per reader, its requests that found no step left (or none the gate allowed). */
     private final Map<Integer, Integer> unanswered = new HashMap<>();
 
     private long nextStep;
@@ -128,24 +131,30 @@ final class StepEnumerator implements SplitEnumerator<StepSplit, StepEnumeratorS
     }
 
     /**
-     * Hands the steps the gate allows to the readers that asked, or signals the end once no step is
-     * left and no reader holds a split.
+     * Hands the steps the gate allows to the readers that asked, the one holding the fewest splits
+     * first (ties in turn), or signals the end once no step is left and no reader holds a split.
+     * While the gate opens one step at a time (the trainer is the bottleneck), the steps so
+     * alternate over the readers, and over the parallel chains after them, instead of all going to
+     * one.
      */
     private void answer() {
-        for (Map.Entry<Integer, Integer> e : unanswered.entrySet()) {
-            while (e.getValue() > 0) {
-                long step = returned.isEmpty() ? nextStep : returned.first();
-                if (step >= endStep || step > allowedStep) {
-                    break;
-                }
-                if (returned.isEmpty()) {
-                    nextStep++;
-                } else {
-                    returned.remove(step);
-                }
-                context.assignSplit(new StepSplit(generation, step, 0), e.getKey());
-                e.setValue(e.getValue() - 1);
+        while (true) {
+            long step = returned.isEmpty() ? nextStep : returned.first();
+            if (step >= endStep || step > allowedStep) {
+                break;
             }
+            int reader = neediestReader();
+            if (reader < 0) {
+                break;
+            }
+            if (returned.isEmpty()) {
+                nextStep++;
+            } else {
+                returned.remove(step);
+            }
+            context.assignSplit(new StepSplit(generation, step, 0), reader);
+            unanswered.merge(reader, -1, Integer::sum);
+            lastAssigned = reader;
         }
         if (!returned.isEmpty() || nextStep < endStep) {
             return;
@@ -160,6 +169,22 @@ final class StepEnumerator implements SplitEnumerator<StepSplit, StepEnumeratorS
             context.signalNoMoreSplits(subtask);
         }
         unanswered.clear();
+    }
+
+    /** The reader with the most unanswered requests (ties: the first after the last one served). */
+    private int neediestReader() {
+        int readers = context.currentParallelism();
+        int best = -1;
+        int most = 0;
+        for (int i = 1; i <= readers; i++) {
+            int reader = Math.floorMod(lastAssigned + i, readers);
+            int waiting = unanswered.getOrDefault(reader, 0);
+            if (waiting > most) {
+                best = reader;
+                most = waiting;
+            }
+        }
+        return best;
     }
 
     @Override

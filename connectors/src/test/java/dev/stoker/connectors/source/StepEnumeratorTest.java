@@ -129,9 +129,28 @@ class StepEnumeratorTest {
         assertThat(ended(0)).as("steps are left: the end is not signalled").isFalse();
         SetAcks.consumed = new long[] {5, 5};
         pollAcks();
-        assertThat(steps(0)).containsExactly(0L, 1L, 3L, 4L);
-        assertThat(steps(1)).containsExactly(2L, 5L);
+        // the reader holding fewer splits first, ties in turn: 3 to reader 0 (it holds none)
+        assertThat(steps(0)).containsExactly(0L, 1L, 3L, 5L);
+        assertThat(steps(1)).containsExactly(2L, 4L);
         assertThat(SetAcks.polls).isEqualTo(4);
+    }
+
+    @Test
+    void aGateOpeningOneStepAtATimeAlternatesTheReaders() {
+        StepEnumerator e = enumerator(20, 1);
+        ask(e, 0, 2);
+        ask(e, 1, 2);
+        assertThat(steps(0)).containsExactly(0L);
+        ask(e, 0, 1); // reader 0 read step 0 and asks for another: both hold none
+        for (long consumed = 0; consumed < 6; consumed++) {
+            SetAcks.consumed = new long[] {consumed, consumed};
+            pollAcks();
+            // the reader that got the step finishes it and asks for another
+            int got = steps(0).contains(consumed + 1) ? 0 : 1;
+            ask(e, got, 1);
+        }
+        assertThat(steps(0)).containsExactly(0L, 2L, 4L, 6L);
+        assertThat(steps(1)).containsExactly(1L, 3L, 5L);
     }
 
     @Test

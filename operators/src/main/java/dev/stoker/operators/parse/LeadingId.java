@@ -3,6 +3,7 @@ package dev.stoker.operators.parse;
 import com.fasterxml.jackson.core.JsonFactory;
 import com.fasterxml.jackson.core.JsonParser;
 import com.fasterxml.jackson.core.JsonToken;
+import dev.stoker.operators.json.Json;
 import java.io.IOException;
 
 /**
@@ -12,7 +13,7 @@ import java.io.IOException;
  * letter still names the record. Never throws.
  */
 final class LeadingId {
-    private static final JsonFactory JSON = new JsonFactory();
+    private static final JsonFactory JSON = Json.factory();
 
     /** Ids longer than this are not ids; stop instead of buffering a huge string. */
     private static final int MAX_ID_CHARS = 1024;

@@ -1,6 +1,5 @@
 package dev.stoker.operators.parse;
 
-import com.fasterxml.jackson.core.JsonFactory;
 import com.fasterxml.jackson.core.JsonLocation;
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.core.StreamReadConstraints;
@@ -8,6 +7,7 @@ import com.fasterxml.jackson.core.StreamReadFeature;
 import com.fasterxml.jackson.databind.DeserializationFeature;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import dev.stoker.operators.json.Json;
 import dev.stoker.operators.model.JsonlLine;
 import dev.stoker.operators.model.RecordRef;
 import dev.stoker.operators.model.RejectReason;
@@ -42,7 +42,7 @@ public class SftRecordParser implements Serializable {
 
     private static final ObjectMapper MAPPER =
             new ObjectMapper(
-                            JsonFactory.builder()
+                            Json.factoryBuilder()
                                     .streamReadConstraints(
                                             StreamReadConstraints.builder()
                                                     .maxStringLength(Integer.MAX_VALUE)

@@ -5,6 +5,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.stoker.operators.json.Json;
 import java.io.ByteArrayInputStream;
 import java.io.IOException;
 import java.nio.file.Files;
@@ -97,7 +98,7 @@ public final class ChatTokenizer implements AutoCloseable {
      */
     public static ChatTokenizer open(Path directory) throws IOException {
         Path file = directory.resolve("tokenizer.json");
-        ObjectMapper mapper = new ObjectMapper();
+        ObjectMapper mapper = Json.mapper();
         JsonNode root = mapper.readTree(Files.readAllBytes(file));
         Map<String, Long> special = new LinkedHashMap<>();
         Map<String, Long> nonSpecial = new LinkedHashMap<>();
