@@ -228,7 +228,7 @@ public final class StokerPipeline {
 
         @Override
         public boolean filter(SlotResult slot) {
-            return plan.rankOf(slot.sampleIndex) / ranksPerNode == node;
+            return Topology.nodeOf(plan.rankOf(slot.sampleIndex), ranksPerNode) == node;
         }
     }
 

@@ -136,6 +136,14 @@ final class Topology {
 
     /** The node whose sink writes global rank {@code rank}. */
     int nodeOf(int rank) {
+        return nodeOf(rank, ranksPerNode);
+    }
+
+    /**
+     * The node of global rank {@code rank} with {@code ranksPerNode} ranks per node: ranks {@code n
+     * x R .. n x R + R - 1} are node n's (torchrun's numbering).
+     */
+    static int nodeOf(int rank, int ranksPerNode) {
         return rank / ranksPerNode;
     }
 
