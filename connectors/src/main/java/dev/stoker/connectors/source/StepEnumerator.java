@@ -171,14 +171,19 @@ final class StepEnumerator implements SplitEnumerator<StepSplit, StepEnumeratorS
         unanswered.clear();
     }
 
-    /** The reader with the most unanswered requests (ties: the first after the last one served). */
+    /**
+     * The registered reader with the most unanswered requests (ties: the first after the last one
+     * served). A failed reader stays out until it registers again: an ack poll can open the gate
+     * after a reader failed and before its splits came back, and a split cannot be assigned to it.
+     */
     private int neediestReader() {
         int readers = context.currentParallelism();
+        Map<Integer, ?> registered = context.registeredReaders();
         int best = -1;
         int most = 0;
         for (int i = 1; i <= readers; i++) {
             int reader = Math.floorMod(lastAssigned + i, readers);
-            int waiting = unanswered.getOrDefault(reader, 0);
+            int waiting = registered.containsKey(reader) ? unanswered.getOrDefault(reader, 0) : 0;
             if (waiting > most) {
                 best = reader;
                 most = waiting;

@@ -154,6 +154,26 @@ class StepEnumeratorTest {
     }
 
     @Test
+    void aGateOpeningWhileAReaderIsNotRegisteredGivesItNothing() {
+        context.registerReader(0, "localhost");
+        StepEnumerator e =
+                new StepEnumerator(
+                        context, new PrefetchGate(acks, "g1", 1, 0), 0, 10, new TreeSet<>());
+        e.start();
+        // reader 1's requests arrive, but it is not registered (it failed, or is restarting)
+        ask(e, 1, 2);
+        SetAcks.consumed = new long[] {0, 0};
+        pollAcks();
+        assertThat(steps(1)).isEmpty();
+        ask(e, 0, 2);
+        assertThat(steps(0)).containsExactly(0L, 1L);
+        context.registerReader(1, "localhost");
+        SetAcks.consumed = new long[] {1, 1};
+        pollAcks();
+        assertThat(steps(1)).containsExactly(2L);
+    }
+
+    @Test
     void anUnboundedGateNeverPolls() {
         StepEnumerator e = enumerator(10, 0);
         ask(e, 0, 2);
