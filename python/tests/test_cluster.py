@@ -109,7 +109,57 @@ def _wait(
         time.sleep(interval_s)
 
 
-class Cluster:
+class JobRest:
+    """What the tests ask Flink's REST API about a job, over a subclass's ``rest(path)`` (parsed
+    JSON) and with its cluster's ``run_dir`` (for the JobManager's log)."""
+
+    run_dir: Path
+
+    def rest(self, path: str) -> Any:
+        raise NotImplementedError
+
+    def job(self, jid: str) -> dict[str, Any]:
+        return dict(self.rest(f"/jobs/{jid}"))
+
+    def state(self, jid: str) -> str:
+        return str(self.job(jid)["state"])
+
+    def checkpoints(self, jid: str) -> dict[str, Any]:
+        return dict(self.rest(f"/jobs/{jid}/checkpoints"))
+
+    def describe(self, jid: str) -> str:
+        """The job's state, each vertex's subtask states, its exceptions and the JobManager's log tail."""
+        lines = []
+        try:
+            job = self.job(jid)
+            lines.append(f"job {jid}: {job['state']}")
+            for v in job["vertices"]:
+                tasks = {k: n for k, n in v.get("tasks", {}).items() if n}
+                lines.append(f"  {v['name']} (p={v['parallelism']}): {v['status']} {tasks}")
+            for e in (
+                self.rest(f"/jobs/{jid}/exceptions")
+                .get("exceptionHistory", {})
+                .get("entries", [])[:3]
+            ):
+                lines.append(
+                    f"  exception on {e.get('taskName')}: {e.get('stacktrace', '')[:1500]}"
+                )
+        except OSError as e:
+            lines.append(f"job {jid}: REST error {e}")
+        log = self.run_dir / "log" / "jobmanager.log"
+        if log.is_file():
+            lines.append("--- tail of jobmanager.log")
+            lines.extend(log.read_text(errors="replace").splitlines()[-40:])
+        return "\n".join(lines)
+
+    def running(self, jid: str) -> bool:
+        job = self.job(jid)
+        return job["state"] == "RUNNING" and all(
+            v["status"] in ("RUNNING", "FINISHED") for v in job["vertices"]
+        )
+
+
+class Cluster(JobRest):
     """scripts/cluster.sh with its own run directory and ports, and the REST API."""
 
     def __init__(self, run_dir: Path, shm: Path) -> None:
@@ -152,15 +202,6 @@ class Cluster:
         with urllib.request.urlopen(url, timeout=10) as resp:
             return json.loads(resp.read().decode("utf-8"))
 
-    def job(self, jid: str) -> dict[str, Any]:
-        return dict(self.rest(f"/jobs/{jid}"))
-
-    def state(self, jid: str) -> str:
-        return str(self.job(jid)["state"])
-
-    def checkpoints(self, jid: str) -> dict[str, Any]:
-        return dict(self.rest(f"/jobs/{jid}/checkpoints"))
-
     def vertex(self, jid: str, name_part: str) -> dict[str, Any]:
         for v in self.job(jid)["vertices"]:
             if name_part in v["name"]:
@@ -196,36 +237,6 @@ class Cluster:
                     )
             except (OSError, subprocess.TimeoutExpired):
                 continue
-
-    def describe(self, jid: str) -> str:
-        """The job's state, each vertex's subtask states, its exceptions and the JobManager's log tail."""
-        lines = []
-        try:
-            job = self.job(jid)
-            lines.append(f"job {jid}: {job['state']}")
-            for v in job["vertices"]:
-                tasks = {k: n for k, n in v.get("tasks", {}).items() if n}
-                lines.append(f"  {v['name']} (p={v['parallelism']}): {v['status']} {tasks}")
-            for e in (
-                self.rest(f"/jobs/{jid}/exceptions")
-                .get("exceptionHistory", {})
-                .get("entries", [])[:3]
-            ):
-                lines.append(
-                    f"  exception on {e.get('taskName')}: {e.get('stacktrace', '')[:1500]}"
-                )
-        except OSError as e:
-            lines.append(f"job {jid}: REST error {e}")
-        for log in sorted((self.run_dir / "log").glob("jobmanager.log")):
-            lines.append(f"--- tail of {log.name}")
-            lines.extend(log.read_text(errors="replace").splitlines()[-40:])
-        return "\n".join(lines)
-
-    def running(self, jid: str) -> bool:
-        job = self.job(jid)
-        return job["state"] == "RUNNING" and all(
-            v["status"] in ("RUNNING", "FINISHED") for v in job["vertices"]
-        )
 
 
 def _submit(cluster: Cluster, out_root: Path, dataset: Path, *extra: str, resume: str = "") -> str:

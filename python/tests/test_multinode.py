@@ -64,6 +64,7 @@ from test_cluster import (
     JAR,
     REPO_ROOT,
     SHARED,
+    JobRest,
     Phases,
     _consumed,
     _finish,
@@ -169,7 +170,7 @@ class RestError(OSError):
     """A REST call through ``nodes.sh exec cpu0 curl`` failed (the JobManager busy, a 404)."""
 
 
-class NodeCluster:
+class NodeCluster(JobRest):
     """``scripts/cluster.sh`` with its JobManager in node cpu0, TaskManagers in their nodes."""
 
     def __init__(self, nodes: Nodes, run_dir: Path, s3_env: dict[str, str]) -> None:
@@ -253,45 +254,6 @@ class NodeCluster:
         if proc.returncode != 0:
             raise RestError(f"GET {path}: curl exit {proc.returncode} {proc.stderr.strip()}")
         return json.loads(proc.stdout)
-
-    def job(self, jid: str) -> dict[str, Any]:
-        return dict(self.rest(f"/jobs/{jid}"))
-
-    def state(self, jid: str) -> str:
-        return str(self.job(jid)["state"])
-
-    def running(self, jid: str) -> bool:
-        job = self.job(jid)
-        return job["state"] == "RUNNING" and all(
-            v["status"] in ("RUNNING", "FINISHED") for v in job["vertices"]
-        )
-
-    def checkpoints(self, jid: str) -> dict[str, Any]:
-        return dict(self.rest(f"/jobs/{jid}/checkpoints"))
-
-    def describe(self, jid: str) -> str:
-        lines = []
-        try:
-            job = self.job(jid)
-            lines.append(f"job {jid}: {job['state']}")
-            for v in job["vertices"]:
-                tasks = {k: n for k, n in v.get("tasks", {}).items() if n}
-                lines.append(f"  {v['name']} (p={v['parallelism']}): {v['status']} {tasks}")
-            for e in (
-                self.rest(f"/jobs/{jid}/exceptions")
-                .get("exceptionHistory", {})
-                .get("entries", [])[:3]
-            ):
-                lines.append(
-                    f"  exception on {e.get('taskName')}: {e.get('stacktrace', '')[:1500]}"
-                )
-        except OSError as e:
-            lines.append(f"job {jid}: REST error {e}")
-        log = self.run_dir / "log" / "jobmanager.log"
-        if log.is_file():
-            lines.append("--- tail of jobmanager.log")
-            lines.extend(log.read_text(errors="replace").splitlines()[-40:])
-        return "\n".join(lines)
 
     def tm_addresses(self) -> dict[str, str]:
         """TaskManager id -> the address its RPC endpoint is bound to (from its REST ``path``)."""
