@@ -1,7 +1,9 @@
 """A best-effort client of the Flink REST API, for the demo and bench tools (not the trainer's).
 
 :func:`flink_job_status` gives the one-line job status the simulated trainer
-(:mod:`stoker_tools.simulate`) prints beside its progress with ``--flink-rest``.
+(:mod:`stoker_tools.simulate`) prints beside its progress with ``--flink-rest``; :class:`JobRest`
+is what the cluster tests and the scaling ladder ask about a job (its state, vertices,
+checkpoints), over a transport of the subclass (a local port, or ``curl`` inside a simulated node).
 """
 
 from __future__ import annotations
@@ -10,9 +12,10 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
+from pathlib import Path
 from typing import Any
 
-__all__ = ["flink_job_status"]
+__all__ = ["JobRest", "flink_job_status"]
 
 
 def _get_json(url: str, timeout_s: float) -> Any:
@@ -67,3 +70,54 @@ def _source_records_read(rest: str, jid: str, vid: str, timeout_s: float) -> int
         return None
     values = _get_json(f"{base}?get={urllib.parse.quote(wanted[0])}&agg=sum", timeout_s)
     return int(float(values[0]["sum"])) if values else None
+
+
+class JobRest:
+    """What the cluster tests and benchmarks ask Flink's REST API about a job, over a subclass's
+    ``rest(path)`` (parsed JSON; raises ``OSError`` when the call fails) and with its cluster's
+    ``run_dir`` (for the JobManager's log)."""
+
+    run_dir: Path
+
+    def rest(self, path: str) -> Any:
+        raise NotImplementedError
+
+    def job(self, jid: str) -> dict[str, Any]:
+        return dict(self.rest(f"/jobs/{jid}"))
+
+    def state(self, jid: str) -> str:
+        return str(self.job(jid)["state"])
+
+    def checkpoints(self, jid: str) -> dict[str, Any]:
+        return dict(self.rest(f"/jobs/{jid}/checkpoints"))
+
+    def describe(self, jid: str) -> str:
+        """The job's state, each vertex's subtask states, its exceptions and the JobManager's log tail."""
+        lines = []
+        try:
+            job = self.job(jid)
+            lines.append(f"job {jid}: {job['state']}")
+            for v in job["vertices"]:
+                tasks = {k: n for k, n in v.get("tasks", {}).items() if n}
+                lines.append(f"  {v['name']} (p={v['parallelism']}): {v['status']} {tasks}")
+            for e in (
+                self.rest(f"/jobs/{jid}/exceptions")
+                .get("exceptionHistory", {})
+                .get("entries", [])[:3]
+            ):
+                lines.append(
+                    f"  exception on {e.get('taskName')}: {e.get('stacktrace', '')[:1500]}"
+                )
+        except OSError as e:
+            lines.append(f"job {jid}: REST error {e}")
+        log = self.run_dir / "log" / "jobmanager.log"
+        if log.is_file():
+            lines.append("--- tail of jobmanager.log")
+            lines.extend(log.read_text(errors="replace").splitlines()[-40:])
+        return "\n".join(lines)
+
+    def running(self, jid: str) -> bool:
+        job = self.job(jid)
+        return job["state"] == "RUNNING" and all(
+            v["status"] in ("RUNNING", "FINISHED") for v in job["vertices"]
+        )

@@ -11,10 +11,11 @@ second; a summary at the end, per rank and in total: ``wait_time_ratio`` (data-w
 since the first request) over the whole run, ``first_batch_s`` (time to the first batch: the
 start-up) and ``steady_wait_time_ratio`` (the ratio after the first batch). With ``--record FILE``,
 one JSON line per batch is appended to FILE: ``{"step", "rank", "sha256", "rows", "backfilled",
-"wait_s", "received_at"}`` (``sha256``: hex digest of the batch file's bytes, read from the mapping
-before the step is acknowledged; ``rows``: B; ``backfilled``: list of back-filled rows;
-``wait_s``: seconds the rank waited for this batch; ``received_at``: Unix time of its arrival, so a
-stall can be placed against a failure). With ``--stop-after-step S`` every rank stops after
+"sample_bytes", "wait_s", "received_at"}`` (``sha256``: hex digest of the batch file's bytes, read
+from the mapping before the step is acknowledged; ``rows``: B; ``backfilled``: list of back-filled
+rows; ``sample_bytes``: the size of the batch's samples as they cross the job's exchange, see
+:class:`BatchRecorder`; ``wait_s``: seconds the rank waited for this batch; ``received_at``: Unix
+time of its arrival, so a stall can be placed against a failure). With ``--stop-after-step S`` every rank stops after
 consuming (and acknowledging) step S, as a trainer that is then restarted from its checkpoint at
 step S; the job idles at its prefetch bound meanwhile, and a resubmission with
 ``--stoker.resume-step S`` plus a new trainer with ``--start-step S+1`` continue the run. Exit
@@ -101,21 +102,37 @@ class BatchRecorder:
     """Appends one JSON line per batch to a file; safe to share between rank threads.
 
     Line: ``{"step": int, "rank": int, "sha256": str (hex digest of the batch file's bytes),
-    "rows": int (B), "backfilled": list[int] (back-filled rows), "wait_s": float (seconds the
-    rank waited for this batch: its reader's data wait since the previous batch), "received_at":
-    float (Unix time in seconds when the batch was handed over)}``.
+    "rows": int (B), "backfilled": list[int] (back-filled rows), "sample_bytes": int, "wait_s":
+    float (seconds the rank waited for this batch: its reader's data wait since the previous
+    batch), "received_at": float (Unix time in seconds when the batch was handed over)}``.
+
+    ``sample_bytes`` is what the batch's samples weigh before the sink pads and normalises them,
+    i.e. the payload that crosses the job's exchange to the sink: per row that is not back-filled,
+    its ``input_ids`` and ``labels`` as int64 (16 bytes per token of ``attention_mask``) and its
+    images' resized RGB as uint8 (``merge_size^2 * patch_size^2 * 3`` bytes per image token, from
+    the manifest). Back-filled rows are copies the sink makes, so they do not count.
     """
 
     def __init__(self, out: TextIO) -> None:
         self._out = out
         self._lock = threading.Lock()
 
-    def record(self, batch: Batch, wait_s: float = 0.0) -> None:
+    def record(self, batch: Batch, manifest: Manifest, wait_s: float = 0.0) -> None:
         """Hash ``batch``'s file from its mapping and append its line (flushed at once).
 
-        ``wait_s`` is the time the rank waited for this batch (seconds).
+        ``manifest``: the generation's (for the image geometry); ``wait_s``: the time the rank
+        waited for this batch (seconds).
         """
         received_at = time.time()
+        backfilled = set(batch.backfilled_slots)
+        rows = [r for r in range(batch.num_samples) if r not in backfilled]
+        v = manifest.vision
+        image_token_bytes = v.merge_size**2 * v.patch_size**2 * len(v.image_mean)
+        sample_bytes = sum(
+            16 * int(batch.attention_mask[r].sum())
+            + image_token_bytes * int((batch.input_ids[r] == batch.image_token_id).sum())
+            for r in rows
+        )
         line = json.dumps(
             {
                 "step": batch.step,
@@ -123,6 +140,7 @@ class BatchRecorder:
                 "sha256": hashlib.sha256(batch.file_bytes()).hexdigest(),
                 "rows": batch.num_samples,
                 "backfilled": list(batch.backfilled_slots),
+                "sample_bytes": sample_bytes,
                 "wait_s": round(wait_s, 4),
                 "received_at": round(received_at, 4),
             }
@@ -156,7 +174,7 @@ def run_rank(
                     f"rank {result.rank} got step {batch.step}, expected {start + result.steps}"
                 )
             if recorder is not None:
-                recorder.record(batch, wait_s=reader.data_wait_s - waited_s)
+                recorder.record(batch, reader.manifest, wait_s=reader.data_wait_s - waited_s)
             waited_s = reader.data_wait_s
             # Touch the mapped memory: token count, one pixel column, and the image grids.
             tokens = int(batch.attention_mask.sum())

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from stoker_tools.flink_rest import JobRest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED = REPO_ROOT.parent / "shared" / "data"
@@ -107,56 +108,6 @@ def _wait(
                 detail += "\n" + explain()
             pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what}{detail}")
         time.sleep(interval_s)
-
-
-class JobRest:
-    """What the tests ask Flink's REST API about a job, over a subclass's ``rest(path)`` (parsed
-    JSON) and with its cluster's ``run_dir`` (for the JobManager's log)."""
-
-    run_dir: Path
-
-    def rest(self, path: str) -> Any:
-        raise NotImplementedError
-
-    def job(self, jid: str) -> dict[str, Any]:
-        return dict(self.rest(f"/jobs/{jid}"))
-
-    def state(self, jid: str) -> str:
-        return str(self.job(jid)["state"])
-
-    def checkpoints(self, jid: str) -> dict[str, Any]:
-        return dict(self.rest(f"/jobs/{jid}/checkpoints"))
-
-    def describe(self, jid: str) -> str:
-        """The job's state, each vertex's subtask states, its exceptions and the JobManager's log tail."""
-        lines = []
-        try:
-            job = self.job(jid)
-            lines.append(f"job {jid}: {job['state']}")
-            for v in job["vertices"]:
-                tasks = {k: n for k, n in v.get("tasks", {}).items() if n}
-                lines.append(f"  {v['name']} (p={v['parallelism']}): {v['status']} {tasks}")
-            for e in (
-                self.rest(f"/jobs/{jid}/exceptions")
-                .get("exceptionHistory", {})
-                .get("entries", [])[:3]
-            ):
-                lines.append(
-                    f"  exception on {e.get('taskName')}: {e.get('stacktrace', '')[:1500]}"
-                )
-        except OSError as e:
-            lines.append(f"job {jid}: REST error {e}")
-        log = self.run_dir / "log" / "jobmanager.log"
-        if log.is_file():
-            lines.append("--- tail of jobmanager.log")
-            lines.extend(log.read_text(errors="replace").splitlines()[-40:])
-        return "\n".join(lines)
-
-    def running(self, jid: str) -> bool:
-        job = self.job(jid)
-        return job["state"] == "RUNNING" and all(
-            v["status"] in ("RUNNING", "FINISHED") for v in job["vertices"]
-        )
 
 
 class Cluster(JobRest):

@@ -44,8 +44,6 @@ import collections
 import json
 import os
 import re
-import secrets
-import select
 import shutil
 import signal
 import subprocess
@@ -59,12 +57,11 @@ from typing import Any
 
 import pytest
 from stoker_tools.demo import S3_CREDENTIALS, job_command
+from stoker_tools.nodes import CPU_RESOURCE, NodeCluster, Nodes, S3Server, node_resource
 from test_cluster import (
-    CLUSTER,
     JAR,
     REPO_ROOT,
     SHARED,
-    JobRest,
     Phases,
     _consumed,
     _finish,
@@ -74,8 +71,6 @@ from test_cluster import (
     generate_records,
 )
 
-NODES_SH = REPO_ROOT / "scripts" / "nodes.sh"
-STATE_ROOT = Path("/run/stoker-nodes")
 JOB_NAME = "stoker-multinode"
 GPU_NODES = 2
 RANKS_PER_NODE = 2
@@ -96,10 +91,12 @@ ACK_PORT = 7070
 S3_PORT = 9000
 BUCKET = "stoker-mn"
 DATASET_URI = f"s3://{BUCKET}/dataset"
-CPU_RESOURCE = "stoker-cpu"
 SINK_PREFIX = "arrow-shm-sink-node-"
 #: states of a subtask that is (or was, FINISHED) on its TaskManager
 PLACED = ("DEPLOYING", "INITIALIZING", "RUNNING", "FINISHED")
+#: most bytes a node's sinks may receive per byte of sample payload (uint8 pixels, int64 tokens):
+#: record framing, the file names of the record references, checkpoint barriers
+WIRE_OVERHEAD = 1.02
 #: how long gpu1's trainers stay paused (the checkpoints of that window are measured)
 PAUSE_S = 10.0
 
@@ -111,174 +108,6 @@ def _require_root() -> None:
             "network namespaces, a bridge, mounts), which needs root: run the tests as root, as "
             "CI does"
         )
-
-
-def node_resource(node: int) -> str:
-    return f"stoker-node-{node}"
-
-
-class Nodes:
-    """``scripts/nodes.sh`` under a random prefix; ``exec`` runs a command inside a node."""
-
-    def __init__(self) -> None:
-        self.prefix = "m" + secrets.token_hex(2)
-        self.env = dict(os.environ, STOKER_NODES_PREFIX=self.prefix)
-        self.address: dict[str, str] = {}
-
-    def up(self, *names: str) -> None:
-        proc = subprocess.run(
-            [str(NODES_SH), "up", *(f"{n}:{RATE}" for n in names)],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert proc.returncode == 0, f"nodes.sh up failed:\n{proc.stderr[-3000:]}"
-        for line in proc.stdout.splitlines():
-            name, address = line.split()[:2]
-            self.address[name] = address
-
-    def command(self, node: str, *cmd: str) -> list[str]:
-        return [str(NODES_SH), "exec", node, *cmd]
-
-    def run(
-        self, node: str, *cmd: str, env: dict[str, str] | None = None, timeout_s: float = 180
-    ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            self.command(node, *cmd),
-            env={**self.env, **(env or {})},
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-        )
-
-    def popen(self, node: str, *cmd: str, env: dict[str, str] | None = None, **kw: Any):
-        return subprocess.Popen(self.command(node, *cmd), env={**self.env, **(env or {})}, **kw)
-
-    def shm(self, node: str) -> Path:
-        """The node's /dev/shm as the host sees it (the tmpfs nodes.sh mounted for it)."""
-        return STATE_ROOT / self.prefix / "shm" / node
-
-    def down(self) -> str:
-        proc = subprocess.run(
-            [str(NODES_SH), "down"], env=self.env, capture_output=True, text=True, timeout=120
-        )
-        return proc.stderr
-
-
-class RestError(OSError):
-    """A REST call through ``nodes.sh exec cpu0 curl`` failed (the JobManager busy, a 404)."""
-
-
-class NodeCluster(JobRest):
-    """``scripts/cluster.sh`` with its JobManager in node cpu0, TaskManagers in their nodes."""
-
-    def __init__(self, nodes: Nodes, run_dir: Path, s3_env: dict[str, str]) -> None:
-        self.nodes = nodes
-        self.run_dir = run_dir
-        self.jm = nodes.address["cpu0"]
-        self.env = {
-            **s3_env,
-            "STOKER_CLUSTER_DIR": str(run_dir),
-            "STOKER_CLUSTER_ADDRESS": self.jm,
-            "STOKER_TASKMANAGERS": "0",
-            "STOKER_REST_PORT": str(REST_PORT),
-        }
-        #: TaskManager index -> the node it runs in
-        self.tm_node: dict[int, str] = {}
-
-    def script(self, node: str, *args: str, timeout_s: float = 240) -> str:
-        proc = self.nodes.run(node, str(CLUSTER), *args, env=self.env, timeout_s=timeout_s)
-        if proc.returncode != 0:
-            pytest.fail(
-                f"nodes.sh exec {node} scripts/cluster.sh {' '.join(args[:3])} failed "
-                f"({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-            )
-        return proc.stdout
-
-    def start(self, *conf: str) -> None:
-        self.script("cpu0", "start", *conf)
-
-    def add_taskmanager(self, node: str, resource: str, amount: int) -> int:
-        a = self.nodes.address[node]
-        out = self.script(
-            node,
-            "add-taskmanager",
-            "-D",
-            f"taskmanager.host={a}",
-            "-D",
-            f"taskmanager.bind-host={a}",
-            "-D",
-            f"external-resources={resource}",
-            "-D",
-            f"external-resource.{resource}.amount={amount}",
-            "-D",
-            f"taskmanager.numberOfTaskSlots={amount}",
-        )
-        i = int(out.split()[-1])
-        self.tm_node[i] = node
-        return i
-
-    def kill_taskmanager(self, i: int) -> None:
-        """SIGKILL from the host: the nodes share the machine's process ids."""
-        proc = subprocess.run(
-            [str(CLUSTER), "kill-taskmanager", str(i)],
-            env={**os.environ, **self.env},
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-        assert proc.returncode == 0, proc.stderr
-
-    def stop(self) -> None:
-        subprocess.run(
-            [str(CLUSTER), "stop"],
-            env={**os.environ, **self.env},
-            capture_output=True,
-            timeout=120,
-        )
-
-    def flink(self, *args: str, timeout_s: float = 240) -> str:
-        return self.script("cpu0", "flink", *args, timeout_s=timeout_s)
-
-    def rest(self, path: str) -> Any:
-        proc = self.nodes.run(
-            "cpu0",
-            "curl",
-            "-sf",
-            "--max-time",
-            "10",
-            f"http://{self.jm}:{REST_PORT}{path}",
-            timeout_s=30,
-        )
-        if proc.returncode != 0:
-            raise RestError(f"GET {path}: curl exit {proc.returncode} {proc.stderr.strip()}")
-        return json.loads(proc.stdout)
-
-    def tm_addresses(self) -> dict[str, str]:
-        """TaskManager id -> the address its RPC endpoint is bound to (from its REST ``path``)."""
-        out = {}
-        for tm in self.rest("/taskmanagers")["taskmanagers"]:
-            m = re.search(r"@([0-9.]+):\d+/", tm["path"])
-            assert m, tm["path"]
-            out[tm["id"]] = m.group(1)
-        return out
-
-    def placement(self, jid: str) -> list[tuple[str, int, str, str]]:
-        """(vertex name, subtask, status, TaskManager id) of every subtask's current execution."""
-        out = []
-        for v in self.job(jid)["vertices"]:
-            detail = self.rest(f"/jobs/{jid}/vertices/{v['id']}")
-            for s in detail["subtasks"]:
-                out.append(
-                    (
-                        v["name"],
-                        int(s["subtask"]),
-                        s["status"],
-                        s.get("taskmanager-id", "(unassigned)"),
-                    )
-                )
-        return out
 
 
 def check_placement(cluster: NodeCluster, jid: str, cpu_parallelism: int) -> str:
@@ -312,64 +141,38 @@ def check_placement(cluster: NodeCluster, jid: str, cpu_parallelism: int) -> str
     return text
 
 
-class S3Server:
-    """The testkit's LocalS3Server in node ``s3``, bound to its address, the dataset uploaded."""
-
-    def __init__(self, nodes: Nodes, dataset: Path, basedir: Path, log: Path) -> None:
-        testkit = REPO_ROOT / "testkit" / "target"
-        jar, cp_file = testkit / "stoker-testkit.jar", testkit / "runtime-classpath.txt"
-        if not jar.is_file() or not cp_file.is_file():
-            pytest.fail(f"{jar} or {cp_file} is missing: build with mvn package")
-        self.err = log.open("w")
-        self.proc = nodes.popen(
-            "s3",
-            "java",
-            f"-Dlog.file={log.with_suffix('.log')}",
-            f"-Dlog4j.configurationFile=file:{REPO_ROOT / 'flink-conf' / 'log4j-s3proxy.properties'}",
-            "-cp",
-            f"{jar}:{cp_file.read_text().strip()}",
-            "dev.stoker.testkit.LocalS3Server",
-            "--host",
-            nodes.address["s3"],
-            "--port",
-            str(S3_PORT),
-            "--basedir",
-            str(basedir),
-            "--upload",
-            str(dataset),
-            DATASET_URI,
-            "--exit-on-stdin-eof",
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.err,
-            text=True,
+def check_wire_bytes(
+    cluster: NodeCluster, jid: str, reference: list[dict[str, Any]], last_step: int
+) -> str:
+    """Each node's sinks received (Flink's task metric ``numBytesIn`` summed over the sink
+    vertex's subtasks: what its network stack delivered) the ``sample_bytes`` of steps
+    ``0..last_step`` of its ranks in the single-node ``reference`` (the same batches; what the
+    trainers read, see ``stoker_tools.simulate``), within ``WIRE_OVERHEAD``: the exchange carries
+    resized uint8 pixels and int64 tokens, nothing padded or normalised. For a job that has
+    received exactly those steps and no failure yet. The report."""
+    lines = []
+    for n in range(GPU_NODES):
+        (vertex,) = [v for v in cluster.job(jid)["vertices"] if f"{SINK_PREFIX}{n}" in v["name"]]
+        got = cluster.rest(
+            f"/jobs/{jid}/vertices/{vertex['id']}/subtasks/metrics"
+            "?get=numBytesIn,numRecordsIn&agg=sum"
         )
-        self.endpoint = self._await_endpoint(180)
-
-    def _await_endpoint(self, timeout_s: float) -> str:
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([self.proc.stdout], [], [], 1.0)
-            if not ready:
-                continue
-            line = self.proc.stdout.readline()
-            if not line:
-                pytest.fail(f"the S3 server exited ({self.proc.wait()}); see {self.err.name}")
-            if line.startswith("endpoint="):
-                return line.strip().removeprefix("endpoint=")
-        pytest.fail(f"the S3 server did not serve within {timeout_s:.0f}s; see {self.err.name}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()  # it exits when its standard input closes
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.err.close()
+        sums = {m["id"]: float(m["sum"]) for m in got}
+        wire, records = int(sums["numBytesIn"]), int(sums["numRecordsIn"])
+        ranks = range(n * RANKS_PER_NODE, (n + 1) * RANKS_PER_NODE)
+        mine = [b for b in reference if b["rank"] in ranks and b["step"] <= last_step]
+        payload = sum(b["sample_bytes"] for b in mine)
+        samples = sum(b["rows"] - len(b["backfilled"]) for b in mine)
+        steps = last_step + 1
+        lines.append(
+            f"gpu{n}: sinks received {wire} bytes in {records} records for steps 0..{last_step} "
+            f"({wire / samples / 1024:.1f} KiB per sample, {wire / steps / 2**20:.2f} MiB per "
+            f"step into the node); those samples' uint8 pixels and int64 tokens: {payload} bytes "
+            f"({wire / payload:.4f}x)"
+        )
+        assert records == steps * MICRO_BATCH * RANKS_PER_NODE, lines[-1]
+        assert payload <= wire <= payload * WIRE_OVERHEAD, lines[-1]
+    return "bytes on the wire:\n  " + "\n  ".join(lines)
 
 
 class BoundSampler(threading.Thread):
@@ -604,10 +407,10 @@ def test_multinode_feed_survives_failures_and_rescale(base: Path) -> None:
     s3: S3Server | None = None
     sampler = BoundSampler(nodes)
     try:
-        nodes.up("cpu0", "cpu1", "gpu0", "gpu1", "s3", "ref")
+        nodes.up({n: RATE for n in ("cpu0", "cpu1", "gpu0", "gpu1", "s3", "ref")})
         dataset = base / "dataset"
         generate_records(dataset, RECORDS)
-        s3 = S3Server(nodes, dataset, base / "s3", base / "s3proxy.err")
+        s3 = S3Server(nodes, dataset, DATASET_URI, base / "s3", base / "s3proxy.err", port=S3_PORT)
         s3_env = {**S3_CREDENTIALS}
         phases("nodes up, dataset on S3")
 
@@ -708,6 +511,8 @@ def test_multinode_feed_survives_failures_and_rescale(base: Path) -> None:
             file=sys.stderr,
         )
         assert held == [PREFETCH_DEPTH] * WORLD_SIZE, held
+        # bytes on the wire: the job has received steps 0 .. lowest + depth and nothing else yet
+        print(check_wire_bytes(cluster, jid, reference, lowest + PREFETCH_DEPTH), file=sys.stderr)
         completed = [c for c in during if c["status"] == "COMPLETED"]
         assert len(completed) >= 3 and not [c for c in during if c["status"] == "FAILED"], durations
         phases("gpu1's trainers paused, checkpoints measured")

@@ -481,6 +481,18 @@ public final class StokerOptions {
                                     + " the JobManager reads the ack files under its own output root, so it must"
                                     + " run on the ranks' node. Required when nodes > 1 with placement EDGE.");
 
+    public static final ConfigOption<Duration> TOPOLOGY_ACK_POLL_INTERVAL =
+            ConfigOptions.key("stoker.topology.ack-poll-interval")
+                    .durationType()
+                    .defaultValue(Duration.ofMillis(100))
+                    .withDescription(
+                            "With stoker.topology.ack-addresses: how often the prefetch gate (the source's"
+                                    + " enumerator on the JobManager) asks every GPU node's sinks for their ranks'"
+                                    + " acks, one HTTP request per node each time. The gate opens a step up to"
+                                    + " this plus one round trip after the trainer acknowledged; keep it well under"
+                                    + " a training step. Without ack addresses the gate reads the local ack files"
+                                    + " every 20 ms.");
+
     public static final ConfigOption<Double> CPU_SLOT_CPU_CORES =
             ConfigOptions.key("stoker.topology.cpu-slot.cpu-cores")
                     .doubleType()

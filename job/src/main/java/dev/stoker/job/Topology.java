@@ -158,7 +158,12 @@ final class Topology {
     AckFeed ackFeed(ShmLayout layout, int worldSize, long firstStep) {
         return ackAddresses.isEmpty()
                 ? new LocalAckFeed(layout, worldSize, firstStep)
-                : new RemoteAckFeed(layout.generation(), ackAddresses, worldSize, firstStep);
+                : new RemoteAckFeed(
+                        layout.generation(),
+                        ackAddresses,
+                        worldSize,
+                        firstStep,
+                        conf.get(StokerOptions.TOPOLOGY_ACK_POLL_INTERVAL).toMillis());
     }
 
     /** Where node {@code node}'s sink serves its acks, or {@code null} when it serves none. */

@@ -3,7 +3,12 @@ package dev.stoker.job;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
+import dev.stoker.connectors.feedback.AckFeed;
+import dev.stoker.connectors.feedback.LocalAckFeed;
+import dev.stoker.connectors.feedback.RemoteAckFeed;
+import dev.stoker.connectors.protocol.ShmLayout;
 import java.nio.file.Path;
+import java.time.Duration;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
@@ -109,6 +114,26 @@ class TopologyTest {
         blind.set(StokerOptions.TOPOLOGY_PLACEMENT, Topology.Placement.EDGE);
         assertThatThrownBy(() -> Topology.of(blind))
                 .hasMessageContaining("stoker.topology.ack-addresses is required");
+    }
+
+    @Test
+    void theGateAsksTheNodesAtTheConfiguredPeriodAndReadsLocalFilesOtherwise() {
+        ShmLayout layout = new ShmLayout("/dev/shm/stoker/job", "g1");
+        Configuration remote = conf(4);
+        remote.set(StokerOptions.TOPOLOGY_NODES, 2);
+        remote.set(StokerOptions.TOPOLOGY_ACK_ADDRESSES, List.of("gpu0:7070", "gpu1:7070"));
+        try (AckFeed feed = Topology.of(remote).ackFeed(layout, 4, 0)) {
+            assertThat(feed).isInstanceOf(RemoteAckFeed.class);
+            assertThat(feed.pollPeriodMs()).isEqualTo(100);
+        }
+        remote.set(StokerOptions.TOPOLOGY_ACK_POLL_INTERVAL, Duration.ofMillis(250));
+        try (AckFeed feed = Topology.of(remote).ackFeed(layout, 4, 0)) {
+            assertThat(feed.pollPeriodMs()).isEqualTo(250);
+        }
+        try (AckFeed feed = Topology.of(conf(4)).ackFeed(layout, 4, 0)) {
+            assertThat(feed).isInstanceOf(LocalAckFeed.class);
+            assertThat(feed.pollPeriodMs()).isEqualTo(20);
+        }
     }
 
     @Test

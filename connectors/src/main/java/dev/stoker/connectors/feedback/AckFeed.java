@@ -22,6 +22,9 @@ public interface AckFeed extends Serializable, AutoCloseable {
      */
     long[] poll();
 
+    /** How often the gate polls this feed, in ms: its share of the gate's latency. */
+    long pollPeriodMs();
+
     /** Frees what {@link #poll} opened (an HTTP client); idempotent. */
     @Override
     void close();

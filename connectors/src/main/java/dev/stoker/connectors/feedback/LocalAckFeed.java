@@ -13,6 +13,9 @@ import java.util.Arrays;
 public final class LocalAckFeed implements AckFeed {
     private static final long serialVersionUID = 1L;
 
+    /** Period of the polls, in ms: reading a node's few ack files costs microseconds. */
+    static final long POLL_PERIOD_MS = 20;
+
     private final ShmLayout layout;
     private final int worldSize;
     private final long firstStep;
@@ -40,6 +43,11 @@ public final class LocalAckFeed implements AckFeed {
             last[rank] = Math.max(last[rank], Ack.consumedStep(layout, rank, firstStep));
         }
         return last.clone();
+    }
+
+    @Override
+    public long pollPeriodMs() {
+        return POLL_PERIOD_MS;
     }
 
     @Override

@@ -25,8 +25,9 @@ import org.slf4j.LoggerFactory;
  * instead of opening. An answer of another generation (an older job's server) is ignored.
  *
  * <p>Node {@code n}'s sink subtask {@code k} serves on {@code port + k}; a poll asks one of them
- * and moves on to the next after a failure. Timeouts: {@value #CONNECT_TIMEOUT_MS} ms to connect,
- * {@value #READ_TIMEOUT_MS} ms to read.
+ * and moves on to the next after a failure. The gate polls every {@code pollPeriodMs} ms ({@code
+ * stoker.topology.ack-poll-interval}): one request per node each time. Timeouts: {@value
+ * #CONNECT_TIMEOUT_MS} ms to connect, {@value #READ_TIMEOUT_MS} ms to read.
  */
 public final class RemoteAckFeed implements AckFeed {
     private static final long serialVersionUID = 1L;
@@ -39,6 +40,7 @@ public final class RemoteAckFeed implements AckFeed {
     private final List<NodeAcks> nodes;
     private final int worldSize;
     private final long firstStep;
+    private final long pollPeriodMs;
 
     private transient long[] last;
     private transient int[] nextSubtask;
@@ -50,12 +52,29 @@ public final class RemoteAckFeed implements AckFeed {
      * @param generation this generation's stamp; answers of another one are ignored
      * @param nodes every GPU node, together covering ranks {@code 0 .. worldSize - 1}
      * @param firstStep the first step of this generation
+     * @param pollPeriodMs how often the gate polls, in ms (positive)
+     * @throws IllegalArgumentException if {@code pollPeriodMs} is not positive
      */
-    public RemoteAckFeed(String generation, List<NodeAcks> nodes, int worldSize, long firstStep) {
+    public RemoteAckFeed(
+            String generation,
+            List<NodeAcks> nodes,
+            int worldSize,
+            long firstStep,
+            long pollPeriodMs) {
+        if (pollPeriodMs < 1) {
+            throw new IllegalArgumentException(
+                    "the ack poll period must be at least 1 ms, got " + pollPeriodMs);
+        }
         this.generation = generation;
         this.nodes = List.copyOf(nodes);
         this.worldSize = worldSize;
         this.firstStep = firstStep;
+        this.pollPeriodMs = pollPeriodMs;
+    }
+
+    @Override
+    public long pollPeriodMs() {
+        return pollPeriodMs;
     }
 
     @Override

@@ -10,11 +10,11 @@ import org.apache.flink.util.InstantiationUtil;
  * depth} written-but-unconsumed batches, i.e. {@code step <= min over ranks of consumed step +
  * depth}, with the consumed steps polled from an {@link AckFeed} of this generation.
  *
- * <p>The source's split enumerator (on the JobManager) polls the feed every {@value
- * StepEnumerator#GATE_POLL_MS} ms and hands out a step's split only within the bound, so the
- * readers idle instead of a blocked sink, and checkpoints keep completing while the trainer is the
- * bottleneck. Where the feed reads from (the JobManager's own {@code /dev/shm}, or the GPU nodes
- * over HTTP) decides where the source and the sinks may run.
+ * <p>The source's split enumerator (on the JobManager) polls the feed every {@link
+ * AckFeed#pollPeriodMs} ms and hands out a step's split only within the bound, so the readers idle
+ * instead of a blocked sink, and checkpoints keep completing while the trainer is the bottleneck.
+ * Where the feed reads from (the JobManager's own {@code /dev/shm}, or the GPU nodes over HTTP)
+ * decides where the source and the sinks may run.
  */
 public final class PrefetchGate implements Serializable {
     private static final long serialVersionUID = 2L;

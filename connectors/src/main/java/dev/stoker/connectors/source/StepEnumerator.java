@@ -23,11 +23,11 @@ import org.slf4j.LoggerFactory;
  * takes steps a failed reader gives back, and takes part in savepoints while the others wait at the
  * prefetch gate.
  *
- * <p>The enumerator is the {@link PrefetchGate}: it polls the gate's {@link AckFeed} every {@value
- * #GATE_POLL_MS} ms (on its worker thread, through {@link SplitEnumeratorContext#callAsync}) and
- * hands out a step only when it is within the bound; a request beyond it waits until an ack opens
- * the gate. Metrics (enumerator group): {@code prefetchAllowedStep}, the highest step the gate
- * allows now, and {@code ackedStep}, the lowest step acknowledged by every rank.
+ * <p>The enumerator is the {@link PrefetchGate}: it polls the gate's {@link AckFeed} every {@link
+ * AckFeed#pollPeriodMs} ms (on its worker thread, through {@link SplitEnumeratorContext#callAsync})
+ * and hands out a step only when it is within the bound; a request beyond it waits until an ack
+ * opens the gate. Metrics (enumerator group): {@code prefetchAllowedStep}, the highest step the
+ * gate allows now, and {@code ackedStep}, the lowest step acknowledged by every rank.
  */
 final class StepEnumerator implements SplitEnumerator<StepSplit, StepEnumeratorState> {
     /**
@@ -36,9 +36,6 @@ final class StepEnumerator implements SplitEnumerator<StepSplit, StepEnumeratorS
      * the task idled meanwhile. The prefetch gate decides when a step is handed out.
      */
     static final int SPLITS_HELD = 2;
-
-    /** Period of the ack polls, in ms: the gate's latency beyond the feed's own. */
-    static final long GATE_POLL_MS = 20;
 
     private static final Logger LOG = LoggerFactory.getLogger(StepEnumerator.class);
 
@@ -91,7 +88,7 @@ final class StepEnumerator implements SplitEnumerator<StepSplit, StepEnumeratorS
         context.metricGroup().gauge("prefetchAllowedStep", () -> allowedStep);
         context.metricGroup().gauge("ackedStep", () -> ackedStep);
         if (gate.isBounded()) {
-            context.callAsync(feed::poll, this::onAcks, 0, GATE_POLL_MS);
+            context.callAsync(feed::poll, this::onAcks, 0, feed.pollPeriodMs());
         }
     }
 

@@ -88,7 +88,11 @@ class AckFeedTest {
         // node 1's acks live in its own directory; rank 0's entry there must be ignored
         ack(gen1, 0, 99);
         ack(gen1, 3, 8);
-        try (RemoteAckFeed feed = new RemoteAckFeed("g1", nodes, 4, 0)) {
+        assertThatThrownBy(() -> new RemoteAckFeed("g1", nodes, 4, 0, 0))
+                .isInstanceOf(IllegalArgumentException.class)
+                .hasMessageContaining("at least 1 ms");
+        try (RemoteAckFeed feed = new RemoteAckFeed("g1", nodes, 4, 0, 100)) {
+            assertThat(feed.pollPeriodMs()).isEqualTo(100);
             assertThat(feed.poll()).as("no server up").containsExactly(-1, -1, -1, -1);
             try (AckServer s0 = AckServer.start("127.0.0.1", port0, gen, new int[] {0, 1}, 0);
                     AckServer s1 =

@@ -27,6 +27,11 @@ class StepEnumeratorTest {
         }
 
         @Override
+        public long pollPeriodMs() {
+            return 20;
+        }
+
+        @Override
         public void close() {}
     }
 
