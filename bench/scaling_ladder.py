@@ -21,8 +21,8 @@ on one node, or a spread one on fewer than min(cpu nodes, parallelism) nodes, is
 and mode, over a window of ``--measure-s`` seconds after ``--warmup-s`` of steady running:
 samples/s received by the trainers, their wait-time ratio (time waiting for data / time), bytes/s
 through each node's network card (its link's counters, both directions), the machine's CPU use, the
-bytes per sample the sinks received (Flink's ``read-bytes`` / ``read-records``) and each GPU node's
-ingress per step, and the resource that bounds the rung. One line per rung, then
+bytes per sample the GPU nodes received (their cards' counters over the samples the trainers got) and
+each GPU node's ingress per step, and the resource that bounds the rung. One line per rung, then
 ``RESULT nodes=<top> spread/colocated=X.XX``; results in ``--out``/scaling-ladder.{md,csv,png}.
 Needs root.
 """
@@ -124,8 +124,6 @@ class Rung:
     busiest_node: str
     busiest_nic_use: float
     bound: str
-    #: Flink's count: bytes the sinks received per record (numBytesIn / numRecordsIn)
-    wire_bytes_per_sample: float
     #: the GPU nodes' network cards: bytes received per sample the trainers got (TCP/IP included)
     nic_bytes_per_sample: float
     ingress_bytes_per_step: dict[str, float]
@@ -143,8 +141,7 @@ class Rung:
             f"(demand {self.demand_per_s:.1f}) wait={self.wait_time_ratio:6.1%} "
             f"cpu={self.cpu_use:5.1%} busiest NIC {self.busiest_node} "
             f"{self.busiest_nic_use:5.1%} bound={self.bound} "
-            f"wire={self.wire_bytes_per_sample / 1024:.0f} KiB/sample "
-            f"(GPU NICs {self.nic_bytes_per_sample / 1024:.0f}) "
+            f"into GPU nodes {self.nic_bytes_per_sample / 1024:.0f} KiB/sample "
             f"cpu-stage subtasks {dict(sorted(self.cpu_subtasks_per_node.items()))} cores "
             + " ".join(f"{n}={c:.2f}" for n, c in self.node_cpu_cores.items())
         )
@@ -282,8 +279,6 @@ class Ladder:
             t0, traffic0, cpu0, node_cpu0 = time.time(), self.traffic(), cpu_busy(), self.node_cpu()
             time.sleep(a.measure_s)
             t1, traffic1, cpu1, node_cpu1 = time.time(), self.traffic(), cpu_busy(), self.node_cpu()
-            # the JobManager's metric store lags the TaskManagers by its fetch interval
-            wire = wait_for("the sinks' byte counts", 30, lambda: self.wire(cluster, jid))
             for t in trainers:
                 if t.poll() is not None:
                     raise RuntimeError(f"a trainer of {job_name} ended early ({t.returncode})")
@@ -336,7 +331,6 @@ class Ladder:
             busiest_node=busiest,
             busiest_nic_use=nic_use,
             bound=bound,
-            wire_bytes_per_sample=wire,
             nic_bytes_per_sample=gpu_rx / max(samples, 1),
             ingress_bytes_per_step=ingress,
             nic_rx_bytes_per_s={n: rx[n] for n in capped},
@@ -353,22 +347,6 @@ class Ladder:
 
     def traffic(self) -> dict[str, tuple[int, int]]:
         return {n: self.nodes.traffic(n) for n in self.cpu_nodes + self.gpu_nodes}
-
-    def wire(self, cluster: NodeCluster, jid: str) -> float:
-        """Bytes per record the job's sinks received so far: the sum over the sink subtasks of
-        Flink's task metrics ``numBytesIn`` / ``numRecordsIn`` (the web UI's Bytes/Records
-        Received)."""
-        nbytes = nrecords = 0.0
-        for v in cluster.job(jid)["vertices"]:
-            if SINK_PREFIX in v["name"]:
-                got = cluster.rest(
-                    f"/jobs/{jid}/vertices/{v['id']}/subtasks/metrics"
-                    "?get=numBytesIn,numRecordsIn&agg=sum"
-                )
-                sums = {m["id"]: float(m["sum"]) for m in got}
-                nbytes += sums.get("numBytesIn", 0.0)
-                nrecords += sums.get("numRecordsIn", 0.0)
-        return nbytes / max(nrecords, 1.0)
 
     def check_placement(
         self, cluster: NodeCluster, jid: str, mode: str, n_nodes: int
@@ -411,7 +389,7 @@ def write_results(rungs: list[Rung], args: argparse.Namespace, out: Path, ratio:
         w = csv.writer(f)
         w.writerow(
             ["nodes", "mode", "samples_per_s", "demand_per_s", "wait_time_ratio", "cpu_use",
-             "busiest_node", "busiest_nic_use", "bound", "wire_bytes_per_sample",
+             "busiest_node", "busiest_nic_use", "bound", "nic_bytes_per_sample",
              "cpu_subtasks_per_node", "node", "nic_rx_bytes_per_s", "nic_tx_bytes_per_s",
              "ingress_bytes_per_step"]
         )  # fmt: skip
@@ -420,7 +398,7 @@ def write_results(rungs: list[Rung], args: argparse.Namespace, out: Path, ratio:
                 w.writerow(
                     [r.nodes, r.mode, f"{r.samples_per_s:.3f}", f"{r.demand_per_s:.3f}",
                      f"{r.wait_time_ratio:.4f}", f"{r.cpu_use:.4f}", r.busiest_node,
-                     f"{r.busiest_nic_use:.4f}", r.bound, f"{r.wire_bytes_per_sample:.0f}",
+                     f"{r.busiest_nic_use:.4f}", r.bound, f"{r.nic_bytes_per_sample:.0f}",
                      json.dumps(r.cpu_subtasks_per_node), node,
                      f"{r.nic_rx_bytes_per_s[node]:.0f}", f"{r.nic_tx_bytes_per_s[node]:.0f}",
                      f"{r.ingress_bytes_per_step.get(node, 0):.0f}"]
@@ -433,7 +411,7 @@ def write_results(rungs: list[Rung], args: argparse.Namespace, out: Path, ratio:
     lines = [
         "# Scaling ladder",
         "",
-        f"`bench/scaling-ladder.sh {' '.join(sys.argv[1:])}` on {time.strftime('%Y-%m-%d')}: "
+        f"`{' '.join(['bench/scaling-ladder.sh', *sys.argv[1:]])}` on {time.strftime('%Y-%m-%d')}: "
         f"{args.cpu_nodes} CPU nodes x {args.cpu_slots} slots, CPU-stage parallelism "
         f"{args.cpu_parallelism}, {args.ranks_per_node} ranks per GPU node, every CPU and GPU "
         f"node's network card capped at {args.rate} ({cap / 2**20:.2f} MiB/s each way), "
@@ -442,7 +420,7 @@ def write_results(rungs: list[Rung], args: argparse.Namespace, out: Path, ratio:
         "warm-up. All nodes share the machine's CPUs.",
         "",
         "| GPU nodes | CPU stages | samples/s | demand | wait-time ratio | CPU use | busiest NIC "
-        "| bound | KiB/sample into the sinks (Flink / GPU NICs) | GPU node ingress MiB/step "
+        "| bound | KiB/sample into the GPU nodes | GPU node ingress MiB/step "
         "| CPU-stage subtasks per node |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -451,22 +429,23 @@ def write_results(rungs: list[Rung], args: argparse.Namespace, out: Path, ratio:
         lines.append(
             f"| {r.nodes} | {r.mode} | {r.samples_per_s:.2f} | {r.demand_per_s:.1f} | "
             f"{r.wait_time_ratio:.1%} | {r.cpu_use:.0%} | {r.busiest_node} "
-            f"{r.busiest_nic_use:.0%} | {r.bound} | {r.wire_bytes_per_sample / 1024:.0f} / "
-            f"{r.nic_bytes_per_sample / 1024:.0f} | "
+            f"{r.busiest_nic_use:.0%} | {r.bound} | {r.nic_bytes_per_sample / 1024:.0f} | "
             f"{ingress} | {json.dumps(r.cpu_subtasks_per_node)} |"
         )
+    capped = list(dict.fromkeys(n for r in rungs for n in r.nic_rx_bytes_per_s))
     lines += [
         "",
         "Bytes/s through each capped node's network card (received / sent, MiB/s):",
         "",
-        "| GPU nodes | CPU stages | " + " | ".join(next(iter(rungs)).nic_rx_bytes_per_s) + " |",
-        "|---|---|" + "---|" * len(next(iter(rungs)).nic_rx_bytes_per_s),
+        "| GPU nodes | CPU stages | " + " | ".join(capped) + " |",
+        "|---|---|" + "---|" * len(capped),
     ]
     for r in rungs:
         cells = [
-            f"{r.nic_rx_bytes_per_s.get(n, 0) / 2**20:.2f} / "
-            f"{r.nic_tx_bytes_per_s.get(n, 0) / 2**20:.2f}"
-            for n in next(iter(rungs)).nic_rx_bytes_per_s
+            f"{r.nic_rx_bytes_per_s[n] / 2**20:.2f} / {r.nic_tx_bytes_per_s[n] / 2**20:.2f}"
+            if n in r.nic_rx_bytes_per_s
+            else "-"
+            for n in capped
         ]
         lines.append(f"| {r.nodes} | {r.mode} | " + " | ".join(cells) + " |")
     names = list(next(iter(rungs)).node_cpu_cores)

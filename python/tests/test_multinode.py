@@ -151,26 +151,34 @@ def check_wire_bytes(
     resized uint8 pixels and int64 tokens, nothing padded or normalised. For a job that has
     received exactly those steps and no failure yet. The report."""
     lines = []
+    steps = last_step + 1
+    slots = steps * MICRO_BATCH * RANKS_PER_NODE  # one record per slot of the node's ranks
     for n in range(GPU_NODES):
         (vertex,) = [v for v in cluster.job(jid)["vertices"] if f"{SINK_PREFIX}{n}" in v["name"]]
-        got = cluster.rest(
-            f"/jobs/{jid}/vertices/{vertex['id']}/subtasks/metrics"
-            "?get=numBytesIn,numRecordsIn&agg=sum"
+
+        def counts(vertex_id: str = vertex["id"]) -> tuple[int, int] | None:
+            got = cluster.rest(
+                f"/jobs/{jid}/vertices/{vertex_id}/subtasks/metrics"
+                "?get=numBytesIn,numRecordsIn&agg=sum"
+            )
+            sums = {m["id"]: float(m["sum"]) for m in got}
+            wire, records = int(sums.get("numBytesIn", 0)), int(sums.get("numRecordsIn", 0))
+            return (wire, records) if records == slots else None
+
+        # the JobManager's metric store catches up with the TaskManagers in its fetch interval
+        wire, records = _wait(
+            f"gpu{n}'s sinks to report {slots} records received", 30, counts, interval_s=1
         )
-        sums = {m["id"]: float(m["sum"]) for m in got}
-        wire, records = int(sums["numBytesIn"]), int(sums["numRecordsIn"])
         ranks = range(n * RANKS_PER_NODE, (n + 1) * RANKS_PER_NODE)
         mine = [b for b in reference if b["rank"] in ranks and b["step"] <= last_step]
         payload = sum(b["sample_bytes"] for b in mine)
         samples = sum(b["rows"] - len(b["backfilled"]) for b in mine)
-        steps = last_step + 1
         lines.append(
             f"gpu{n}: sinks received {wire} bytes in {records} records for steps 0..{last_step} "
             f"({wire / samples / 1024:.1f} KiB per sample, {wire / steps / 2**20:.2f} MiB per "
             f"step into the node); those samples' uint8 pixels and int64 tokens: {payload} bytes "
             f"({wire / payload:.4f}x)"
         )
-        assert records == steps * MICRO_BATCH * RANKS_PER_NODE, lines[-1]
         assert payload <= wire <= payload * WIRE_OVERHEAD, lines[-1]
     return "bytes on the wire:\n  " + "\n  ".join(lines)
 
