@@ -11,9 +11,10 @@ cd "$(dirname "$0")/.."
 PAIRS=${1:-3}; BATCHES=${2:-60}; SAMPLES=${3:-8}; PATCHES=${4:-1024}
 MODES=${MODES:-unpooled pooled}; DTYPES=${DTYPES:-FLOAT32}
 CP_FILE=$(pwd)/connectors/target/test-classpath.txt
-# -am: the modules come from this checkout, not from ~/.m2
-mvn -o -q -B -pl connectors -am package -DskipTests -Dspotless.check.skip=true -Dcheckstyle.skip
-mvn -o -q -B -pl connectors -am dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile="$CP_FILE"
+# One reactor run (-am): the modules come from this checkout, not from ~/.m2 (where they are never
+# installed); each module writes the file in turn and the connectors', last, stays.
+mvn -o -q -B -pl connectors -am package dependency:build-classpath -DskipTests \
+  -Dspotless.check.skip=true -Dcheckstyle.skip -Dmdep.includeScope=test -Dmdep.outputFile="$CP_FILE"
 CP="connectors/target/test-classes:connectors/target/classes:operators/target/classes:$(cat "$CP_FILE")"
 for _ in $(seq "$PAIRS"); do
   for mode in $MODES; do

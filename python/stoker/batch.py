@@ -203,8 +203,9 @@ class Batch:
 
         Args:
             device: ``None``: CPU tensors sharing memory with the mapping
-                (``torch.from_numpy``, no copy; ``mm_token_type_ids`` is new), backed by
-                read-only memory: do not write to them in place. A device (``"cuda"``,
+                (``torch.from_numpy``, no copy; ``mm_token_type_ids``, a uint8 batch's
+                ``pixel_values`` and a converted ``pixel_dtype`` are new), backed by read-only
+                memory: do not write to them in place. A device (``"cuda"``,
                 ``torch.device(...)``, ``"cpu"``): every tensor ``.to(device)``; the pixels of
                 a uint8 batch travel as uint8 (a quarter of float32's bytes) and are
                 normalized there.
