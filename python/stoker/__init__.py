@@ -6,7 +6,13 @@ Modules: :mod:`stoker.protocol` (file names, ``manifest.json``, ``ack.json``, er
 needs torch, not imported here), :mod:`stoker.images` (pixel_values back to pictures).
 """
 
-from .batch import Batch, bfloat16_to_float32, read_batch_file
+from .batch import (
+    Batch,
+    bfloat16_to_float32,
+    normalize_uint8,
+    normalize_uint8_torch,
+    read_batch_file,
+)
 from .protocol import BatchFormatError, Manifest, ResumeError, VisionSettings
 from .reader import BatchReader
 
@@ -18,6 +24,8 @@ __all__ = [
     "ResumeError",
     "VisionSettings",
     "bfloat16_to_float32",
+    "normalize_uint8",
+    "normalize_uint8_torch",
     "read_batch_file",
 ]
 __version__ = "0.1.0"

@@ -23,10 +23,17 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.ipc
 
-from .protocol import BatchFormatError, Manifest
+from .protocol import BatchFormatError, Manifest, VisionSettings
 from .schema import COLUMNS, PIXEL_DTYPES, match_column
 
-__all__ = ["Batch", "bfloat16_to_float32", "read_batch_file", "validate_schema"]
+__all__ = [
+    "Batch",
+    "bfloat16_to_float32",
+    "normalize_uint8",
+    "normalize_uint8_torch",
+    "read_batch_file",
+    "validate_schema",
+]
 
 
 @dataclass
@@ -41,7 +48,11 @@ class Batch:
     * ``pixel_values``: ``(P, D)`` float32, normalized pixel patches of all images in row order;
       when ``pixel_dtype`` is ``"bfloat16"`` (sink option ``stoker.image.pixel-dtype: BFLOAT16``)
       uint16 holding the bfloat16 bits instead (numpy has no bfloat16): :meth:`to_torch` returns
-      them as ``torch.bfloat16``, :func:`bfloat16_to_float32` widens them for numpy.
+      them as ``torch.bfloat16``, :func:`bfloat16_to_float32` widens them for numpy. When
+      ``pixel_dtype`` is ``"uint8"`` (``UINT8``) uint8, the resized RGB samples before
+      normalization in the same rows and positions: :meth:`to_torch` normalizes them (on its
+      ``device``), :meth:`pixel_values_float32` with numpy, both to the float32 values a FLOAT32
+      job writes, bit for bit (:func:`normalize_uint8`).
     * ``image_grid_thw``: ``(I, 3)`` int64, (grid_t, grid_h, grid_w) per image, in patches.
     * ``sample_index``: ``(B,)`` int64, slot index of each row's record in the run's
       deterministic order (``epoch * steps_per_epoch * W * B + position in the epoch's shuffled
@@ -72,8 +83,13 @@ class Batch:
     source: list[str]
     metadata: dict[str, str]
     backfilled_slots: tuple[int, ...] = ()
-    #: Element type of ``pixel_values`` (metadata ``stoker.pixel_dtype``): float32 or bfloat16.
+    #: Element type of ``pixel_values`` (metadata ``stoker.pixel_dtype``): float32, bfloat16 or
+    #: uint8.
     pixel_dtype: str = "float32"
+    #: The job's vision settings (``Manifest.vision``, set by :class:`~stoker.BatchReader` and by
+    #: ``read_batch_file(..., vision=...)``): what normalizes uint8 ``pixel_values``; ``None``
+    #: when not given.
+    vision: VisionSettings | None = None
     #: (start address, size in bytes) of the file mapping the arrays live in.
     mapping_range: tuple[int, int] = (0, 0)
     _keepalive: Any = field(default=None, repr=False)
@@ -138,10 +154,11 @@ class Batch:
         return types
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """The model inputs as numpy arrays, named and typed as the Hugging Face Qwen-VL
-        processors return them: ``input_ids``, ``labels``, ``attention_mask``,
-        ``mm_token_type_ids`` (B, L) int64, ``pixel_values`` (P, D), ``image_grid_thw`` (I, 3)
-        int64. All but ``mm_token_type_ids`` are views of the file."""
+        """The model inputs as numpy arrays, named as the Hugging Face Qwen-VL processors return
+        them: ``input_ids``, ``labels``, ``attention_mask``, ``mm_token_type_ids`` (B, L) int64,
+        ``pixel_values`` (P, D) as stored (:attr:`pixel_values`: float32 as the processors
+        return it, or bfloat16 bits or uint8 samples), ``image_grid_thw`` (I, 3) int64. All but
+        ``mm_token_type_ids`` are views of the file."""
         return {
             "input_ids": self.input_ids,
             "labels": self.labels,
@@ -151,20 +168,60 @@ class Batch:
             "image_grid_thw": self.image_grid_thw,
         }
 
-    def to_torch(self) -> dict[str, Any]:
-        """Return ``{name: torch.Tensor}`` sharing memory with the mapping (``torch.from_numpy``).
+    def pixel_values_float32(self) -> np.ndarray:
+        """``(P, D)`` float32 ``pixel_values`` with numpy, whatever the file's element type.
+
+        float32: :attr:`pixel_values` itself (a view of the file); bfloat16: the bits widened
+        (:func:`bfloat16_to_float32`, exact); uint8: normalized with :attr:`vision` by
+        :func:`normalize_uint8`, bit for bit the values a FLOAT32 job writes. The last two are
+        new arrays.
+
+        Raises:
+            ValueError: a uint8 batch without :attr:`vision` (read it with
+                ``read_batch_file(path, vision=manifest.vision)`` or through
+                :class:`~stoker.BatchReader`).
+        """
+        if self.pixel_dtype == "bfloat16":
+            return bfloat16_to_float32(self.pixel_values)
+        if self.pixel_dtype == "uint8":
+            return normalize_uint8(self.pixel_values, self._vision_for_uint8())
+        return self.pixel_values
+
+    def to_torch(
+        self,
+        device: Any = None,
+        *,
+        pixel_dtype: Any = None,
+        non_blocking: bool = False,
+    ) -> dict[str, Any]:
+        """Return ``{name: torch.Tensor}``, the keyword arguments of the transformers Qwen-VL
+        models' ``forward``, so ``model(**batch.to_torch("cuda"))`` works.
 
         Keys: ``input_ids``, ``labels``, ``attention_mask``, ``mm_token_type_ids`` (B, L)
-        int64; ``pixel_values`` (P, D) float32, or torch.bfloat16 when :attr:`pixel_dtype` is
-        ``"bfloat16"`` (a view of the same bytes, still no copy); ``image_grid_thw`` (I, 3)
-        int64. These are exactly the keyword arguments of the transformers Qwen-VL models'
-        ``forward``, so ``model(**batch.to_torch())`` works; provenance (``sample_index``,
-        ``source``) stays on the :class:`Batch`.
-        The tensors over the file are backed by read-only memory: do not write to them in place
-        (move them to the GPU with ``.to(device, non_blocking=True)`` or clone them first).
+        int64; ``pixel_values`` (P, D) float32 or torch.bfloat16; ``image_grid_thw`` (I, 3)
+        int64. Provenance (``sample_index``, ``source``) stays on the :class:`Batch`.
+
+        Args:
+            device: ``None``: CPU tensors sharing memory with the mapping
+                (``torch.from_numpy``, no copy; ``mm_token_type_ids``, a uint8 batch's
+                ``pixel_values`` and a converted ``pixel_dtype`` are new), backed by read-only
+                memory: do not write to them in place. A device (``"cuda"``,
+                ``torch.device(...)``, ``"cpu"``): every tensor ``.to(device)``; the pixels of
+                a uint8 batch travel as uint8 (a quarter of float32's bytes) and are
+                normalized there.
+            pixel_dtype: ``torch.float32`` or ``torch.bfloat16``; ``None``: the file's type
+                (float32 for a uint8 batch). A float32 file's values are rounded to bfloat16
+                by ``Tensor.to`` (nearest even, as the BFLOAT16 sink rounds); a bfloat16 file's
+                are widened exactly.
+            non_blocking: passed to ``Tensor.to`` (useful from pinned memory only).
+
+        A uint8 batch's values are :func:`normalize_uint8_torch`'s: on the CPU bit for bit the
+        float32 a FLOAT32 job writes (and with ``torch.bfloat16`` the BFLOAT16 job's bits).
 
         Raises:
             ImportError: torch is not installed.
+            ValueError: ``pixel_dtype`` is neither float32 nor bfloat16, or a uint8 batch has
+                no :attr:`vision`.
         """
         try:
             import torch
@@ -173,18 +230,136 @@ class Batch:
                 "Batch.to_torch() needs PyTorch, which is not installed; "
                 "install torch or use Batch.arrays() for numpy arrays"
             ) from e
-        out = self.arrays()
+        if pixel_dtype not in (None, torch.float32, torch.bfloat16):
+            raise ValueError(
+                f"pixel_dtype must be torch.float32 or torch.bfloat16, got {pixel_dtype!r}"
+            )
+        tensors = self._torch_views()
+        if device is not None:
+            tensors = {k: v.to(device, non_blocking=non_blocking) for k, v in tensors.items()}
+        pv = tensors["pixel_values"]
+        if self.pixel_dtype == "uint8":
+            tensors["pixel_values"] = normalize_uint8_torch(
+                pv, self._vision_for_uint8(), dtype=pixel_dtype or torch.float32
+            )
+        elif pixel_dtype is not None and pv.dtype != pixel_dtype:
+            tensors["pixel_values"] = pv.to(pixel_dtype)
+        return tensors
+
+    def _torch_views(self) -> dict[str, Any]:
+        """:meth:`arrays` as CPU tensors over the same memory; a bfloat16 batch's
+        ``pixel_values`` as ``torch.bfloat16``, a uint8 batch's still uint8."""
+        import torch
+
         with warnings.catch_warnings():
             # from_numpy warns about non-writable arrays; sharing read-only memory is the point.
             warnings.simplefilter("ignore", UserWarning)
-            tensors = {k: torch.from_numpy(v) for k, v in out.items() if k != "pixel_values"}
+            tensors = {k: torch.from_numpy(v) for k, v in self.arrays().items()}
             if self.pixel_dtype == "bfloat16":
                 # torch has no uint16 view; int16 has the same bits and itemsize
                 bits = torch.from_numpy(self.pixel_values.view(np.int16))
                 tensors["pixel_values"] = bits.view(torch.bfloat16)
-            else:
-                tensors["pixel_values"] = torch.from_numpy(self.pixel_values)
             return tensors
+
+    def _vision_for_uint8(self) -> VisionSettings:
+        if self.vision is None:
+            raise ValueError(
+                f"{self.path}: pixel_values are uint8 (stoker.pixel_dtype=uint8) and need the "
+                "job's vision settings to be normalized: read the file with "
+                "read_batch_file(path, vision=Manifest.load(<job dir>/manifest.json).vision) "
+                "or through BatchReader"
+            )
+        return self.vision
+
+
+def _normalization(vision: VisionSettings, d: int) -> tuple[float, np.ndarray, np.ndarray]:
+    """``(rescale_factor, mean, std)``: the factor as a float64, mean and std as float32 ``(C,)``
+    (each rounded from its float64 value, as the sink's ``(float) mean[c]``)."""
+    c = len(vision.image_mean)
+    if len(vision.image_std) != c or c == 0 or d % c:
+        raise ValueError(
+            f"pixel_values rows of {d} values cannot be split into the {c} channels of "
+            f"image_mean {vision.image_mean} / image_std {vision.image_std}"
+        )
+    mean = np.asarray(vision.image_mean, np.float64).astype(np.float32)
+    std = np.asarray(vision.image_std, np.float64).astype(np.float32)
+    return float(vision.rescale_factor), mean, std
+
+
+def normalize_uint8(pixels: np.ndarray, vision: VisionSettings) -> np.ndarray:
+    """Normalize uint8 ``pixel_values`` (a ``stoker.pixel_dtype=uint8`` batch's) with numpy.
+
+    Value ``j`` of a row belongs to channel ``c = j // (D / C)`` (C = 3 channels), and becomes,
+    in this order, each step rounded to float32 as the Java sink computes it
+    (``Patchifier``: ``((float) (u * rescale_factor) - (float) mean[c]) / (float) std[c]``)::
+
+        x = float32(float64(u) * rescale_factor)   # the product in float64, then rounded
+        x = x - float32(image_mean[c])             # float32 subtraction
+        x = x / float32(image_std[c])              # float32 division
+
+    Separate IEEE operations (no fused multiply-add), so the result is bit for bit the float32
+    ``pixel_values`` of a FLOAT32 job.
+
+    Args:
+        pixels: ``(P, D)`` uint8.
+        vision: the job's vision settings (``Manifest.vision``): ``rescale_factor``,
+            ``image_mean``, ``image_std``.
+
+    Returns:
+        A new ``(P, D)`` float32 array.
+
+    Raises:
+        ValueError: ``pixels`` is not 2-D uint8, or D is not a multiple of the channels.
+    """
+    u = np.asarray(pixels)
+    if u.dtype != np.uint8 or u.ndim != 2:
+        raise ValueError(f"pixels must be (P, D) uint8, got {u.dtype} {u.shape}")
+    scale, mean, std = _normalization(vision, u.shape[1])
+    c = mean.shape[0]
+    x = (u.astype(np.float64) * scale).astype(np.float32)
+    channels = x.reshape(u.shape[0], c, u.shape[1] // c)
+    channels -= mean[None, :, None]
+    channels /= std[None, :, None]
+    return x
+
+
+def normalize_uint8_torch(pixels: Any, vision: VisionSettings, *, dtype: Any = None) -> Any:
+    """:func:`normalize_uint8` with torch, on ``pixels``' device (CPU, CUDA, ...).
+
+    The same operations in the same order as :func:`normalize_uint8` (a float64 multiply
+    rounded to float32, then a float32 subtraction and a float32 division, each its own
+    kernel), so on the CPU the float32 result is bit for bit the FLOAT32 job's; ``dtype``
+    ``torch.bfloat16`` then rounds it to nearest even (``Tensor.to``), as the BFLOAT16 sink
+    does. Temporary memory: 8 bytes per value (the float64 product).
+
+    Args:
+        pixels: ``(P, D)`` torch.uint8 tensor.
+        vision: the job's vision settings (``Manifest.vision``).
+        dtype: ``torch.float32`` (default) or ``torch.bfloat16``.
+
+    Returns:
+        A new ``(P, D)`` tensor of ``dtype`` on ``pixels.device``.
+
+    Raises:
+        ValueError: ``pixels`` is not a 2-D uint8 tensor, D is not a multiple of the channels,
+            or ``dtype`` is neither float32 nor bfloat16.
+    """
+    import torch
+
+    dtype = torch.float32 if dtype is None else dtype
+    if dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"dtype must be torch.float32 or torch.bfloat16, got {dtype!r}")
+    if not isinstance(pixels, torch.Tensor) or pixels.dtype != torch.uint8 or pixels.dim() != 2:
+        got = f"{pixels.dtype} {tuple(pixels.shape)}" if hasattr(pixels, "dtype") else type(pixels)
+        raise ValueError(f"pixels must be a (P, D) torch.uint8 tensor, got {got}")
+    p, d = pixels.shape
+    scale, mean, std = _normalization(vision, d)
+    c = mean.shape[0]
+    x = pixels.to(torch.float64).mul_(scale).to(torch.float32)
+    channels = x.view(p, c, d // c)
+    channels.sub_(torch.from_numpy(mean).to(pixels.device).view(1, c, 1))
+    channels.div_(torch.from_numpy(std).to(pixels.device).view(1, c, 1))
+    return x if dtype == torch.float32 else x.to(dtype)
 
 
 def bfloat16_to_float32(bits: np.ndarray) -> np.ndarray:
@@ -193,14 +368,15 @@ def bfloat16_to_float32(bits: np.ndarray) -> np.ndarray:
     return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
-def checks_for(manifest: Manifest, rank: int, step: int) -> dict[str, int | None]:
-    """:func:`read_batch_file`'s checks for the file of (``step``, ``rank``) of ``manifest``'s
-    generation."""
+def checks_for(manifest: Manifest, rank: int, step: int) -> dict[str, Any]:
+    """:func:`read_batch_file`'s checks (and vision settings) for the file of (``step``,
+    ``rank``) of ``manifest``'s generation."""
     return {
         "expected_step": step,
         "expected_rank": rank,
         "patch_dim": manifest.patch_dim,
         "micro_batch_size": manifest.micro_batch_size,
+        "vision": manifest.vision,
     }
 
 
@@ -274,6 +450,7 @@ def read_batch_file(
     expected_rank: int | None = None,
     patch_dim: int | None = None,
     micro_batch_size: int | None = None,
+    vision: VisionSettings | None = None,
 ) -> Batch:
     """Memory-map one batch file and build a :class:`Batch` over it without copying.
 
@@ -283,14 +460,16 @@ def read_batch_file(
         patch_dim: check D of ``pixel_values`` (the manifest's ``patch_dim``).
         micro_batch_size: check that the batch has exactly this many rows, or 0, and that
             ``stoker.slots`` agrees (the manifest's ``micro_batch_size``).
+        vision: the job's vision settings (``Manifest.vision``), kept as :attr:`Batch.vision`
+            to normalize uint8 ``pixel_values``; checked to give D values per row.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
         BatchFormatError: not an Arrow IPC file, not exactly one record batch, missing or
             mistyped columns, nulls, inconsistent lengths, step/rank/slots metadata that
             disagrees with the file's place, a row count other than ``micro_batch_size`` or 0,
-            an invalid ``stoker.backfilled_slots``, or data that would need a copy (e.g.
-            compressed buffers).
+            an invalid ``stoker.backfilled_slots``, ``vision`` for another D, or data that
+            would need a copy (e.g. compressed buffers).
     """
     path = Path(path)
     source = pa.memory_map(str(path), "r")
@@ -326,12 +505,20 @@ def read_batch_file(
     labels = _fixed_rows(cols["labels"], path, "labels", "int64")
     attention_mask = _fixed_rows(cols["attention_mask"], path, "attention_mask", "int64")
     pixel_dtype = meta.get("stoker.pixel_dtype", "float32")
+    pixel_spec = next(c for c in COLUMNS if c.name == "pixel_values")
     pixel_values = _list_of_fixed(
         cols["pixel_values"],
         path,
         "pixel_values",
-        "uint16" if pixel_dtype == "bfloat16" else "float32",
+        pixel_spec.variants[pixel_dtype][1]
+        if pixel_dtype in pixel_spec.variants
+        else pixel_spec.reader_dtype,
     )
+    if vision is not None and pixel_values.shape[1] != vision.patch_dim:
+        raise BatchFormatError(
+            f"{path}: pixel_values has D={pixel_values.shape[1]}, the vision settings give "
+            f"{vision.patch_dim}"
+        )
     image_grid_thw = _list_of_fixed(cols["image_grid_thw"], path, "image_grid_thw", "int64")
     si = cols["sample_index"]
     sample_index = _view(
@@ -393,6 +580,7 @@ def read_batch_file(
         metadata=meta,
         backfilled_slots=backfilled,
         pixel_dtype=pixel_dtype,
+        vision=vision,
         mapping_range=(lo, size),
         _keepalive=(source, whole, rb),
     )

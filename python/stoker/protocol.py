@@ -20,6 +20,7 @@ Writes are atomic (temporary file, then ``rename``), so a reader or the job neve
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -73,6 +74,7 @@ MANIFEST_FIELDS: tuple[str, ...] = (
     "patch_size",
     "temporal_patch_size",
     "merge_size",
+    "rescale_factor",
     "image_mean",
     "image_std",
 )
@@ -82,6 +84,7 @@ VISION_FIELDS: tuple[str, ...] = (
     "patch_size",
     "temporal_patch_size",
     "merge_size",
+    "rescale_factor",
     "image_mean",
     "image_std",
 )
@@ -143,12 +146,15 @@ class VisionSettings:
         patch_size: side of a patch in pixels (14 for Qwen2/2.5-VL, 16 for Qwen3-VL).
         temporal_patch_size: frames per patch (2).
         merge_size: side of the block of patches merged into one token (2).
+        rescale_factor: what the uint8 samples are multiplied by (in float64) before the
+            normalisation, 1/255.
         image_mean, image_std: per-channel (R, G, B) normalisation on the 0..1 scale.
     """
 
     patch_size: int
     temporal_patch_size: int
     merge_size: int
+    rescale_factor: float
     image_mean: tuple[float, ...]
     image_std: tuple[float, ...]
 
@@ -174,6 +180,13 @@ def _positive_int(raw: dict[str, Any], key: str) -> int:
     return v
 
 
+def _positive_number(raw: dict[str, Any], key: str) -> float:
+    v = raw[key]
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:
+        raise ValueError(f"{key} must be a positive number, got {v!r}")
+    return float(v)
+
+
 def _channels(raw: dict[str, Any], key: str) -> tuple[float, ...]:
     v = raw[key]
     if (
@@ -196,6 +209,7 @@ def _vision(raw: dict[str, Any], path: Path) -> VisionSettings:
         patch_size=_positive_int(raw, "patch_size"),
         temporal_patch_size=_positive_int(raw, "temporal_patch_size"),
         merge_size=_positive_int(raw, "merge_size"),
+        rescale_factor=_positive_number(raw, "rescale_factor"),
         image_mean=_channels(raw, "image_mean"),
         image_std=_channels(raw, "image_std"),
     )

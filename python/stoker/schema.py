@@ -46,7 +46,10 @@ COLUMNS: tuple[ColumnSpec, ...] = (
         False,
         "float32",
         ("P", "D"),
-        {"bfloat16": ("list<fixed_size_list<uint16 not null>[D]>", "uint16")},
+        {
+            "bfloat16": ("list<fixed_size_list<uint16 not null>[D]>", "uint16"),
+            "uint8": ("list<fixed_size_list<uint8 not null>[D]>", "uint8"),
+        },
     ),
     ColumnSpec(
         "image_grid_thw", "list<fixed_size_list<int64 not null>[3]>", False, "int64", ("I", 3)
@@ -68,12 +71,13 @@ METADATA_KEYS: tuple[str, ...] = (
 )
 
 #: ``stoker.pixel_dtype`` values: the element type of ``pixel_values``.
-PIXEL_DTYPES: tuple[str, ...] = ("float32", "bfloat16")
+PIXEL_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "uint8")
 
 _PRIMITIVES = {
     pa.int64(): "int64",
     pa.int32(): "int32",
     pa.uint16(): "uint16",
+    pa.uint8(): "uint8",
     pa.float32(): "float32",
     pa.float64(): "float64",
     pa.string(): "utf8",
@@ -113,7 +117,7 @@ def match_column(
 ) -> dict[str, int] | None:
     """Return the bound symbols (e.g. ``{"L": 17}``) if ``t`` matches ``spec``, else ``None``.
 
-    ``variant`` (e.g. ``"bfloat16"``) matches against that entry of ``spec.variants`` instead.
+    ``variant`` (e.g. ``"bfloat16"``, ``"uint8"``) matches against that entry of ``spec.variants`` instead.
     """
     notation = spec.variants[variant][0] if variant is not None else spec.arrow_type
     m = type_pattern(notation).match(describe_type(t))
@@ -125,7 +129,7 @@ def match_column(
 def arrow_schema(seq_len: int, patch_dim: int, pixel_dtype: str = "float32") -> pa.Schema:
     """Build a concrete Arrow schema for the given L, D and pixel dtype (used by tests and tools)."""
     tok = pa.list_(pa.field("item", pa.int64(), nullable=False), seq_len)
-    pixel_item = pa.uint16() if pixel_dtype == "bfloat16" else pa.float32()
+    pixel_item = {"bfloat16": pa.uint16(), "uint8": pa.uint8()}.get(pixel_dtype, pa.float32())
     return pa.schema(
         [
             pa.field("sample_index", pa.int64(), nullable=False),

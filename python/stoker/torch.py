@@ -28,7 +28,7 @@ from typing import Any
 
 import torch  # torch.utils.data with it
 
-from .batch import Batch
+from .batch import Batch, normalize_uint8_torch
 from .data_state import (
     DataStateError,
     check_restore,
@@ -37,7 +37,7 @@ from .data_state import (
     sequence_of,
     validate_state,
 )
-from .protocol import Manifest
+from .protocol import Manifest, VisionSettings
 from .reader import BatchReader
 
 __all__ = ["DataStateError", "RankInfo", "StokerBatch", "StokerDataset", "discover_rank"]
@@ -129,6 +129,9 @@ class StokerBatch(dict[str, Any]):
     sample_index: torch.Tensor
     source: list[str]
     backfilled_slots: tuple[int, ...]
+    #: Set while ``pixel_values`` are a uint8 batch's samples still to be normalized on the
+    #: device (:class:`StokerDataset` with ``device``, between reading and staging).
+    _pending_vision: VisionSettings | None = None
 
     @property
     def keep(self) -> torch.Tensor:
@@ -154,8 +157,20 @@ class StokerBatch(dict[str, Any]):
         return self._with({k: v.to(device, non_blocking=non_blocking) for k, v in self.items()})
 
 
-def _stoker_batch(batch: Batch, generation: str, mask_backfilled: bool) -> StokerBatch:
-    out = StokerBatch(batch.to_torch())
+def _stoker_batch(
+    batch: Batch,
+    generation: str,
+    mask_backfilled: bool,
+    pixel_dtype: torch.dtype | None,
+    defer_uint8: bool,
+) -> StokerBatch:
+    """``batch`` as a :class:`StokerBatch` on the host; with ``defer_uint8`` a uint8 batch's
+    ``pixel_values`` stay uint8 (normalized after the copy to the device, :meth:`_stage`)."""
+    if defer_uint8 and batch.pixel_dtype == "uint8":
+        out = StokerBatch(batch._torch_views())
+        out._pending_vision = batch._vision_for_uint8()
+    else:
+        out = StokerBatch(batch.to_torch(pixel_dtype=pixel_dtype))
     if mask_backfilled and batch.backfilled_slots:
         labels = out["labels"].clone()  # the mapped tensor is read-only
         labels[list(batch.backfilled_slots)] = -100
@@ -206,6 +221,11 @@ class StokerDataset(torch.utils.data.IterableDataset):
         pin_memory: with ``device``, stage each batch in pinned host memory first, which makes
             the copy to an accelerator asynchronous; without an accelerator it warns once and
             stages in ordinary memory (as ``DataLoader(pin_memory=True)`` does).
+        pixel_dtype: ``torch.float32`` or ``torch.bfloat16`` for ``pixel_values``; ``None``:
+            the file's (float32 for a uint8 job), as :meth:`stoker.Batch.to_torch`. A uint8
+            job's pixels (``stoker.image.pixel-dtype: UINT8``) cross to ``device`` as uint8 (a
+            quarter of float32's bytes) and are normalized there, on the copy stream
+            (:func:`stoker.batch.normalize_uint8_torch`); without ``device`` on the CPU.
 
     With ``device``, the reader fetches step ``s + 1`` when ``s`` is handed over, so ``ack.json``
     marks ``s`` consumed while it trains (the job's resume step comes from :meth:`state_dict`,
@@ -240,8 +260,14 @@ class StokerDataset(torch.utils.data.IterableDataset):
         mask_backfilled: bool = False,
         device: str | torch.device | None = None,
         pin_memory: bool = False,
+        pixel_dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
+        if pixel_dtype not in (None, torch.float32, torch.bfloat16):
+            raise ValueError(
+                f"pixel_dtype must be torch.float32 or torch.bfloat16, got {pixel_dtype!r}"
+            )
+        self.pixel_dtype = pixel_dtype
         self.root = Path(root)
         self.ranks = discover_rank(rank, world_size, local_rank)
         self.timeout_s = timeout_s
@@ -402,7 +428,13 @@ class StokerDataset(torch.utils.data.IterableDataset):
             if m is not checked:
                 check_sequence(self._state_for_check(), m, str(self._manifest_path))
                 self._manifest, checked = m, m
-            yield _stoker_batch(batch, m.generation, self.mask_backfilled)
+            yield _stoker_batch(
+                batch,
+                m.generation,
+                self.mask_backfilled,
+                self.pixel_dtype,
+                defer_uint8=self.device is not None,
+            )
 
     def _state_for_check(self) -> dict[str, Any]:
         return {"job_name": self._job_name, "sequence": self._sequence}
@@ -441,15 +473,30 @@ class StokerDataset(torch.utils.data.IterableDataset):
                 self._copy_stream = torch.cuda.Stream(self.device)
             with torch.cuda.stream(self._copy_stream):
                 moved = {k: v.to(self.device, non_blocking=pin) for k, v in host.items()}
+                self._normalize_pending(batch, moved)
                 event = torch.cuda.Event()
                 event.record(self._copy_stream)
-            return _Staged(batch._with(moved), event)
+            return _Staged(self._staged_batch(batch, moved), event)
         if self.device.type == "cpu":
             # the hand-off on the CPU: a copy the batch owns (pinned staging already is one)
             moved = host if pin else {k: v.clone() for k, v in host.items()}
         else:
             moved = {k: v.to(self.device, non_blocking=pin) for k, v in host.items()}
-        return _Staged(batch._with(moved), None)
+        self._normalize_pending(batch, moved)
+        return _Staged(self._staged_batch(batch, moved), None)
+
+    def _normalize_pending(self, batch: StokerBatch, moved: dict[str, torch.Tensor]) -> None:
+        """Normalize a uint8 batch's ``pixel_values`` where ``moved`` has them (the device)."""
+        if batch._pending_vision is not None:
+            moved["pixel_values"] = normalize_uint8_torch(
+                moved["pixel_values"], batch._pending_vision, dtype=self.pixel_dtype
+            )
+
+    @staticmethod
+    def _staged_batch(batch: StokerBatch, moved: dict[str, torch.Tensor]) -> StokerBatch:
+        out = batch._with(moved)
+        out._pending_vision = None
+        return out
 
     def _ready(self, staged: _Staged) -> StokerBatch:
         """``staged``'s batch, usable on the consumer's current stream."""

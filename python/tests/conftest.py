@@ -10,6 +10,7 @@ import json
 import os
 import shlex
 import shutil
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -35,6 +36,7 @@ MANIFEST_VISION: dict[str, object] = {
     "patch_size": 14,
     "temporal_patch_size": 2,
     "merge_size": 2,
+    "rescale_factor": 0.00392156862745098,
     "image_mean": [0.48145466, 0.4578275, 0.40821073],
     "image_std": [0.26862954, 0.26130258, 0.27577711],
 }
@@ -107,6 +109,46 @@ def job_command(
     ]
 
 
+def run_pixel_dtype_jobs(
+    out_root: Path, dtypes: tuple[str, ...], *, world_size: int = 1, micro_batch_size: int = 4
+) -> dict[str, Path]:
+    """Run the real job once per ``stoker.image.pixel-dtype`` in ``dtypes`` over the same data
+    (:data:`DATASET`, the default seed), each to completion with no prefetch bound (every batch
+    is written without a reader), and return each run's job directory by dtype."""
+    dirs = {}
+    for dtype in dtypes:
+        name = f"px-{dtype.lower()}"
+        log = out_root / f"{name}.log"
+        with log.open("w") as out:
+            proc = subprocess.run(
+                job_command(
+                    out_root,
+                    name,
+                    "--stoker.image.pixel-dtype",
+                    dtype,
+                    "--stoker.prefetch-depth",
+                    "0",
+                    world_size=world_size,
+                    micro_batch_size=micro_batch_size,
+                ),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                timeout=600,
+                check=False,
+            )
+        if proc.returncode != 0:
+            pytest.fail(f"{dtype} job failed (exit {proc.returncode}):\n{log.read_text()[-6000:]}")
+        dirs[dtype] = out_root / name
+    return dirs
+
+
+def bf16_rne(x: np.ndarray) -> np.ndarray:
+    """Reference: float32 -> bfloat16 bits, round to nearest even, NaN -> 0x7FC0."""
+    bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(x), np.uint16(0x7FC0), rounded)
+
+
 def rank_dir(root: Path, rank: int, generation: str = GEN) -> Path:
     """``root/gen-<generation>/rank-<rank>``."""
     return root / f"gen-{generation}" / f"rank-{rank}"
@@ -149,7 +191,8 @@ def make_samples(
 def build_record_batch(
     samples, *, patch_dim: int = PATCH_DIM, pixel_dtype: str = "float32"
 ) -> pa.RecordBatch:
-    """A batch of ``samples``; with ``pixel_dtype="bfloat16"`` their patches are uint16 bits."""
+    """A batch of ``samples``; with ``pixel_dtype="bfloat16"`` their patches are uint16 bits,
+    with ``"uint8"`` uint8 samples."""
     L = max((len(s["ids"]) for s in samples), default=0)
     B = len(samples)
     ids = np.full((B, L), PAD, dtype=np.int64)
@@ -186,11 +229,10 @@ def build_record_batch(
         list_of_fsl(
             [s["patches"] for s in samples],
             patch_dim,
-            *(
-                (pa.uint16(), np.uint16)
-                if pixel_dtype == "bfloat16"
-                else (pa.float32(), np.float32)
-            ),
+            *{
+                "bfloat16": (pa.uint16(), np.uint16),
+                "uint8": (pa.uint8(), np.uint8),
+            }.get(pixel_dtype, (pa.float32(), np.float32)),
         ),
         list_of_fsl([s["grids"] for s in samples], 3, pa.int64(), np.int64),
     ]

@@ -14,8 +14,8 @@ from stoker.images import denormalize, split_images, unpatchify, unpatchify_fram
 #: Qwen2.5-VL preprocessor configs; Qwen3-VL's is 0.5 for both.
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
-QWEN2_VL = VisionSettings(14, 2, 2, CLIP_MEAN, CLIP_STD)
-QWEN3_VL = VisionSettings(16, 2, 2, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+QWEN2_VL = VisionSettings(14, 2, 2, 1 / 255, CLIP_MEAN, CLIP_STD)
+QWEN3_VL = VisionSettings(16, 2, 2, 1 / 255, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
 
 
 def hf_preprocess(

@@ -2,6 +2,7 @@ import json
 import os
 import re
 import shutil
+import struct
 import threading
 import time
 
@@ -14,6 +15,7 @@ from conftest import (
     PAD,
     PATCH_DIM,
     SCHEMA_JSON,
+    bf16_rne,
     build_record_batch,
     eventually,
     make_job,
@@ -536,23 +538,16 @@ BF16_CASES = [
 ]
 
 
-def _bf16_rne(x: np.ndarray) -> np.ndarray:
-    """Reference: float32 -> bfloat16 bits, round to nearest even, NaN -> 0x7FC0."""
-    bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
-    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
-    return np.where(np.isnan(x), np.uint16(0x7FC0), rounded)
-
-
 def test_bf16_reference_rounding_matches_the_java_cases():
     values = np.array([v for v, _ in BF16_CASES], np.float32)
-    assert _bf16_rne(values).tolist() == [b for _, b in BF16_CASES]
+    assert bf16_rne(values).tolist() == [b for _, b in BF16_CASES]
 
 
 def test_bfloat16_batch_reads_as_uint16_bits_and_widens_exactly(shm_root):
     samples = make_samples(0, 0, 3)
     floats = [s["patches"] for s in samples]
     for s in samples:
-        s["patches"] = _bf16_rne(s["patches"])
+        s["patches"] = bf16_rne(s["patches"])
     path = write_batch(
         shm_root,
         0,
@@ -569,7 +564,7 @@ def test_bfloat16_batch_reads_as_uint16_bits_and_widens_exactly(shm_root):
     lo, size = b.mapping_range
     assert lo <= b.pixel_values.ctypes.data < lo + size  # still a view of the file
     expected = np.concatenate(floats)
-    assert np.array_equal(b.pixel_values, _bf16_rne(expected))
+    assert np.array_equal(b.pixel_values, bf16_rne(expected))
     widened = bfloat16_to_float32(b.pixel_values)
     assert widened.dtype == np.float32
     assert np.all(np.abs(widened - expected) <= np.abs(expected) * 2.0**-8)
@@ -592,18 +587,99 @@ def test_bfloat16_batch_reads_as_uint16_bits_and_widens_exactly(shm_root):
             r"uint16 not null>\[D\]> \(stoker.pixel_dtype",
         ),
         ("float32", {"stoker.pixel_dtype": "float16"}, "stoker.pixel_dtype='float16'"),
+        ("uint8", {}, "expected list<fixed_size_list<float32"),
+        ("uint8", {"stoker.pixel_dtype": "bfloat16"}, r"uint16 not null>\[D\]> \(stoker"),
+        ("float32", {"stoker.pixel_dtype": "uint8"}, r"uint8 not null>\[D\]> \(stoker"),
     ],
 )
 def test_pixel_dtype_and_column_type_must_agree(shm_root, pixel_dtype, metadata, match):
     samples = make_samples(0, 0, 2)
     if pixel_dtype == "bfloat16":
         for s in samples:
-            s["patches"] = _bf16_rne(s["patches"])
+            s["patches"] = bf16_rne(s["patches"])
+    if pixel_dtype == "uint8":
+        samples = _uint8_samples(2)
     path = write_batch(
         shm_root, 0, 0, build_record_batch(samples, pixel_dtype=pixel_dtype), metadata=metadata
     )
     with pytest.raises(BatchFormatError, match=match):
         read_batch_file(path)
+
+
+# ------------------------------------------------------------------ uint8 pixel_values
+def _uint8_samples(n: int, seed: int = 0):
+    """``make_samples`` with uint8 patches covering every byte value."""
+    samples = make_samples(0, 0, n, seed=seed)
+    rng = np.random.default_rng(seed)
+    for s in samples:
+        s["patches"] = rng.integers(0, 256, size=s["patches"].shape, dtype=np.uint8)
+    assert sum(len(s["patches"]) for s in samples) > 0
+    return samples
+
+
+def _f32(x: float) -> float:
+    """``x`` rounded to float32 (pure Python: struct)."""
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def _scalar_normalized(u: int, c: int, vision: VisionSettings) -> float:
+    """One value by the documented order of operations, in Python scalars: the float64 product
+    rounded to float32, then float32 subtraction and division (each computed in double, which
+    rounds to the float32 result exactly, and rounded)."""
+    x = _f32(float(u) * vision.rescale_factor)
+    x = _f32(x - _f32(vision.image_mean[c]))
+    return _f32(x / _f32(vision.image_std[c]))
+
+
+def test_uint8_batch_is_a_uint8_view_normalized_as_documented(shm_root):
+    write_manifest(shm_root, world_size=1, num_steps=1)
+    vision = Manifest.load(shm_root / "manifest.json").vision
+    samples = _uint8_samples(3)
+    path = write_batch(
+        shm_root,
+        0,
+        0,
+        build_record_batch(samples, pixel_dtype="uint8"),
+        slots=3,
+        metadata={"stoker.pixel_dtype": "uint8"},
+    )
+    b = read_batch_file(path, micro_batch_size=3, vision=vision)
+    expected = np.concatenate([s["patches"] for s in samples])
+    assert b.pixel_dtype == "uint8" and b.vision == vision
+    assert b.pixel_values.dtype == np.uint8 and b.pixel_values.shape == expected.shape
+    lo, size = b.mapping_range
+    assert lo <= b.pixel_values.ctypes.data < lo + size  # a view of the file
+    assert np.array_equal(b.pixel_values, expected)
+    table = np.array(
+        [[_scalar_normalized(u, c, vision) for u in range(256)] for c in range(3)], np.float32
+    )
+    per_channel = PATCH_DIM // 3
+    channel = np.arange(PATCH_DIM) // per_channel
+    reference = table[channel[None, :], expected]
+    got = b.pixel_values_float32()
+    assert got.dtype == np.float32 and got.shape == expected.shape
+    assert np.array_equal(got.view(np.uint32), reference.view(np.uint32))
+    assert b.arrays()["pixel_values"] is b.pixel_values  # arrays() are the file's
+
+
+def test_uint8_batch_without_vision_settings_or_for_another_d_is_an_error(shm_root):
+    samples = _uint8_samples(1)
+    path = write_batch(
+        shm_root,
+        0,
+        0,
+        build_record_batch(samples, pixel_dtype="uint8"),
+        slots=1,
+        metadata={"stoker.pixel_dtype": "uint8"},
+    )
+    bare = read_batch_file(path)
+    with pytest.raises(ValueError, match=r"vision=Manifest.load\(<job dir>/manifest.json\)"):
+        bare.pixel_values_float32()
+    qwen3 = VisionSettings(16, 2, 2, 1 / 255, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+    with pytest.raises(
+        BatchFormatError, match="pixel_values has D=1176, the vision settings give 1536"
+    ):
+        read_batch_file(path, vision=qwen3)
 
 
 # ------------------------------------------------------------------ format_version 2: resume,
@@ -875,7 +951,9 @@ def test_invalid_manifest_is_a_format_error(shm_root, change, match):
         next(BatchReader(shm_root, 0, timeout_s=5))
 
 
-@pytest.mark.parametrize("missing", ["patch_size", "temporal_patch_size", "image_mean"])
+@pytest.mark.parametrize(
+    "missing", ["patch_size", "temporal_patch_size", "rescale_factor", "image_mean"]
+)
 def test_a_manifest_without_the_vision_settings_is_a_format_error(shm_root, missing):
     """An older job's manifest (no vision settings) is refused, naming the file and the field:
     the job and the reader ship together."""
@@ -897,6 +975,8 @@ def test_a_manifest_without_the_vision_settings_is_a_format_error(shm_root, miss
         ({"merge_size": 2.0}, "merge_size must be a positive integer"),
         ({"image_mean": [0.5, 0.5]}, "image_mean must be 3 numbers"),
         ({"image_std": [0.5, 0.0, 0.5]}, "image_std must be positive"),
+        ({"rescale_factor": 0}, "rescale_factor must be a positive number"),
+        ({"rescale_factor": "1/255"}, "rescale_factor must be a positive number"),
     ],
 )
 def test_invalid_vision_settings_are_a_format_error(shm_root, change, match):
@@ -914,10 +994,11 @@ def test_manifest_vision_settings_are_the_written_values(shm_root):
         "patch_size": 16,
         "temporal_patch_size": 2,
         "merge_size": 2,
+        "rescale_factor": 0.00392156862745098,
         "image_mean": [0.5, 0.5, 0.5],
         "image_std": [0.5, 0.5, 0.5],
     }
     write_manifest(shm_root, world_size=1, num_steps=1, patch_dim=1536, vision=vision)
     m = Manifest.load(shm_root / "manifest.json")
-    assert m.vision == VisionSettings(16, 2, 2, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+    assert m.vision == VisionSettings(16, 2, 2, 1 / 255, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
     assert m.vision.patch_dim == m.patch_dim == 1536

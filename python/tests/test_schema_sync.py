@@ -27,6 +27,11 @@ def test_schema_py_agrees_with_batch_schema_json():
         assert variants == mine.variants, c["name"]
         assert set(variants) <= set(schema.PIXEL_DTYPES), c["name"]
     assert list(spec["metadata"]) == list(schema.METADATA_KEYS)
+    # every element type is the column's own or one of its variants, and the metadata names it
+    pixel = next(c for c in cols if c["name"] == "pixel_values")
+    assert [pixel["reader_dtype"], *pixel["variants"]] == list(schema.PIXEL_DTYPES)
+    for dtype in schema.PIXEL_DTYPES:
+        assert dtype in spec["metadata"]["stoker.pixel_dtype"]
 
 
 def test_protocol_py_names_are_the_shared_definitions():
@@ -88,6 +93,10 @@ def test_arrow_schema_builder_matches_every_json_column():
         "D": 1176
     }
     assert schema.match_column(pixel_spec, bf16.field("pixel_values").type) is None
+    u8 = schema.arrow_schema(seq_len=7, patch_dim=1176, pixel_dtype="uint8")
+    assert u8.field("pixel_values").type.value_type.value_type == pa.uint8()
+    assert schema.match_column(pixel_spec, u8.field("pixel_values").type, "uint8") == {"D": 1176}
+    assert schema.match_column(pixel_spec, u8.field("pixel_values").type, "bfloat16") is None
     # [3] is a fixed size, not a symbol: a width of 4 must not match.
     bad = pa.list_(pa.list_(pa.int64(), 4))
     assert schema.match_column(schema.COLUMNS[-1], bad) is None

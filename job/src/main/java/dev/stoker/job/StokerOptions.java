@@ -76,10 +76,14 @@ public final class StokerOptions {
                     .enumType(PixelDtype.class)
                     .defaultValue(PixelDtype.FLOAT32)
                     .withDescription(
-                            "Element type of pixel_values in the batch files: FLOAT32, or BFLOAT16 (half the"
-                                    + " bytes; each float32 rounded to nearest even, stored as uint16 bits with"
-                                    + " metadata stoker.pixel_dtype=bfloat16, which the Python reader returns"
-                                    + " as torch.bfloat16; docs/batch-protocol.md).");
+                            "Element type of pixel_values in the batch files: FLOAT32 (the sink normalises),"
+                                    + " BFLOAT16 (half the bytes; each float32 rounded to nearest even, stored as"
+                                    + " uint16 bits with metadata stoker.pixel_dtype=bfloat16, which the Python"
+                                    + " reader returns as torch.bfloat16), or UINT8 (a quarter of the bytes: the"
+                                    + " resized RGB samples in the same patch rows, not normalised, metadata"
+                                    + " stoker.pixel_dtype=uint8; the Python reader's to_torch() normalises them"
+                                    + " on the trainer's device to the FLOAT32 values bit for bit, or to"
+                                    + " BFLOAT16's; docs/batch-protocol.md).");
 
     public static final ConfigOption<String> DEAD_LETTER_PATH =
             ConfigOptions.key("stoker.dead-letter.path")

@@ -14,8 +14,10 @@ import org.apache.arrow.vector.types.pojo.Schema;
  * <p>Columns: {@code sample_index} int64, {@code source} utf8, {@code input_ids}, {@code labels}
  * and {@code attention_mask} fixed_size_list&lt;int64&gt;[L], {@code pixel_values}
  * list&lt;fixed_size_list&lt;float32&gt;[D]&gt; (with {@link PixelDtype#BFLOAT16}:
- * list&lt;fixed_size_list&lt;uint16&gt;[D]&gt; holding bfloat16 bits), {@code image_grid_thw}
- * list&lt;fixed_size_list&lt;int64&gt;[3]&gt;. L (padded sequence length) varies per batch.
+ * list&lt;fixed_size_list&lt;uint16&gt;[D]&gt; holding bfloat16 bits; with {@link
+ * PixelDtype#UINT8}: list&lt;fixed_size_list&lt;uint8&gt;[D]&gt; holding the samples before
+ * normalisation), {@code image_grid_thw} list&lt;fixed_size_list&lt;int64&gt;[3]&gt;. L (padded
+ * sequence length) varies per batch.
  */
 public final class BatchSchema {
     public static final int FORMAT_VERSION = 2;
@@ -70,6 +72,7 @@ public final class BatchSchema {
     private static final ArrowType FLOAT32 =
             new ArrowType.FloatingPoint(FloatingPointPrecision.SINGLE);
     private static final ArrowType UINT16 = new ArrowType.Int(16, false);
+    private static final ArrowType UINT8 = new ArrowType.Int(8, false);
 
     private BatchSchema() {}
 
@@ -87,12 +90,20 @@ public final class BatchSchema {
                         fixedList(INPUT_IDS, seqLen, INT64),
                         fixedList(LABELS, seqLen, INT64),
                         fixedList(ATTENTION_MASK, seqLen, INT64),
-                        listOfFixed(
-                                PIXEL_VALUES,
-                                patchDim,
-                                pixelDtype == PixelDtype.BFLOAT16 ? UINT16 : FLOAT32),
+                        listOfFixed(PIXEL_VALUES, patchDim, pixelItem(pixelDtype)),
                         listOfFixed(IMAGE_GRID_THW, 3, INT64)),
                 metadata);
+    }
+
+    private static ArrowType pixelItem(PixelDtype pixelDtype) {
+        switch (pixelDtype) {
+            case BFLOAT16:
+                return UINT16;
+            case UINT8:
+                return UINT8;
+            default:
+                return FLOAT32;
+        }
     }
 
     private static Field scalar(String name, ArrowType type) {

@@ -19,9 +19,10 @@ import java.util.Optional;
  * reader needs (world size, steps, first step of the generation), what fixes the batch sequence
  * (dataset fingerprint, seed, W, B, epochs, model preset), which a trainer's checkpointed data
  * state is checked against, and the vision settings the pixels were made with (patch geometry,
- * {@code image_mean}/{@code image_std}), which a reader needs to turn {@code pixel_values} back
- * into pictures (docs/batch-protocol.md). The field names are listed under {@code "manifest"} in
- * {@code schema/batch-schema.json}.
+ * {@code rescale_factor}, {@code image_mean}/{@code image_std}), which a reader needs to turn
+ * {@code pixel_values} back into pictures, or uint8 ones into model inputs
+ * (docs/batch-protocol.md). The field names are listed under {@code "manifest"} in {@code
+ * schema/batch-schema.json}.
  */
 public final class Manifest implements Serializable {
     private static final long serialVersionUID = 3L;
@@ -47,6 +48,7 @@ public final class Manifest implements Serializable {
     public static final String PATCH_SIZE = "patch_size";
     public static final String TEMPORAL_PATCH_SIZE = "temporal_patch_size";
     public static final String MERGE_SIZE = "merge_size";
+    public static final String RESCALE_FACTOR = "rescale_factor";
     public static final String IMAGE_MEAN = "image_mean";
     public static final String IMAGE_STD = "image_std";
 
@@ -70,6 +72,7 @@ public final class Manifest implements Serializable {
                     PATCH_SIZE,
                     TEMPORAL_PATCH_SIZE,
                     MERGE_SIZE,
+                    RESCALE_FACTOR,
                     IMAGE_MEAN,
                     IMAGE_STD);
 
@@ -80,8 +83,8 @@ public final class Manifest implements Serializable {
      * @param seed the shuffle seed, or {@code null} when the order is not shuffled
      * @param vision the vision settings the sink normalises and patchifies with: {@code patch_dim}
      *     ({@link QwenVisionConfig#patchDim()}), {@code patch_size}, {@code temporal_patch_size},
-     *     {@code merge_size}, and {@code image_mean}/{@code image_std} (3 values, R, G, B on the
-     *     0..1 scale)
+     *     {@code merge_size}, {@code rescale_factor} ({@link QwenVisionConfig#RESCALE_FACTOR}), and
+     *     {@code image_mean}/{@code image_std} (3 values, R, G, B on the 0..1 scale)
      * @param datasetFingerprint the dataset listing's fingerprint ({@code
      *     DatasetListing.fingerprint()}, {@code "sha256:<hex>"})
      * @param modelPreset the {@code stoker.model.preset} key, e.g. {@code "qwen2-vl"}
@@ -112,6 +115,7 @@ public final class Manifest implements Serializable {
         fields.put(PATCH_SIZE, vision.patchSize);
         fields.put(TEMPORAL_PATCH_SIZE, vision.temporalPatchSize);
         fields.put(MERGE_SIZE, vision.mergeSize);
+        fields.put(RESCALE_FACTOR, QwenVisionConfig.RESCALE_FACTOR);
         fields.put(IMAGE_MEAN, vision.imageMean.clone());
         fields.put(IMAGE_STD, vision.imageStd.clone());
     }

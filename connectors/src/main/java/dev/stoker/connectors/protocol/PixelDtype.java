@@ -2,8 +2,9 @@ package dev.stoker.connectors.protocol;
 
 /**
  * Element type of the {@code pixel_values} column in batch files (schema metadata {@code
- * stoker.pixel_dtype}). The sink computes float32 values ({@code Patchifier}) and converts them as
- * it writes.
+ * stoker.pixel_dtype}). For {@link #FLOAT32} and {@link #BFLOAT16} the sink computes the normalised
+ * float32 values ({@code Patchifier}) and converts them as it writes; {@link #UINT8} leaves the
+ * arithmetic to the trainer.
  */
 public enum PixelDtype {
     /** IEEE 754 float32: {@code list<fixed_size_list<float32>[D]>}, 4 bytes per value. */
@@ -14,7 +15,16 @@ public enum PixelDtype {
      * nearest, ties to even, as PyTorch's {@code tensor.to(torch.bfloat16)} rounds; infinities stay
      * infinite, values beyond the bfloat16 range become infinite, NaN becomes {@code 0x7FC0}.
      */
-    BFLOAT16("bfloat16", Short.BYTES);
+    BFLOAT16("bfloat16", Short.BYTES),
+    /**
+     * The resized uint8 RGB samples, not normalised, 1 byte per value: {@code
+     * list<fixed_size_list<uint8>[D]>} in the rows, order and layout of the other element types
+     * ({@code Patchifier#patchifyBytes}), so value {@code j} of a row belongs to channel {@code j /
+     * (D / 3)}. The reader computes the float32 values on the trainer's device in the sink's order
+     * of operations: {@code ((float) (u * rescale_factor) - (float) mean[c]) / (float) std[c]},
+     * with the manifest's {@code rescale_factor}, {@code image_mean} and {@code image_std}.
+     */
+    UINT8("uint8", Byte.BYTES);
 
     /** The value of the {@code stoker.pixel_dtype} metadata. */
     public final String metadataName;

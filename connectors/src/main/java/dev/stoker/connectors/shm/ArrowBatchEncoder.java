@@ -32,8 +32,9 @@ import org.apache.arrow.vector.complex.ListVector;
  * <p>Token columns are right-padded to the longest sample: {@code input_ids} with the pad token id,
  * {@code labels} with -100, {@code attention_mask} with 0. {@code pixel_values} are the samples'
  * resized RGB bytes normalised and patchified ({@link Patchifier}) patch row by patch row straight
- * into the Arrow buffer, as float32 or converted to bfloat16 ({@link PixelDtype}). The caller owns
- * and closes the root.
+ * into the Arrow buffer, as float32 or converted to bfloat16 ({@link PixelDtype}); with {@link
+ * PixelDtype#UINT8} they are patchified only ({@link Patchifier#patchifyBytes}), one byte per
+ * value, and the trainer normalises them. The caller owns and closes the root.
  *
  * <p>Not thread-safe (the patchifier reuses a row buffer); one instance per sink writer.
  */
@@ -183,6 +184,17 @@ public final class ArrowBatchEncoder {
                                 offset,
                                 Math.toIntExact((long) patches * patchDim * pixelDtype.bytes))
                         .order(ByteOrder.LITTLE_ENDIAN);
+        long[] thw = s.imageGridThw;
+        if (pixelDtype == PixelDtype.UINT8) {
+            int rgbOffset = 0;
+            for (int i = 0; i < thw.length; i += 3) {
+                int gridH = (int) thw[i + 1];
+                int gridW = (int) thw[i + 2];
+                patchifier.patchifyBytes(s.resizedRgb, rgbOffset, gridH, gridW, view::put);
+                rgbOffset += patchifier.rgbLength(gridH, gridW);
+            }
+            return;
+        }
         PatchRows out;
         if (pixelDtype == PixelDtype.BFLOAT16) {
             ShortBuffer shorts = view.asShortBuffer();
@@ -196,7 +208,6 @@ public final class ArrowBatchEncoder {
         } else {
             out = view.asFloatBuffer()::put;
         }
-        long[] thw = s.imageGridThw;
         int rgbOffset = 0;
         for (int i = 0; i < thw.length; i += 3) {
             int gridH = (int) thw[i + 1];

@@ -76,6 +76,8 @@ class ProtocolDefinitionTest {
         assertThat(written.get("patch_size").asInt()).isEqualTo(16);
         assertThat(written.get("temporal_patch_size").asInt()).isEqualTo(2);
         assertThat(written.get("merge_size").asInt()).isEqualTo(2);
+        // the number in the Qwen-VL models' preprocessor_config.json
+        assertThat(written.get("rescale_factor").asDouble()).isEqualTo(0.00392156862745098);
         assertThat(doubles(written.get("image_mean"))).containsExactly(0.5, 0.25, 0.125);
         assertThat(doubles(written.get("image_std"))).containsExactly(0.75, 0.5, 0.375);
         assertThat(written.get("shuffle_seed").isNull()).isTrue();

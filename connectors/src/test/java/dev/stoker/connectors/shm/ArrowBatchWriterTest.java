@@ -411,16 +411,22 @@ class ArrowBatchWriterTest {
         }
         assertThat(actual).containsExactlyElementsOf(expected);
         assertThat(doc.get("format_version").asInt()).isEqualTo(BatchSchema.FORMAT_VERSION);
+        List<String> variants = new ArrayList<>();
         for (JsonNode col : doc.get("columns")) {
-            JsonNode bf16 = col.path("variants").path("bfloat16");
-            if (!bf16.isMissingNode()) {
-                Field f =
-                        BatchSchema.forBatch(7, PATCH_DIM, PixelDtype.BFLOAT16, java.util.Map.of())
-                                .findField(col.get("name").asText());
-                assertThat(render(f).replace("[" + PATCH_DIM + "]", "[D]"))
-                        .isEqualTo(bf16.get("arrow_type").asText());
+            for (PixelDtype dtype : PixelDtype.values()) {
+                JsonNode variant = col.path("variants").path(dtype.metadataName);
+                if (!variant.isMissingNode()) {
+                    variants.add(dtype.metadataName);
+                    Field f =
+                            BatchSchema.forBatch(7, PATCH_DIM, dtype, java.util.Map.of())
+                                    .findField(col.get("name").asText());
+                    assertThat(render(f).replace("[" + PATCH_DIM + "]", "[D]"))
+                            .isEqualTo(variant.get("arrow_type").asText());
+                }
             }
         }
+        // every element type but the column's own float32 is a variant of the document
+        assertThat(variants).containsExactly("bfloat16", "uint8");
         assertThat(doc.get("metadata").has(BatchSchema.PIXEL_DTYPE_KEY)).isTrue();
     }
 

@@ -13,6 +13,7 @@ import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.memory.RootAllocator;
 import org.apache.arrow.vector.BaseFixedWidthVector;
 import org.apache.arrow.vector.Float4Vector;
+import org.apache.arrow.vector.UInt1Vector;
 import org.apache.arrow.vector.UInt2Vector;
 import org.apache.arrow.vector.VectorSchemaRoot;
 import org.apache.arrow.vector.complex.FixedSizeListVector;
@@ -21,9 +22,10 @@ import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 
 /**
- * bfloat16 rounding and the {@code pixel_values} column in both element types: the sink's values
+ * bfloat16 rounding and the {@code pixel_values} column in every element type: the sink's values
  * are {@link Patchifier}'s (checked against Hugging Face's in HfPixelParityTest), as float32 bit
- * for bit or rounded to bfloat16.
+ * for bit or rounded to bfloat16; uint8 holds the resized samples at the positions of those values
+ * (the patch order of Hugging Face's reshape/transpose, rebuilt independently here).
  */
 class PixelDtypeTest {
     private static final QwenVisionConfig VISION = new QwenVisionConfig();
@@ -101,6 +103,128 @@ class PixelDtypeTest {
             assertThat(root.getSchema().getCustomMetadata())
                     .containsEntry(BatchSchema.PIXEL_DTYPE_KEY, "bfloat16");
         }
+    }
+
+    @Test
+    void uint8ColumnHoldsTheResizedSamplesInHuggingFacesPatchOrder() {
+        try (VectorSchemaRoot root = encode(PixelDtype.UINT8)) {
+            BaseFixedWidthVector values = pixelItems(root);
+            assertThat(values).isInstanceOf(UInt1Vector.class);
+            byte[] expected = hfPatchOrder(RGB, 2, 2);
+            assertThat(values.getValueCount()).isEqualTo(expected.length);
+            for (int i = 0; i < expected.length; i++) {
+                assertThat(((UInt1Vector) values).get(i)).as("value %d", i).isEqualTo(expected[i]);
+                assertThat(values.isNull(i)).isFalse();
+            }
+            assertThat(root.getSchema().getCustomMetadata())
+                    .containsEntry(BatchSchema.PIXEL_DTYPE_KEY, "uint8");
+        }
+    }
+
+    /**
+     * Several images per row, non-square grids, rows without images: value {@code i} of the uint8
+     * column, normalised with the documented float32 arithmetic for the channel of its position, is
+     * value {@code i} of the float32 column bit for bit, and the bytes are each image's in Hugging
+     * Face's patch order.
+     */
+    @Test
+    void uint8ValuesNormalisedAreTheFloat32ColumnBitForBit() {
+        byte[] wide = new byte[28 * 56 * 3]; // 2 x 4 patches
+        for (int i = 0; i < wide.length; i++) {
+            wide[i] = (byte) (i * 7 + 3);
+        }
+        byte[] twoImages = new byte[RGB.length + wide.length];
+        System.arraycopy(RGB, 0, twoImages, 0, RGB.length);
+        System.arraycopy(wide, 0, twoImages, RGB.length, wide.length);
+        TokenizedSample[] samples = {
+            sample(0, RGB, new long[] {1, 2, 2}),
+            sample(1, new byte[0], new long[0]),
+            sample(2, twoImages, new long[] {1, 2, 2, 1, 2, 4})
+        };
+        byte[] hf =
+                concat(hfPatchOrder(RGB, 2, 2), hfPatchOrder(RGB, 2, 2), hfPatchOrder(wide, 2, 4));
+        int perChannel = VISION.patchDim() / 3;
+        try (VectorSchemaRoot u8 = encode(PixelDtype.UINT8, samples);
+                VectorSchemaRoot f32 = encode(PixelDtype.FLOAT32, samples)) {
+            UInt1Vector bytes = (UInt1Vector) pixelItems(u8);
+            Float4Vector floats = (Float4Vector) pixelItems(f32);
+            assertThat(bytes.getValueCount()).isEqualTo(hf.length);
+            assertThat(floats.getValueCount()).isEqualTo(hf.length);
+            for (int i = 0; i < hf.length; i++) {
+                assertThat(bytes.get(i)).as("value %d", i).isEqualTo(hf[i]);
+                int c = (i % VISION.patchDim()) / perChannel;
+                float mean = (float) VISION.imageMean[c];
+                float std = (float) VISION.imageStd[c];
+                float normalised = ((float) ((bytes.get(i) & 0xFF) * (1 / 255.0)) - mean) / std;
+                assertThat(Float.floatToRawIntBits(floats.get(i)))
+                        .as("value %d", i)
+                        .isEqualTo(Float.floatToRawIntBits(normalised));
+            }
+            ListVector u8Rows = (ListVector) u8.getVector(BatchSchema.PIXEL_VALUES);
+            ListVector f32Rows = (ListVector) f32.getVector(BatchSchema.PIXEL_VALUES);
+            for (int r = 0; r < samples.length; r++) {
+                assertThat(u8Rows.getElementEndIndex(r)).isEqualTo(f32Rows.getElementEndIndex(r));
+            }
+        }
+    }
+
+    /**
+     * One image's patch rows as Hugging Face's {@code Qwen2VLImageProcessor} orders them: the frame
+     * repeated to {@code temporal_patch_size}, {@code reshape(t, tps, C, gh/m, m, ps, gw/m, m,
+     * ps).transpose(0, 3, 6, 4, 7, 2, 1, 5, 8).reshape(t*gh*gw, C*tps*ps*ps)}, written as the index
+     * of each output value.
+     */
+    private static byte[] hfPatchOrder(byte[] rgb, int gridH, int gridW) {
+        int ps = VISION.patchSize;
+        int m = VISION.mergeSize;
+        int tps = VISION.temporalPatchSize;
+        int d = VISION.patchDim();
+        int width = gridW * ps;
+        byte[] out = new byte[gridH * gridW * d];
+        for (int i = 0; i < out.length; i++) {
+            int patch = i / d;
+            int j = i % d;
+            // patch = ((bh * gw/m + bw) * m + mh) * m + mw; j = ((c * tps + t) * ps + y) * ps + x
+            int mw = patch % m;
+            int mh = patch / m % m;
+            int bw = patch / (m * m) % (gridW / m);
+            int bh = patch / (m * m) / (gridW / m);
+            int x = j % ps;
+            int y = j / ps % ps;
+            int c = j / (ps * ps * tps);
+            int row = (bh * m + mh) * ps + y;
+            int col = (bw * m + mw) * ps + x;
+            out[i] = rgb[(row * width + col) * 3 + c];
+        }
+        return out;
+    }
+
+    private static byte[] concat(byte[]... parts) {
+        int n = 0;
+        for (byte[] p : parts) {
+            n += p.length;
+        }
+        byte[] out = new byte[n];
+        int at = 0;
+        for (byte[] p : parts) {
+            System.arraycopy(p, 0, out, at, p.length);
+            at += p.length;
+        }
+        return out;
+    }
+
+    private static TokenizedSample sample(int slot, byte[] rgb, long[] grids) {
+        return new TokenizedSample(
+                new RecordRef("file:/d.jsonl", slot + 1, slot, "r" + slot),
+                new long[] {1, 2},
+                new long[] {-100, 2},
+                rgb,
+                grids);
+    }
+
+    private VectorSchemaRoot encode(PixelDtype dtype, TokenizedSample[] samples) {
+        TrainingBatch batch = new TrainingBatch(0, 0, samples.length, samples, new int[0]);
+        return new ArrowBatchEncoder(VISION, 0, dtype).encode(batch, allocator);
     }
 
     private VectorSchemaRoot encode(PixelDtype dtype) {

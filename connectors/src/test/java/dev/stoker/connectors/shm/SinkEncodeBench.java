@@ -27,21 +27,24 @@ import org.apache.arrow.vector.VectorSchemaRoot;
  * <p>Each of {@code <batches>} batches of {@code <samples>} samples, each one image of {@code
  * <patches>} patches (a multiple of 64; 1024 = a 448x448 image, 602 KB of resized RGB that become
  * 4.8 MB of float32 pixel_values with Qwen2-VL's 1176 values per patch; the encode normalises and
- * patchifies them), is encoded once and closed ({@link ArrowBatchEncoder#encode}), then encoded and
- * written as a file ({@link BatchFileWriter#write}), and the file deleted. Output: {@code RESULT
- * mode=<m> encode_ms=<median wall ms per encode> encode_write_ms=<median wall ms per encode +
- * write> cpu_ms=<median CPU ms of the thread for both>}.
+ * patchifies them, or only patchifies them with {@code UINT8}), is encoded once and closed ({@link
+ * ArrowBatchEncoder#encode}), then encoded and written as a file ({@link BatchFileWriter#write}),
+ * and the file deleted. Output: {@code RESULT mode=<m> dtype=<d> encode_ms=<median wall ms per
+ * encode> encode_write_ms=<median wall ms per encode + write> cpu_ms=<median CPU ms of the thread
+ * for both> file_bytes=<size of a batch file>}.
  *
- * <p>Arguments: {@code <mode> <batches> <samples> <patches>}.
+ * <p>Arguments: {@code <mode> <dtype> <batches> <samples> <patches>}, {@code <dtype>} a {@link
+ * PixelDtype} ({@code FLOAT32}, {@code BFLOAT16}, {@code UINT8}).
  */
 public final class SinkEncodeBench {
     private SinkEncodeBench() {}
 
     public static void main(String[] args) throws Exception {
         boolean pooled = args[0].equals("pooled");
-        int batches = Integer.parseInt(args[1]);
-        int samples = Integer.parseInt(args[2]);
-        int patches = Integer.parseInt(args[3]);
+        PixelDtype dtype = PixelDtype.valueOf(args[1]);
+        int batches = Integer.parseInt(args[2]);
+        int samples = Integer.parseInt(args[3]);
+        int patches = Integer.parseInt(args[4]);
         Random random = new Random(1);
         TokenizedSample[] batch = new TokenizedSample[samples];
         for (int i = 0; i < samples; i++) {
@@ -57,13 +60,13 @@ public final class SinkEncodeBench {
         }
         Path jobDir = Files.createTempDirectory(Path.of("/dev/shm"), "stoker-sink-bench-");
         ShmLayout layout = new ShmLayout(jobDir.toString(), "g1");
-        ArrowBatchEncoder encoder =
-                new ArrowBatchEncoder(new QwenVisionConfig(), 0, PixelDtype.FLOAT32);
+        ArrowBatchEncoder encoder = new ArrowBatchEncoder(new QwenVisionConfig(), 0, dtype);
         BatchFileWriter files = new BatchFileWriter(layout, encoder);
         ThreadMXBean threads = ManagementFactory.getThreadMXBean();
         double[] encodeMs = new double[batches];
         double[] encodeWriteMs = new double[batches];
         double[] cpuMs = new double[batches];
+        long fileBytes = 0;
         try (ArrowMemoryPool pool = new ArrowMemoryPool();
                 BufferAllocator allocator =
                         pooled
@@ -83,16 +86,20 @@ public final class SinkEncodeBench {
                 files.write(b, allocator);
                 encodeWriteMs[step] = (System.nanoTime() - t1) / 1e6;
                 cpuMs[step] = (threads.getCurrentThreadCpuTime() - cpu0) / 1e6;
+                fileBytes = Files.size(layout.batchFile(step, 0));
                 Files.delete(layout.batchFile(step, 0));
             }
         }
         System.out.printf(
                 Locale.ROOT,
-                "RESULT mode=%s encode_ms=%.2f encode_write_ms=%.2f cpu_ms=%.2f%n",
+                "RESULT mode=%s dtype=%s encode_ms=%.2f encode_write_ms=%.2f cpu_ms=%.2f"
+                        + " file_bytes=%d%n",
                 args[0],
+                dtype,
                 median(encodeMs),
                 median(encodeWriteMs),
-                median(cpuMs));
+                median(cpuMs),
+                fileBytes);
         try (Stream<Path> walk = Files.walk(jobDir)) {
             walk.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
         }

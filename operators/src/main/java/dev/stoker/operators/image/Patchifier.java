@@ -16,13 +16,16 @@ package dev.stoker.operators.image;
  * rows of {@link #patchDim()} values ({@code 3 * tps * ps * ps}, 1176 for Qwen2-VL), one per patch
  * in the processor's order, {@code grid_h * grid_w} rows; {@code grid_t} is 1. Each value is
  * computed in float32 as Hugging Face does: {@code ((float) (u8 * (1/255.0)) - (float) mean[c]) /
- * (float) std[c]}, from a 256-entry table per channel.
+ * (float) std[c]}, i.e. the product in double ({@link QwenVisionConfig#RESCALE_FACTOR}) rounded to
+ * float32, then a float32 subtraction and a float32 division, from a 256-entry table per channel.
+ * {@link #patchifyBytes} gives the same rows before that arithmetic: the uint8 samples themselves
+ * ({@code stoker.image.pixel-dtype: UINT8}, where the trainer normalises).
  *
  * <p>The job runs this in the shared-memory sink, straight into the Arrow buffer, so that the
  * records between the image stage and the sink carry one byte per pixel channel instead of {@code 4
  * * tps} (8x smaller for Qwen2-VL).
  *
- * <p>Not thread-safe (one reused row buffer); use one instance per thread.
+ * <p>Not thread-safe (reused row buffers); use one instance per thread.
  */
 public final class Patchifier {
     /** Receives the patch rows of an image in order. */
@@ -33,6 +36,16 @@ public final class Patchifier {
          *     reused for the next row, so copy it before returning
          */
         void accept(float[] row);
+    }
+
+    /** Receives the uint8 patch rows of an image in order ({@link #patchifyBytes}). */
+    @FunctionalInterface
+    public interface PatchByteRows {
+        /**
+         * @param row one patch row of {@link Patchifier#patchDim()} uint8 samples; the array is
+         *     reused for the next row, so copy it before returning
+         */
+        void accept(byte[] row);
     }
 
     private final int patchSize;
@@ -46,6 +59,7 @@ public final class Patchifier {
     private final float[] lut = new float[3 * 256];
 
     private final float[] row;
+    private final byte[] byteRow;
 
     /**
      * @param config patch, merge and temporal patch sizes, and the per-channel mean and std
@@ -56,11 +70,12 @@ public final class Patchifier {
         this.temporalPatchSize = config.temporalPatchSize;
         this.patchDim = config.patchDim();
         this.row = new float[patchDim];
+        this.byteRow = new byte[patchDim];
         for (int c = 0; c < 3; c++) {
             float mean = (float) config.imageMean[c];
             float std = (float) config.imageStd[c];
             for (int u = 0; u < 256; u++) {
-                lut[c * 256 + u] = ((float) (u * (1 / 255.0)) - mean) / std;
+                lut[c * 256 + u] = ((float) (u * QwenVisionConfig.RESCALE_FACTOR) - mean) / std;
             }
         }
     }
@@ -121,6 +136,55 @@ public final class Patchifier {
                             }
                         }
                         out.accept(row);
+                    }
+                }
+            }
+        }
+    }
+
+    /**
+     * Patchifies one image without normalising: the rows of {@link #patchify(byte[], int, int, int,
+     * PatchRows)}, in the same order and layout, holding the uint8 samples the normalised values
+     * are computed from. The loop is that method's with the table lookup left out (kept apart so
+     * the float32 path stays one pass).
+     *
+     * @param rgb resized interleaved RGB bytes
+     * @param offset index in {@code rgb} of the image's first byte
+     * @param gridH image height in patches, a multiple of {@code merge_size}
+     * @param gridW image width in patches, a multiple of {@code merge_size}
+     * @param out receives {@code gridH * gridW} rows of {@link #patchDim()} bytes
+     * @throws IllegalArgumentException as {@link #patchify(byte[], int, int, int, PatchRows)}
+     */
+    public void patchifyBytes(byte[] rgb, int offset, int gridH, int gridW, PatchByteRows out) {
+        check(rgb, offset, gridH, gridW);
+        int ps = patchSize;
+        int m = mergeSize;
+        int tps = temporalPatchSize;
+        int width = gridW * ps;
+        int patchArea = ps * ps;
+        for (int bh = 0; bh < gridH / m; bh++) {
+            for (int bw = 0; bw < gridW / m; bw++) {
+                for (int mh = 0; mh < m; mh++) {
+                    for (int mw = 0; mw < m; mw++) {
+                        int y0 = (bh * m + mh) * ps;
+                        int x0 = (bw * m + mw) * ps;
+                        for (int y = 0; y < ps; y++) {
+                            int src = offset + ((y0 + y) * width + x0) * 3;
+                            int dst = y * ps;
+                            for (int x = 0; x < ps; x++, src += 3) {
+                                byteRow[dst + x] = rgb[src];
+                                byteRow[dst + tps * patchArea + x] = rgb[src + 1];
+                                byteRow[dst + 2 * tps * patchArea + x] = rgb[src + 2];
+                            }
+                        }
+                        for (int c = 0; c < 3; c++) {
+                            int first = c * tps * patchArea;
+                            for (int t = 1; t < tps; t++) {
+                                System.arraycopy(
+                                        byteRow, first, byteRow, first + t * patchArea, patchArea);
+                            }
+                        }
+                        out.accept(byteRow);
                     }
                 }
             }

@@ -24,6 +24,12 @@ public class QwenVisionConfig implements Serializable {
     /** Pillow's {@code 2 * MAX_IMAGE_PIXELS}: above this Pillow raises DecompressionBombError. */
     public static final long DEFAULT_MAX_SOURCE_PIXELS = 178_956_970L;
 
+    /**
+     * {@code rescale_factor} of every Qwen-VL {@code preprocessor_config.json}: the double {@code
+     * 1/255} (0.00392156862745098) that uint8 samples are multiplied by before normalising.
+     */
+    public static final double RESCALE_FACTOR = 1 / 255.0;
+
     public int patchSize = 14;
     public int temporalPatchSize = 2;
     public int mergeSize = 2;

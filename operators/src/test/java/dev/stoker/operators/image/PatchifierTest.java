@@ -45,6 +45,7 @@ class PatchifierTest {
             }
         }
         float[] out = patchifier.patchify(px, 0, h / 14, w / 14);
+        byte[] samples = bytes(px, 0, h / 14, w / 14);
         int ps = 14;
         int m = 2;
         int tps = 2;
@@ -78,7 +79,26 @@ class PatchifierTest {
             int v = px[(y * w + x) * 3 + c] & 0xFF;
             double expected = (v / 255.0 - MEAN[c]) / STD[c];
             assertThat((double) out[o]).as("element %d", o).isCloseTo(expected, within());
+            assertThat(samples[o] & 0xFF).as("uint8 element %d", o).isEqualTo(v);
         }
+    }
+
+    /** {@link Patchifier#patchifyBytes}'s rows of one image, concatenated. */
+    private byte[] bytes(byte[] rgb, int offset, int gridH, int gridW) {
+        byte[] out = new byte[gridH * gridW * 1176];
+        int[] next = {0};
+        patchifier.patchifyBytes(
+                rgb,
+                offset,
+                gridH,
+                gridW,
+                row -> {
+                    assertThat(row).hasSize(1176);
+                    System.arraycopy(row, 0, out, next[0], row.length);
+                    next[0] += row.length;
+                });
+        assertThat(next[0]).isEqualTo(out.length);
+        return out;
     }
 
     @Test
@@ -100,6 +120,7 @@ class PatchifierTest {
                     .containsExactly(Arrays.copyOfRange(whole, r * 1176, (r + 1) * 1176));
         }
         assertThat(patchifier.rgbLength(gh, gw)).isEqualTo(image.length);
+        assertThat(bytes(withPrefix, 100, gh, gw)).containsExactly(bytes(image, 0, gh, gw));
     }
 
     @Test
@@ -111,6 +132,9 @@ class PatchifierTest {
         assertThatThrownBy(() -> patchifier.patchify(new byte[42 * 28 * 3], 0, 3, 2))
                 .isInstanceOf(IllegalArgumentException.class)
                 .hasMessageContaining("not a positive multiple of merge_size 2");
+        assertThatThrownBy(() -> patchifier.patchifyBytes(twoByTwo, 1, 2, 2, row -> {}))
+                .isInstanceOf(IllegalArgumentException.class)
+                .hasMessageContaining("needs 2352 RGB bytes from offset 1");
     }
 
     private static Offset<Double> within() {
