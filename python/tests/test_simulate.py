@@ -7,7 +7,7 @@ import threading
 import time
 from pathlib import Path
 
-from conftest import build_record_batch, make_job, make_samples, rank_dir, write_batch
+from conftest import IMAGE_PAD, build_record_batch, make_job, make_samples, rank_dir, write_batch
 from stoker_tools.flink_rest import flink_job_status
 from stoker_tools.simulate import main
 
@@ -154,9 +154,11 @@ def test_flink_status_reads_records_read_from_the_source_operator_metric():
 
 
 def test_simulate_records_every_batch_with_its_file_hash(shm_root, tmp_path, capsys):
-    make_job(shm_root, world_size=2, num_steps=4)
-    # step 2 of rank 1: slot 3 was dead-lettered and back-filled with a copy of slot 0
+    written = make_job(shm_root, world_size=2, num_steps=4)
+    # step 2 of rank 1: slot 3 was dead-lettered and back-filled with a copy of slot 0, and
+    # sample 1 has 5 image tokens
     samples = make_samples(2, 1, 4, world_size=2)
+    samples[1]["ids"][:5] = [IMAGE_PAD] * 5
     write_batch(
         shm_root,
         2,
@@ -190,7 +192,7 @@ def test_simulate_records_every_batch_with_its_file_hash(shm_root, tmp_path, cap
     assert lines[0] == {"earlier": "run"}
     got = lines[1:]
     assert len(got) == 8
-    keys = {"step", "rank", "sha256", "rows", "backfilled", "wait_s", "received_at"}
+    keys = {"step", "rank", "sha256", "rows", "backfilled", "sample_bytes", "wait_s", "received_at"}
     assert all(set(x) == keys for x in got)
     assert all(x["wait_s"] >= 0 and x["received_at"] > 0 for x in got)
     assert {(x["step"], x["rank"]): x["sha256"] for x in got} == want
@@ -200,6 +202,14 @@ def test_simulate_records_every_batch_with_its_file_hash(shm_root, tmp_path, cap
     assert {(x["step"], x["rank"]): x["backfilled"] for x in got if x["backfilled"]} == {
         (2, 1): [3]
     }
+    # 16 bytes (two int64) per token of the rows that are not back-filled, and the uint8 RGB of
+    # 2 x 2 patches of 14 x 14 pixels per image token (make_job's merge_size and patch_size)
+    (backfilled_batch,) = [x for x in got if (x["step"], x["rank"]) == (2, 1)]
+    assert backfilled_batch["sample_bytes"] == 16 * sum(len(s["ids"]) for s in samples[:3]) + 5 * (
+        4 * 14 * 14 * 3
+    )
+    (plain,) = [x for x in got if (x["step"], x["rank"]) == (1, 0)]
+    assert plain["sample_bytes"] == 16 * sum(len(s["ids"]) for s in written[1, 0])
 
 
 def test_simulate_start_step_skips_earlier_steps_and_exits_0(shm_root, tmp_path, capsys):
