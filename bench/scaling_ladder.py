@@ -23,7 +23,7 @@ samples/s received by the trainers, their wait-time ratio (time waiting for data
 through each node's network card (its link's counters, both directions), the machine's CPU use, the
 bytes per sample the GPU nodes received (their cards' counters over the samples the trainers got) and
 each GPU node's ingress per step, and the resource that bounds the rung. One line per rung, then
-``RESULT nodes=<top> spread/colocated=X.XX``; results in ``--out``/scaling-ladder.{md,csv,png}.
+``RESULT nodes=<top> spread/colocated=X.XX``; results in ``--out``/scaling-ladder.{md,csv,json,png}.
 Needs root.
 """
 
@@ -108,7 +108,8 @@ def cpu_seconds(pids: list[int]) -> float:
 
 def cpu_busy() -> tuple[float, float]:
     """(busy, total) jiffies of the machine so far, from /proc/stat."""
-    fields = [float(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    # user nice system idle iowait irq softirq steal (guest time is already in user)
+    fields = [float(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
     idle = fields[3] + fields[4]  # idle + iowait
     return sum(fields) - idle, sum(fields)
 
