@@ -461,14 +461,16 @@ def read_batch_file(
         micro_batch_size: check that the batch has exactly this many rows, or 0, and that
             ``stoker.slots`` agrees (the manifest's ``micro_batch_size``).
         vision: the job's vision settings (``Manifest.vision``), kept as :attr:`Batch.vision`
-            to normalize uint8 ``pixel_values``; checked to give D values per row.
+            to normalize uint8 ``pixel_values``; for a uint8 batch, checked to give D values
+            per row (the other element types are already normalized and use no vision).
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
         BatchFormatError: not an Arrow IPC file, not exactly one record batch, missing or
             mistyped columns, nulls, inconsistent lengths, step/rank/slots metadata that
             disagrees with the file's place, a row count other than ``micro_batch_size`` or 0,
-            an invalid ``stoker.backfilled_slots``, ``vision`` for another D, or data that
+            an invalid ``stoker.backfilled_slots``, a uint8 batch with ``vision`` for another
+            D, or data that
             would need a copy (e.g. compressed buffers).
     """
     path = Path(path)
@@ -514,7 +516,7 @@ def read_batch_file(
         if pixel_dtype in pixel_spec.variants
         else pixel_spec.reader_dtype,
     )
-    if vision is not None and pixel_values.shape[1] != vision.patch_dim:
+    if pixel_dtype == "uint8" and vision is not None and pixel_values.shape[1] != vision.patch_dim:
         raise BatchFormatError(
             f"{path}: pixel_values has D={pixel_values.shape[1]}, the vision settings give "
             f"{vision.patch_dim}"
