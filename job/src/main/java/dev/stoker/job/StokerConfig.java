@@ -94,6 +94,34 @@ final class StokerConfig {
                             + conf.get(StokerOptions.JOB_NAME));
         }
         Topology.of(conf);
+        if (conf.get(StokerOptions.PACKING_ENABLED)) {
+            packingMaxTokens(conf);
+        }
+    }
+
+    /**
+     * Tokens per packed row: {@link StokerOptions#PACKING_MAX_TOKENS}, or the job's max-seq-len.
+     *
+     * @throws IllegalConfigurationException if it is below the job's max-seq-len (a sample would
+     *     not fit a row)
+     */
+    static int packingMaxTokens(Configuration conf) {
+        int maxSeqLen = ModelOptions.maxSeqLen(conf);
+        int maxTokens = conf.getOptional(StokerOptions.PACKING_MAX_TOKENS).orElse(maxSeqLen);
+        if (maxTokens < maxSeqLen) {
+            throw new IllegalConfigurationException(
+                    StokerOptions.PACKING_MAX_TOKENS.key()
+                            + " ("
+                            + maxTokens
+                            + ") must be at least "
+                            + StokerOptions.MAX_SEQ_LEN.key()
+                            + " ("
+                            + maxSeqLen
+                            + "), so every sample fits a packed row; lower "
+                            + StokerOptions.MAX_SEQ_LEN.key()
+                            + " or raise the row size");
+        }
+        return maxTokens;
     }
 
     /** Every {@link StokerOptions} option. */

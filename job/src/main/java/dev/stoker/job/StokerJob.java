@@ -4,11 +4,11 @@ import dev.stoker.connectors.deadletter.DeadLetterSinks;
 import dev.stoker.connectors.protocol.Manifest;
 import dev.stoker.connectors.protocol.ShmLayout;
 import dev.stoker.connectors.shm.ArrowBatchSink;
+import dev.stoker.connectors.shm.PackedBatchSink;
 import dev.stoker.connectors.source.DatasetListing;
 import dev.stoker.connectors.source.PrefetchGate;
 import dev.stoker.operators.batch.BatchPlan;
 import dev.stoker.operators.image.QwenVisionConfig;
-import dev.stoker.operators.model.SlotResult;
 import java.nio.file.Path;
 import org.apache.flink.api.common.JobExecutionResult;
 import org.apache.flink.configuration.CheckpointingOptions;
@@ -150,23 +150,38 @@ public final class StokerJob {
                                 : null,
                         vision,
                         listing.fingerprint(),
-                        ModelOptions.preset(conf).key());
+                        ModelOptions.preset(conf).key(),
+                        conf.get(StokerOptions.PACKING_ENABLED)
+                                ? StokerConfig.packingMaxTokens(conf)
+                                : null);
+        boolean packing = conf.get(StokerOptions.PACKING_ENABLED);
         int sinks = topology.perNodeSinks() ? topology.nodes : 1;
         for (int node = 0; node < sinks; node++) {
-            DataStreamSink<SlotResult> sink =
-                    outputs.slotsOfNode(node)
-                            .sinkTo(
-                                    new ArrowBatchSink(
-                                            layout,
-                                            manifest,
-                                            plan,
-                                            generation.firstStep(),
-                                            vision,
-                                            padTokenId,
-                                            conf.get(StokerOptions.PIXEL_DTYPE),
-                                            topology.nodeAcks(node)))
-                            .name(topology.sinkName(node))
-                            .uid(topology.sinkName(node));
+            DataStreamSink<?> sink =
+                    packing
+                            ? outputs.packedOfNode(node)
+                                    .sinkTo(
+                                            new PackedBatchSink(
+                                                    layout,
+                                                    manifest,
+                                                    generation.firstStep(),
+                                                    vision,
+                                                    padTokenId,
+                                                    conf.get(StokerOptions.PIXEL_DTYPE),
+                                                    StokerConfig.packingMaxTokens(conf),
+                                                    topology.nodeAcks(node)))
+                            : outputs.slotsOfNode(node)
+                                    .sinkTo(
+                                            new ArrowBatchSink(
+                                                    layout,
+                                                    manifest,
+                                                    plan,
+                                                    generation.firstStep(),
+                                                    vision,
+                                                    padTokenId,
+                                                    conf.get(StokerOptions.PIXEL_DTYPE),
+                                                    topology.nodeAcks(node)));
+            sink.name(topology.sinkName(node)).uid(topology.sinkName(node));
             if (topology.perNodeSinks()) {
                 // one subtask per rank of the node
                 sink.setParallelism(topology.ranksPerNode);

@@ -85,6 +85,28 @@ public final class StokerOptions {
                                     + " on the trainer's device to the FLOAT32 values bit for bit, or to"
                                     + " BFLOAT16's; docs/batch-protocol.md).");
 
+    public static final ConfigOption<Boolean> PACKING_ENABLED =
+            ConfigOptions.key("stoker.packing.enabled")
+                    .booleanType()
+                    .defaultValue(false)
+                    .withDescription(
+                            "Pack each step's samples into rows of at most stoker.packing.max-tokens tokens"
+                                    + " (no sample split) and spread them over the DP ranks by tokens, so ranks"
+                                    + " get equal work and rows little padding. A packed batch carries each"
+                                    + " sample's own M-RoPE position_ids and cu_seqlens; its attention_mask must not"
+                                    + " reach the model (the reader's to_torch() leaves it out). The step's W*B"
+                                    + " samples stay those of the plan; how many each rank gets varies"
+                                    + " (docs/batch-protocol.md, 'Packed batches').");
+
+    public static final ConfigOption<Integer> PACKING_MAX_TOKENS =
+            ConfigOptions.key("stoker.packing.max-tokens")
+                    .intType()
+                    .noDefaultValue()
+                    .withDescription(
+                            "Tokens per packed row, images' tokens included (default: stoker.max-seq-len,"
+                                    + " the longest a sample may be). Must be at least stoker.max-seq-len, so"
+                                    + " every sample fits a row.");
+
     public static final ConfigOption<String> DEAD_LETTER_PATH =
             ConfigOptions.key("stoker.dead-letter.path")
                     .stringType()

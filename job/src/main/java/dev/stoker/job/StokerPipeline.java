@@ -21,6 +21,8 @@ import dev.stoker.operators.model.PreprocessedRecord;
 import dev.stoker.operators.model.SftRecord;
 import dev.stoker.operators.model.SlotResult;
 import dev.stoker.operators.model.TokenizedSample;
+import dev.stoker.operators.model.TrainingBatch;
+import dev.stoker.operators.pack.PackStepFunction;
 import dev.stoker.operators.parse.ParseRecordFunction;
 import dev.stoker.operators.tokenize.TokenizeFunction;
 import java.time.Duration;
@@ -43,22 +45,25 @@ import org.apache.flink.types.Either;
  * The Stoker dataflow, without its sinks:
  *
  * <pre>
- * shuffled JSONL source (steps, prefetch gate) -> parse -> async image fetch -> preprocess images -> tokenize -+-> slots keyed by rank
+ * shuffled JSONL source (steps, prefetch gate) -> parse -> async image fetch -> preprocess images -> tokenize -+-> slots keyed by rank (or by step -> pack-steps -> packed batches keyed by rank)
  *         |                                         |            |                    |                |       |
  *         |                                         +------------+--------------------+----------------+--> dead letters --(empty slots)--+
  *         +--> padding markers (slots past the epoch's end) ------------------------------------------------------(empty slots)--+
  * </pre>
  *
  * <p>Upstream operators run unordered; the sink, keyed by DP rank, puts samples back into their
- * slots. Every operator has a stable {@code uid} so savepoints map onto it. With placement EDGE the
- * source is in the CPU stages' slot sharing group ({@link Topology#cpuGroup}), and every operator
- * after it inherits the group (an operator whose inputs share one group is put in it).
+ * slots. With {@code stoker.packing.enabled} a step-keyed operator ({@link PackStepFunction}) first
+ * gathers each step's slots and emits its packed batches, which the sink writes as they are. Every
+ * operator has a stable {@code uid} so savepoints map onto it. With placement EDGE the source is in
+ * the CPU stages' slot sharing group ({@link Topology#cpuGroup}), and every operator after it
+ * inherits the group (an operator whose inputs share one group is put in it).
  */
 public final class StokerPipeline {
 
     /** The pipeline's two outputs. */
     public static final class Outputs {
         private final DataStream<SlotResult> slots;
+        private final DataStream<TrainingBatch> packed;
         private final BatchPlan plan;
         private final Topology topology;
 
@@ -67,10 +72,12 @@ public final class StokerPipeline {
 
         Outputs(
                 DataStream<SlotResult> slots,
+                DataStream<TrainingBatch> packed,
                 BatchPlan plan,
                 Topology topology,
                 DataStream<DeadLetter> deadLetters) {
             this.slots = slots;
+            this.packed = packed;
             this.plan = plan;
             this.topology = topology;
             this.deadLetters = deadLetters;
@@ -92,6 +99,28 @@ public final class StokerPipeline {
                                 .uid("route-node-" + node);
             }
             return routed.keyBy(new RankOfSlot(plan), Types.INT);
+        }
+
+        /**
+         * The packed batches of node {@code node}'s ranks ({@code stoker.packing.enabled}), keyed
+         * by global DP rank, for that node's packed-batch sink; with one sink for all ranks, every
+         * batch.
+         *
+         * @throws IllegalStateException if the job does not pack
+         */
+        KeyedStream<TrainingBatch, Integer> packedOfNode(int node) {
+            if (packed == null) {
+                throw new IllegalStateException("stoker.packing.enabled is false");
+            }
+            DataStream<TrainingBatch> routed = packed;
+            if (topology.perNodeSinks()) {
+                int ranksPerNode = topology.ranksPerNode;
+                routed =
+                        packed.filter(b -> Topology.nodeOf(b.rank, ranksPerNode) == node)
+                                .name("route-node-" + node)
+                                .uid("route-node-" + node);
+            }
+            return routed.keyBy(b -> b.rank, Types.INT);
         }
     }
 
@@ -210,7 +239,17 @@ public final class StokerPipeline {
                                         .name("dead-letter-accounting")
                                         .uid("dead-letter-accounting"),
                                 paddingSlots);
-        return new Outputs(slots, plan, topology, deadLetters);
+        DataStream<TrainingBatch> packed = null;
+        if (conf.get(StokerOptions.PACKING_ENABLED)) {
+            packed =
+                    slots.keyBy(slot -> plan.stepOf(slot.sampleIndex), Types.LONG)
+                            .process(
+                                    new PackStepFunction(plan, StokerConfig.packingMaxTokens(conf)))
+                            .returns(TypeInformation.of(TrainingBatch.class))
+                            .name("pack-steps")
+                            .uid("pack-steps");
+        }
+        return new Outputs(slots, packed, plan, topology, deadLetters);
     }
 
     /** Keeps the slots of one node's ranks. */

@@ -49,7 +49,8 @@ class ManifestVisionTest {
                             0L,
                             ModelOptions.visionConfig(conf),
                             "sha256:x",
-                            preset.getKey())
+                            preset.getKey(),
+                            null)
                     .writeTo(new ShmLayout(jobDir.toString(), "g1"));
             JsonNode written = JSON.readTree(jobDir.resolve("manifest.json").toFile());
             JsonNode hf = preset.getValue().get("image_config");

@@ -17,7 +17,8 @@ import org.apache.arrow.vector.types.pojo.Schema;
  * list&lt;fixed_size_list&lt;uint16&gt;[D]&gt; holding bfloat16 bits; with {@link
  * PixelDtype#UINT8}: list&lt;fixed_size_list&lt;uint8&gt;[D]&gt; holding the samples before
  * normalisation), {@code image_grid_thw} list&lt;fixed_size_list&lt;int64&gt;[3]&gt;. L (padded
- * sequence length) varies per batch.
+ * sequence length) varies per batch. Packed batches ({@link #forPackedBatch}) differ as the
+ * document's {@code packed} entries say and add the {@code packed_only} columns.
  */
 public final class BatchSchema {
     public static final int FORMAT_VERSION = 2;
@@ -28,6 +29,12 @@ public final class BatchSchema {
     public static final String ATTENTION_MASK = "attention_mask";
     public static final String PIXEL_VALUES = "pixel_values";
     public static final String IMAGE_GRID_THW = "image_grid_thw";
+
+    /** Packed batches only: each row's 4 position axes (text, M-RoPE temporal, height, width). */
+    public static final String POSITION_IDS = "position_ids";
+
+    /** Packed batches only: each row's sub-sequence boundaries. */
+    public static final String CU_SEQLENS = "cu_seqlens";
 
     /** Schema metadata {@code stoker.format_version}: {@link #FORMAT_VERSION}. */
     public static final String FORMAT_VERSION_KEY = "stoker.format_version";
@@ -53,7 +60,16 @@ public final class BatchSchema {
     /** Schema metadata naming the element type of {@code pixel_values}: {@link PixelDtype}. */
     public static final String PIXEL_DTYPE_KEY = "stoker.pixel_dtype";
 
-    /** Every schema metadata key of a batch file, in the order the sink writes them. */
+    /**
+     * Schema metadata {@code stoker.packing_max_tokens}: tokens per packed row; only in packed
+     * batches.
+     */
+    public static final String PACKING_MAX_TOKENS_KEY = "stoker.packing_max_tokens";
+
+    /**
+     * Every schema metadata key of a batch file, in the order the sink writes them; the last,
+     * {@link #PACKING_MAX_TOKENS_KEY}, only in packed batches.
+     */
     public static final List<String> METADATA_KEYS =
             List.of(
                     FORMAT_VERSION_KEY,
@@ -63,12 +79,14 @@ public final class BatchSchema {
                     BACKFILLED_SLOTS_KEY,
                     PAD_TOKEN_ID_KEY,
                     IMAGE_TOKEN_ID_KEY,
-                    PIXEL_DTYPE_KEY);
+                    PIXEL_DTYPE_KEY,
+                    PACKING_MAX_TOKENS_KEY);
 
     /** Label value of positions that are not trained. */
     public static final long IGNORE_INDEX = -100;
 
     private static final ArrowType INT64 = new ArrowType.Int(64, true);
+    private static final ArrowType INT32 = new ArrowType.Int(32, true);
     private static final ArrowType FLOAT32 =
             new ArrowType.FloatingPoint(FloatingPointPrecision.SINGLE);
     private static final ArrowType UINT16 = new ArrowType.Int(16, false);
@@ -95,6 +113,27 @@ public final class BatchSchema {
                 metadata);
     }
 
+    /**
+     * The schema of a packed batch: as {@link #forBatch}, but {@code sample_index} and {@code
+     * source} are a list per row (the row's samples), and {@code position_ids}
+     * (fixed_size_list&lt;int64&gt;[4L]) and {@code cu_seqlens} (list&lt;int32&gt;) follow.
+     */
+    public static Schema forPackedBatch(
+            int seqLen, int patchDim, PixelDtype pixelDtype, Map<String, String> metadata) {
+        return new Schema(
+                List.of(
+                        list(SAMPLE_INDEX, INT64),
+                        list(SOURCE, ArrowType.Utf8.INSTANCE),
+                        fixedList(INPUT_IDS, seqLen, INT64),
+                        fixedList(LABELS, seqLen, INT64),
+                        fixedList(ATTENTION_MASK, seqLen, INT64),
+                        listOfFixed(PIXEL_VALUES, patchDim, pixelItem(pixelDtype)),
+                        listOfFixed(IMAGE_GRID_THW, 3, INT64),
+                        fixedList(POSITION_IDS, 4 * seqLen, INT64),
+                        list(CU_SEQLENS, INT32)),
+                metadata);
+    }
+
     private static ArrowType pixelItem(PixelDtype pixelDtype) {
         switch (pixelDtype) {
             case BFLOAT16:
@@ -114,6 +153,13 @@ public final class BatchSchema {
         return new Field(
                 name,
                 FieldType.notNullable(new ArrowType.FixedSizeList(size)),
+                List.of(scalar("item", item)));
+    }
+
+    private static Field list(String name, ArrowType item) {
+        return new Field(
+                name,
+                FieldType.notNullable(ArrowType.List.INSTANCE),
                 List.of(scalar("item", item)));
     }
 

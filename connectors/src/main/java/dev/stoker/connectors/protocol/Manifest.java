@@ -20,9 +20,9 @@ import java.util.Optional;
  * (dataset fingerprint, seed, W, B, epochs, model preset), which a trainer's checkpointed data
  * state is checked against, and the vision settings the pixels were made with (patch geometry,
  * {@code rescale_factor}, {@code image_mean}/{@code image_std}), which a reader needs to turn
- * {@code pixel_values} back into pictures, or uint8 ones into model inputs
- * (docs/batch-protocol.md). The field names are listed under {@code "manifest"} in {@code
- * schema/batch-schema.json}.
+ * {@code pixel_values} back into pictures, or uint8 ones into model inputs, and the packed row size
+ * when batches are packed (docs/batch-protocol.md). The field names are listed under {@code
+ * "manifest"} in {@code schema/batch-schema.json}.
  */
 public final class Manifest implements Serializable {
     private static final long serialVersionUID = 3L;
@@ -51,6 +51,7 @@ public final class Manifest implements Serializable {
     public static final String RESCALE_FACTOR = "rescale_factor";
     public static final String IMAGE_MEAN = "image_mean";
     public static final String IMAGE_STD = "image_std";
+    public static final String PACKING_MAX_TOKENS = "packing_max_tokens";
 
     /** Every field, in the order they are written. */
     public static final List<String> FIELDS =
@@ -74,7 +75,8 @@ public final class Manifest implements Serializable {
                     MERGE_SIZE,
                     RESCALE_FACTOR,
                     IMAGE_MEAN,
-                    IMAGE_STD);
+                    IMAGE_STD,
+                    PACKING_MAX_TOKENS);
 
     private final LinkedHashMap<String, Object> fields = new LinkedHashMap<>();
 
@@ -88,6 +90,7 @@ public final class Manifest implements Serializable {
      * @param datasetFingerprint the dataset listing's fingerprint ({@code
      *     DatasetListing.fingerprint()}, {@code "sha256:<hex>"})
      * @param modelPreset the {@code stoker.model.preset} key, e.g. {@code "qwen2-vl"}
+     * @param packingMaxTokens tokens per packed row, or {@code null} when batches are not packed
      */
     public Manifest(
             String jobName,
@@ -97,7 +100,8 @@ public final class Manifest implements Serializable {
             Long seed,
             QwenVisionConfig vision,
             String datasetFingerprint,
-            String modelPreset) {
+            String modelPreset,
+            Integer packingMaxTokens) {
         fields.put(FORMAT_VERSION, BatchSchema.FORMAT_VERSION);
         fields.put(JOB_NAME, jobName);
         fields.put(GENERATION, generation);
@@ -118,6 +122,7 @@ public final class Manifest implements Serializable {
         fields.put(RESCALE_FACTOR, QwenVisionConfig.RESCALE_FACTOR);
         fields.put(IMAGE_MEAN, vision.imageMean.clone());
         fields.put(IMAGE_STD, vision.imageStd.clone());
+        fields.put(PACKING_MAX_TOKENS, packingMaxTokens);
     }
 
     /**

@@ -7,6 +7,7 @@ import dev.stoker.operators.image.Patchifier.PatchRows;
 import dev.stoker.operators.image.QwenVisionConfig;
 import dev.stoker.operators.model.TokenizedSample;
 import dev.stoker.operators.model.TrainingBatch;
+import dev.stoker.operators.pack.MropePositions;
 import dev.stoker.operators.tokenize.ChatTokenizer;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
@@ -21,6 +22,7 @@ import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.vector.BaseFixedWidthVector;
 import org.apache.arrow.vector.BigIntVector;
 import org.apache.arrow.vector.BitVectorHelper;
+import org.apache.arrow.vector.IntVector;
 import org.apache.arrow.vector.VarCharVector;
 import org.apache.arrow.vector.VectorSchemaRoot;
 import org.apache.arrow.vector.complex.FixedSizeListVector;
@@ -34,7 +36,10 @@ import org.apache.arrow.vector.complex.ListVector;
  * resized RGB bytes normalised and patchified ({@link Patchifier}) patch row by patch row straight
  * into the Arrow buffer, as float32 or converted to bfloat16 ({@link PixelDtype}); with {@link
  * PixelDtype#UINT8} they are patchified only ({@link Patchifier#patchifyBytes}), one byte per
- * value, and the trainer normalises them. The caller owns and closes the root.
+ * value, and the trainer normalises them. A packed batch ({@link TrainingBatch#rowOf}) puts its
+ * samples one after another in rows, labels -100 on each sample's first token, and adds {@code
+ * position_ids} (each sample's own M-RoPE positions, {@link MropePositions}) and {@code
+ * cu_seqlens}. The caller owns and closes the root.
  *
  * <p>Not thread-safe (the patchifier reuses a row buffer); one instance per sink writer.
  */
@@ -44,6 +49,10 @@ public final class ArrowBatchEncoder {
     private final long padTokenId;
     private final PixelDtype pixelDtype;
     private final short[] bf16Row;
+    private final int mergeSize;
+
+    /** Tokens per packed row, or 0 when this encoder writes unpacked batches. */
+    private final int packingMaxTokens;
 
     /**
      * @param vision the vision settings the images were resized with (patch, merge and temporal
@@ -53,6 +62,25 @@ public final class ArrowBatchEncoder {
      * @param pixelDtype element type of the {@code pixel_values} column
      */
     public ArrowBatchEncoder(QwenVisionConfig vision, long padTokenId, PixelDtype pixelDtype) {
+        this(vision, padTokenId, pixelDtype, 0);
+    }
+
+    /**
+     * @param vision the vision settings the images were resized with
+     * @param padTokenId token id used to pad {@code input_ids}
+     * @param pixelDtype element type of the {@code pixel_values} column
+     * @param packingMaxTokens tokens per packed row ({@code stoker.packing.max-tokens}): the
+     *     encoder then takes packed batches only; 0 for unpacked batches only
+     * @throws IllegalArgumentException if {@code packingMaxTokens} is negative
+     */
+    public ArrowBatchEncoder(
+            QwenVisionConfig vision, long padTokenId, PixelDtype pixelDtype, int packingMaxTokens) {
+        if (packingMaxTokens < 0) {
+            throw new IllegalArgumentException(
+                    "packingMaxTokens must be >= 0, got " + packingMaxTokens);
+        }
+        this.packingMaxTokens = packingMaxTokens;
+        this.mergeSize = vision.mergeSize;
         this.patchifier = new Patchifier(vision);
         this.patchDim = vision.patchDim();
         this.padTokenId = padTokenId;
@@ -61,16 +89,51 @@ public final class ArrowBatchEncoder {
     }
 
     /**
+     * Encodes an unpacked batch ({@link TrainingBatch#rowOf} {@code null}: one sample per row) or,
+     * when this encoder packs, a packed one (several samples per row, with {@code position_ids} and
+     * {@code cu_seqlens}).
+     *
      * @throws IllegalArgumentException if a sample's arrays are inconsistent (labels length differs
      *     from input_ids, image_grid_thw not {@code (n, 3)} with grid_t 1 and grid sides multiples
-     *     of merge_size, resized RGB bytes not exactly those of the grids)
+     *     of merge_size, resized RGB bytes not exactly those of the grids, image tokens that do not
+     *     match the grids), a packed batch's rows are not non-decreasing from 0 or longer than the
+     *     row size, or the batch is packed and this encoder does not pack, or the reverse
      */
     public VectorSchemaRoot encode(TrainingBatch batch, BufferAllocator allocator) {
-        int rows = batch.samples.length;
-        int seqLen = 0;
+        boolean packed = batch.rowOf != null;
+        if (packed != (packingMaxTokens > 0)) {
+            throw new IllegalArgumentException(
+                    "batch (step "
+                            + batch.step
+                            + ", rank "
+                            + batch.rank
+                            + ") is "
+                            + (packed ? "packed" : "not packed")
+                            + " but the sink "
+                            + (packed ? "does not pack" : "packs"));
+        }
         for (TokenizedSample s : batch.samples) {
             check(s);
-            seqLen = Math.max(seqLen, s.inputIds.length);
+        }
+        int[][] rows = rows(batch);
+        int seqLen = 0;
+        for (int[] row : rows) {
+            int length = 0;
+            for (int k : row) {
+                length += batch.samples[k].inputIds.length;
+            }
+            if (packed && length > packingMaxTokens) {
+                throw new IllegalArgumentException(
+                        "batch (step "
+                                + batch.step
+                                + ", rank "
+                                + batch.rank
+                                + ") has a row of "
+                                + length
+                                + " tokens, more than "
+                                + packingMaxTokens);
+            }
+            seqLen = Math.max(seqLen, length);
         }
         // insertion-ordered, so the file's bytes do not depend on the JVM's Map.of iteration order
         Map<String, String> metadata = new LinkedHashMap<>();
@@ -86,25 +149,120 @@ public final class ArrowBatchEncoder {
         metadata.put(BatchSchema.PAD_TOKEN_ID_KEY, String.valueOf(padTokenId));
         metadata.put(BatchSchema.IMAGE_TOKEN_ID_KEY, String.valueOf(ChatTokenizer.IMAGE_PAD));
         metadata.put(BatchSchema.PIXEL_DTYPE_KEY, pixelDtype.metadataName);
+        if (packed) {
+            metadata.put(BatchSchema.PACKING_MAX_TOKENS_KEY, String.valueOf(packingMaxTokens));
+        }
         VectorSchemaRoot root =
                 VectorSchemaRoot.create(
-                        BatchSchema.forBatch(seqLen, patchDim, pixelDtype, metadata), allocator);
+                        packed
+                                ? BatchSchema.forPackedBatch(seqLen, patchDim, pixelDtype, metadata)
+                                : BatchSchema.forBatch(seqLen, patchDim, pixelDtype, metadata),
+                        allocator);
+        if (packed) {
+            fillPackedProvenance(root, batch, rows);
+        } else {
+            fillProvenance(root, batch);
+        }
+        fillTokens(root, BatchSchema.INPUT_IDS, batch, rows, seqLen, Column.INPUT_IDS);
+        fillTokens(root, BatchSchema.LABELS, batch, rows, seqLen, Column.LABELS);
+        fillTokens(root, BatchSchema.ATTENTION_MASK, batch, rows, seqLen, Column.ATTENTION_MASK);
+        fillPixels((ListVector) root.getVector(BatchSchema.PIXEL_VALUES), batch, rows);
+        fillGrids((ListVector) root.getVector(BatchSchema.IMAGE_GRID_THW), batch, rows);
+        if (packed) {
+            fillPositions(root, batch, rows, seqLen);
+            fillCuSeqlens((ListVector) root.getVector(BatchSchema.CU_SEQLENS), batch, rows, seqLen);
+        }
+        root.setRowCount(rows.length);
+        return root;
+    }
+
+    /**
+     * The samples of each row: {@code {k}} for row {@code k} of an unpacked batch; the runs of
+     * {@link TrainingBatch#rowOf} of a packed one.
+     */
+    private static int[][] rows(TrainingBatch batch) {
+        int n = batch.samples.length;
+        if (batch.rowOf == null) {
+            int[][] rows = new int[n][];
+            for (int k = 0; k < n; k++) {
+                rows[k] = new int[] {k};
+            }
+            return rows;
+        }
+        int[] rowOf = batch.rowOf;
+        if (rowOf.length != n) {
+            throw new IllegalArgumentException(
+                    "rowOf has " + rowOf.length + " entries for " + n + " samples");
+        }
+        int count = n == 0 ? 0 : rowOf[n - 1] + 1;
+        int[] sizes = new int[count];
+        for (int k = 0; k < n; k++) {
+            boolean next =
+                    k == 0
+                            ? rowOf[0] == 0
+                            : rowOf[k] == rowOf[k - 1] || rowOf[k] == rowOf[k - 1] + 1;
+            if (!next) {
+                throw new IllegalArgumentException(
+                        "rowOf must count rows 0, 1, ... without gaps; got "
+                                + Arrays.toString(rowOf));
+            }
+            sizes[rowOf[k]]++;
+        }
+        int[][] rows = new int[count][];
+        int k = 0;
+        for (int r = 0; r < count; r++) {
+            rows[r] = new int[sizes[r]];
+            for (int i = 0; i < sizes[r]; i++) {
+                rows[r][i] = k++;
+            }
+        }
+        return rows;
+    }
+
+    private static void fillProvenance(VectorSchemaRoot root, TrainingBatch batch) {
         BigIntVector index = (BigIntVector) root.getVector(BatchSchema.SAMPLE_INDEX);
         VarCharVector source = (VarCharVector) root.getVector(BatchSchema.SOURCE);
-        index.allocateNew(rows);
-        source.allocateNew(rows);
-        for (int r = 0; r < rows; r++) {
+        int n = batch.samples.length;
+        index.allocateNew(n);
+        source.allocateNew(n);
+        for (int r = 0; r < n; r++) {
             TokenizedSample s = batch.samples[r];
             index.setSafe(r, s.ref.sampleIndex);
-            source.setSafe(r, (s.ref.file + ":" + s.ref.line).getBytes(StandardCharsets.UTF_8));
+            source.setSafe(r, sourceOf(s));
         }
-        fillTokens(root, BatchSchema.INPUT_IDS, batch, seqLen, Column.INPUT_IDS);
-        fillTokens(root, BatchSchema.LABELS, batch, seqLen, Column.LABELS);
-        fillTokens(root, BatchSchema.ATTENTION_MASK, batch, seqLen, Column.ATTENTION_MASK);
-        fillPixels((ListVector) root.getVector(BatchSchema.PIXEL_VALUES), batch);
-        fillGrids((ListVector) root.getVector(BatchSchema.IMAGE_GRID_THW), batch);
-        root.setRowCount(rows);
-        return root;
+        index.setValueCount(n);
+        source.setValueCount(n);
+    }
+
+    private static void fillPackedProvenance(
+            VectorSchemaRoot root, TrainingBatch batch, int[][] rows) {
+        ListVector indexList = (ListVector) root.getVector(BatchSchema.SAMPLE_INDEX);
+        ListVector sourceList = (ListVector) root.getVector(BatchSchema.SOURCE);
+        BigIntVector index = (BigIntVector) indexList.getDataVector();
+        VarCharVector source = (VarCharVector) sourceList.getDataVector();
+        int n = batch.samples.length;
+        indexList.allocateNew();
+        sourceList.allocateNew();
+        index.allocateNew(n);
+        source.allocateNew(n);
+        for (int r = 0; r < rows.length; r++) {
+            indexList.startNewValue(r);
+            sourceList.startNewValue(r);
+            for (int k : rows[r]) {
+                index.setSafe(k, batch.samples[k].ref.sampleIndex);
+                source.setSafe(k, sourceOf(batch.samples[k]));
+            }
+            indexList.endValue(r, rows[r].length);
+            sourceList.endValue(r, rows[r].length);
+        }
+        index.setValueCount(n);
+        source.setValueCount(n);
+        indexList.setValueCount(rows.length);
+        sourceList.setValueCount(rows.length);
+    }
+
+    private static byte[] sourceOf(TokenizedSample s) {
+        return (s.ref.file + ":" + s.ref.line).getBytes(StandardCharsets.UTF_8);
     }
 
     private enum Column {
@@ -114,33 +272,116 @@ public final class ArrowBatchEncoder {
     }
 
     private void fillTokens(
-            VectorSchemaRoot root, String name, TrainingBatch batch, int seqLen, Column col) {
+            VectorSchemaRoot root,
+            String name,
+            TrainingBatch batch,
+            int[][] rows,
+            int seqLen,
+            Column col) {
         FixedSizeListVector list = (FixedSizeListVector) root.getVector(name);
         BigIntVector values = (BigIntVector) list.getDataVector();
-        int rows = batch.samples.length;
-        list.setInitialCapacity(rows);
+        boolean packed = batch.rowOf != null;
+        list.setInitialCapacity(rows.length);
         list.allocateNew();
-        for (int r = 0; r < rows; r++) {
-            TokenizedSample s = batch.samples[r];
-            int n = s.inputIds.length;
-            for (int t = 0; t < seqLen; t++) {
-                long v;
-                if (col == Column.ATTENTION_MASK) {
-                    v = t < n ? 1 : 0;
-                } else if (col == Column.LABELS) {
-                    v = t < n ? s.labels[t] : BatchSchema.IGNORE_INDEX;
-                } else {
-                    v = t < n ? s.inputIds[t] : padTokenId;
+        for (int r = 0; r < rows.length; r++) {
+            int t = 0;
+            for (int k : rows[r]) {
+                TokenizedSample s = batch.samples[k];
+                int n = s.inputIds.length;
+                for (int i = 0; i < n; i++, t++) {
+                    long v;
+                    if (col == Column.ATTENTION_MASK) {
+                        v = 1;
+                    } else if (col == Column.LABELS) {
+                        // packed: a sample's first token is never a target, so a shifted loss
+                        // never trains the previous sample's last token on it
+                        v = packed && i == 0 ? BatchSchema.IGNORE_INDEX : s.labels[i];
+                    } else {
+                        v = s.inputIds[i];
+                    }
+                    values.set(r * seqLen + t, v);
                 }
-                values.set(r * seqLen + t, v);
+            }
+            long pad =
+                    col == Column.ATTENTION_MASK
+                            ? 0
+                            : col == Column.LABELS ? BatchSchema.IGNORE_INDEX : padTokenId;
+            for (; t < seqLen; t++) {
+                values.set(r * seqLen + t, pad);
             }
             list.setNotNull(r);
         }
-        values.setValueCount(rows * seqLen);
-        list.setValueCount(rows);
+        values.setValueCount(rows.length * seqLen);
+        list.setValueCount(rows.length);
     }
 
-    private void fillPixels(ListVector list, TrainingBatch batch) {
+    /**
+     * {@code position_ids} of a packed batch: per row the 4 axes ({@link MropePositions}) of each
+     * sample on its own, one after another, and a padding tail counting from 0 on every axis.
+     */
+    private void fillPositions(
+            VectorSchemaRoot root, TrainingBatch batch, int[][] rows, int seqLen) {
+        FixedSizeListVector list = (FixedSizeListVector) root.getVector(BatchSchema.POSITION_IDS);
+        BigIntVector values = (BigIntVector) list.getDataVector();
+        int axes = MropePositions.AXES;
+        list.setInitialCapacity(rows.length);
+        list.allocateNew();
+        for (int r = 0; r < rows.length; r++) {
+            long base = (long) r * axes * seqLen;
+            int t = 0;
+            for (int k : rows[r]) {
+                TokenizedSample s = batch.samples[k];
+                long[][] pos;
+                try {
+                    pos =
+                            MropePositions.of(
+                                    s.inputIds, s.imageGridThw, ChatTokenizer.IMAGE_PAD, mergeSize);
+                } catch (IllegalArgumentException e) {
+                    throw new IllegalArgumentException(s.ref + ": " + e.getMessage(), e);
+                }
+                for (int a = 0; a < axes; a++) {
+                    for (int i = 0; i < pos[a].length; i++) {
+                        values.set(Math.toIntExact(base + (long) a * seqLen + t + i), pos[a][i]);
+                    }
+                }
+                t += s.inputIds.length;
+            }
+            for (int a = 0; a < axes; a++) {
+                for (int i = t; i < seqLen; i++) {
+                    values.set(Math.toIntExact(base + (long) a * seqLen + i), i - t);
+                }
+            }
+            list.setNotNull(r);
+        }
+        values.setValueCount(rows.length * axes * seqLen);
+        list.setValueCount(rows.length);
+    }
+
+    /** {@code cu_seqlens} of a packed batch: each row's sub-sequence boundaries, ending at L. */
+    private static void fillCuSeqlens(
+            ListVector list, TrainingBatch batch, int[][] rows, int seqLen) {
+        IntVector values = (IntVector) list.getDataVector();
+        list.allocateNew();
+        int v = 0;
+        for (int r = 0; r < rows.length; r++) {
+            list.startNewValue(r);
+            int start = v;
+            int t = 0;
+            values.setSafe(v++, 0);
+            for (int k : rows[r]) {
+                t += batch.samples[k].inputIds.length;
+                values.setSafe(v++, t);
+            }
+            if (t < seqLen) {
+                values.setSafe(v++, seqLen);
+            }
+            list.endValue(r, v - start);
+        }
+        values.setValueCount(v);
+        list.setValueCount(rows.length);
+    }
+
+    private void fillPixels(ListVector list, TrainingBatch batch, int[][] rows) {
         FixedSizeListVector patches = (FixedSizeListVector) list.getDataVector();
         BaseFixedWidthVector values = (BaseFixedWidthVector) patches.getDataVector();
         int totalPatches = 0;
@@ -152,23 +393,27 @@ public final class ArrowBatchEncoder {
         patches.allocateNew();
         int patch = 0;
         long offset = 0;
-        for (int r = 0; r < batch.samples.length; r++) {
-            TokenizedSample s = batch.samples[r];
-            int n = numPatches(s);
+        for (int r = 0; r < rows.length; r++) {
             list.startNewValue(r);
-            putPixels(values.getDataBuffer(), offset, n, s);
-            offset += (long) n * patchDim * pixelDtype.bytes;
-            for (int i = 0; i < n; i++) {
+            int rowPatches = 0;
+            for (int k : rows[r]) {
+                TokenizedSample s = batch.samples[k];
+                int n = numPatches(s);
+                putPixels(values.getDataBuffer(), offset, n, s);
+                offset += (long) n * patchDim * pixelDtype.bytes;
+                rowPatches += n;
+            }
+            for (int i = 0; i < rowPatches; i++) {
                 patches.setNotNull(patch++);
             }
-            list.endValue(r, n);
+            list.endValue(r, rowPatches);
         }
         int valueCount = totalPatches * patchDim;
         values.getValidityBuffer()
                 .setOne(0, BitVectorHelper.getValidityBufferSizeFromCount(valueCount));
         values.setValueCount(valueCount);
         patches.setValueCount(patch);
-        list.setValueCount(batch.samples.length);
+        list.setValueCount(rows.length);
     }
 
     /**
@@ -226,7 +471,7 @@ public final class ArrowBatchEncoder {
         return patches;
     }
 
-    private static void fillGrids(ListVector list, TrainingBatch batch) {
+    private static void fillGrids(ListVector list, TrainingBatch batch, int[][] rows) {
         FixedSizeListVector triples = (FixedSizeListVector) list.getDataVector();
         BigIntVector values = (BigIntVector) triples.getDataVector();
         int images = 0;
@@ -237,20 +482,24 @@ public final class ArrowBatchEncoder {
         triples.setInitialCapacity(images);
         triples.allocateNew();
         int image = 0;
-        for (int r = 0; r < batch.samples.length; r++) {
-            long[] thw = batch.samples[r].imageGridThw;
+        for (int r = 0; r < rows.length; r++) {
             list.startNewValue(r);
-            for (int i = 0; i < thw.length; i++) {
-                values.set(image * 3 + (i % 3), thw[i]);
-                if (i % 3 == 2) {
-                    triples.setNotNull(image++);
+            int rowImages = 0;
+            for (int k : rows[r]) {
+                long[] thw = batch.samples[k].imageGridThw;
+                for (int i = 0; i < thw.length; i++) {
+                    values.set(image * 3 + (i % 3), thw[i]);
+                    if (i % 3 == 2) {
+                        triples.setNotNull(image++);
+                    }
                 }
+                rowImages += thw.length / 3;
             }
-            list.endValue(r, thw.length / 3);
+            list.endValue(r, rowImages);
         }
         values.setValueCount(image * 3);
         triples.setValueCount(image);
-        list.setValueCount(batch.samples.length);
+        list.setValueCount(rows.length);
     }
 
     private void check(TokenizedSample s) {

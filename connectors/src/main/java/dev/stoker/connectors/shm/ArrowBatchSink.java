@@ -71,6 +71,29 @@ public final class ArrowBatchSink implements Sink<SlotResult> {
 
     @Override
     public SinkWriter<SlotResult> createWriter(WriterInitContext context) throws IOException {
+        RankPublisher publisher =
+                openPublisher(
+                        context,
+                        layout,
+                        manifest,
+                        firstStep,
+                        acks,
+                        new ArrowBatchEncoder(vision, padTokenId, pixelDtype));
+        return new ArrowBatchWriter(plan, publisher, new SlotStager(layout), context.metricGroup());
+    }
+
+    /**
+     * What a sink writer of either sink starts with: the generation's directory (subtask 0 removes
+     * other generations), the manifest, this subtask's ack server when {@code acks} is set.
+     */
+    static RankPublisher openPublisher(
+            WriterInitContext context,
+            ShmLayout layout,
+            Manifest manifest,
+            long firstStep,
+            NodeAcks acks,
+            ArrowBatchEncoder encoder)
+            throws IOException {
         ShmLayout.createPrivateDirectories(layout.generationDir());
         if (context.getTaskInfo().getIndexOfThisSubtask() == 0) {
             Generations.removeOtherGenerations(layout);
@@ -85,12 +108,10 @@ public final class ArrowBatchSink implements Sink<SlotResult> {
                                 layout,
                                 acks.globalRanks(),
                                 firstStep);
-        return new ArrowBatchWriter(
+        return new RankPublisher(
                 layout,
-                plan,
                 firstStep,
-                new BatchFileWriter(layout, new ArrowBatchEncoder(vision, padTokenId, pixelDtype)),
-                new SlotStager(layout),
+                new BatchFileWriter(layout, encoder),
                 context.metricGroup(),
                 server);
     }

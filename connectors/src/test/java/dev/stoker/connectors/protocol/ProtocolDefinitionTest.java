@@ -67,7 +67,16 @@ class ProtocolDefinitionTest {
         vision.imageMean = new double[] {0.5, 0.25, 0.125};
         vision.imageStd = new double[] {0.75, 0.5, 0.375};
         ShmLayout layout = new ShmLayout(jobDir.toString(), "g1");
-        new Manifest("job", "g1", new BatchPlan(10, 2, 2, 1), 0, null, vision, "sha256:x", "p")
+        new Manifest(
+                        "job",
+                        "g1",
+                        new BatchPlan(10, 2, 2, 1),
+                        0,
+                        null,
+                        vision,
+                        "sha256:x",
+                        "p",
+                        2048)
                 .writeTo(layout);
 
         JsonNode written = JSON.readTree(layout.manifest().toFile());
@@ -81,6 +90,7 @@ class ProtocolDefinitionTest {
         assertThat(doubles(written.get("image_mean"))).containsExactly(0.5, 0.25, 0.125);
         assertThat(doubles(written.get("image_std"))).containsExactly(0.75, 0.5, 0.375);
         assertThat(written.get("shuffle_seed").isNull()).isTrue();
+        assertThat(written.get("packing_max_tokens").asInt()).isEqualTo(2048);
         assertThat(Manifest.readCurrent(jobDir)).contains(new Manifest.Current("g1", 2, 0));
     }
 
@@ -143,7 +153,8 @@ class ProtocolDefinitionTest {
                         3L,
                         new QwenVisionConfig(),
                         "sha256:x",
-                        "p")
+                        "p",
+                        null)
                 .writeTo(layout);
         Files.createDirectories(layout.rankDir(0));
         Files.writeString(layout.ackFile(0), "{\"consumed_step\": 1}");

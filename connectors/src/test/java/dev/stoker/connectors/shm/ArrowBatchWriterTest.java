@@ -32,6 +32,7 @@ import org.apache.arrow.vector.complex.ListVector;
 import org.apache.arrow.vector.ipc.ArrowFileReader;
 import org.apache.arrow.vector.types.pojo.ArrowType;
 import org.apache.arrow.vector.types.pojo.Field;
+import org.apache.flink.metrics.groups.SinkWriterMetricGroup;
 import org.apache.flink.metrics.groups.UnregisteredMetricsGroup;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
@@ -104,15 +105,18 @@ class ArrowBatchWriterTest {
 
     private ArrowBatchWriter writer(BatchPlan plan) {
         ShmLayout layout = layout();
+        SinkWriterMetricGroup metrics = UnregisteredMetricsGroup.createSinkWriterMetricGroup();
         return new ArrowBatchWriter(
-                layout,
                 plan,
-                0,
-                new BatchFileWriter(
-                        layout, new ArrowBatchEncoder(vision(), PAD, PixelDtype.FLOAT32)),
+                new RankPublisher(
+                        layout,
+                        0,
+                        new BatchFileWriter(
+                                layout, new ArrowBatchEncoder(vision(), PAD, PixelDtype.FLOAT32)),
+                        metrics,
+                        null),
                 new SlotStager(layout),
-                UnregisteredMetricsGroup.createSinkWriterMetricGroup(),
-                null);
+                metrics);
     }
 
     /** Closes what a test opened, before the allocator it came from. */
@@ -172,6 +176,7 @@ class ArrowBatchWriterTest {
                     .get("metadata")
                     .fieldNames()
                     .forEachRemaining(documented::add);
+            documented.remove(BatchSchema.PACKING_MAX_TOKENS_KEY); // packed batches only
             assertThat(root.getSchema().getCustomMetadata().keySet())
                     .containsExactlyInAnyOrderElementsOf(documented);
             assertThat(((BigIntVector) root.getVector("sample_index")).get(0)).isEqualTo(6);
@@ -313,7 +318,8 @@ class ArrowBatchWriterTest {
                         42L,
                         vision(),
                         fingerprint,
-                        "qwen2.5-vl")
+                        "qwen2.5-vl",
+                        null)
                 .writeTo(layout);
 
         assertThat(jobDir.resolve("gen-g0")).doesNotExist();
@@ -395,9 +401,30 @@ class ArrowBatchWriterTest {
     void schemaMatchesTheSharedSchemaDocument() throws IOException {
         JsonNode doc = new ObjectMapper().readTree(Path.of("../schema/batch-schema.json").toFile());
         List<String> expected = new ArrayList<>();
+        List<String> expectedPacked = new ArrayList<>();
         for (JsonNode col : doc.get("columns")) {
-            expected.add(col.get("name").asText() + ":" + col.get("arrow_type").asText());
+            String type = col.get("arrow_type").asText();
+            if (!col.path("packed_only").asBoolean(false)) {
+                expected.add(col.get("name").asText() + ":" + type);
+            }
+            expectedPacked.add(
+                    col.get("name").asText()
+                            + ":"
+                            + col.path("packed").path("arrow_type").asText(type));
         }
+        List<String> packed = new ArrayList<>();
+        for (Field f :
+                BatchSchema.forPackedBatch(7, PATCH_DIM, PixelDtype.FLOAT32, java.util.Map.of())
+                        .getFields()) {
+            packed.add(
+                    f.getName()
+                            + ":"
+                            + render(f)
+                                    .replace("[28]", "[4L]")
+                                    .replace("[7]", "[L]")
+                                    .replace("[" + PATCH_DIM + "]", "[D]"));
+        }
+        assertThat(packed).containsExactlyElementsOf(expectedPacked);
         List<String> actual = new ArrayList<>();
         for (Field f :
                 BatchSchema.forBatch(7, PATCH_DIM, PixelDtype.FLOAT32, java.util.Map.of())
@@ -448,7 +475,10 @@ class ArrowBatchWriterTest {
                     + ((ArrowType.FixedSizeList) t).getListSize()
                     + "]";
         } else if (t instanceof ArrowType.List) {
-            return "list<" + render(f.getChildren().get(0)) + ">";
+            // a scalar item shows its nullability, as in fixed_size_list<int64 not null>
+            Field item = f.getChildren().get(0);
+            boolean scalar = !(item.getType() instanceof ArrowType.FixedSizeList);
+            return "list<" + render(item) + (scalar && !item.isNullable() ? " not null" : "") + ">";
         }
         throw new AssertionError("unexpected type " + t);
     }

@@ -1,0 +1,116 @@
+package dev.stoker.operators.pack;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+import dev.stoker.operators.batch.BatchPlan;
+import dev.stoker.operators.model.RecordRef;
+import dev.stoker.operators.model.SlotResult;
+import dev.stoker.operators.model.TokenizedSample;
+import dev.stoker.operators.model.TrainingBatch;
+import java.util.ArrayList;
+import java.util.List;
+import org.apache.flink.api.common.typeinfo.Types;
+import org.apache.flink.runtime.checkpoint.OperatorSubtaskState;
+import org.apache.flink.streaming.api.operators.KeyedProcessOperator;
+import org.apache.flink.streaming.runtime.streamrecord.StreamRecord;
+import org.apache.flink.streaming.util.KeyedOneInputStreamOperatorTestHarness;
+import org.junit.jupiter.api.Test;
+
+/**
+ * The step-keyed packing operator emits a step's W batches once its W*B slots are in, keeps nothing
+ * after, and a snapshot taken mid-step restores to the same batches.
+ */
+class PackStepFunctionTest {
+    // 6 records, W=2, B=2: step 0 = slots 0-3, step 1 = slots 4-7 (6 and 7 padding)
+    private static final BatchPlan PLAN = new BatchPlan(6, 2, 2, 1);
+
+    private static SlotResult filled(long index, int tokens) {
+        return SlotResult.of(
+                new TokenizedSample(
+                        new RecordRef("file:/d.jsonl", index + 1, index, null),
+                        new long[tokens],
+                        new long[tokens],
+                        new byte[0],
+                        new long[0]));
+    }
+
+    private static KeyedOneInputStreamOperatorTestHarness<Long, SlotResult, TrainingBatch> harness()
+            throws Exception {
+        KeyedOneInputStreamOperatorTestHarness<Long, SlotResult, TrainingBatch> h =
+                new KeyedOneInputStreamOperatorTestHarness<>(
+                        new KeyedProcessOperator<>(new PackStepFunction(PLAN, 100)),
+                        slot -> PLAN.stepOf(slot.sampleIndex),
+                        Types.LONG);
+        return h;
+    }
+
+    private static List<TrainingBatch> batches(
+            KeyedOneInputStreamOperatorTestHarness<Long, SlotResult, TrainingBatch> h) {
+        List<TrainingBatch> out = new ArrayList<>();
+        for (Object o : h.getOutput()) {
+            if (o instanceof StreamRecord<?> r) {
+                out.add((TrainingBatch) r.getValue());
+            }
+        }
+        return out;
+    }
+
+    private static List<Long> indices(TrainingBatch b) {
+        List<Long> out = new ArrayList<>();
+        for (TokenizedSample s : b.samples) {
+            out.add(s.ref.sampleIndex);
+        }
+        return out;
+    }
+
+    @Test
+    void aStepIsPackedWhenItsLastSlotArrivesWhateverTheOrderAndItsStateIsCleared()
+            throws Exception {
+        try (var h = harness()) {
+            h.open();
+            h.processElement(filled(5, 40), 0);
+            h.processElement(filled(2, 30), 0);
+            h.processElement(filled(0, 50), 0);
+            h.processElement(SlotResult.empty(1), 0); // dead-lettered
+            h.processElement(filled(3, 10), 0);
+            List<TrainingBatch> out = batches(h);
+            assertThat(out).hasSize(2);
+            // 50 -> rank 0, 30 -> rank 1, 10 -> rank 1 (30 < 50): 50 vs 40 tokens
+            assertThat(indices(out.get(0))).containsExactly(0L);
+            assertThat(indices(out.get(1))).containsExactly(2L, 3L);
+            assertThat(out.get(1).rowOf).containsExactly(0, 0);
+            // step 1 waits for 3 more slots: its slot list and count
+            assertThat(h.numKeyedStateEntries()).isEqualTo(2);
+            h.processElement(filled(4, 20), 0);
+            h.processElement(SlotResult.empty(6), 0);
+            h.processElement(SlotResult.empty(7), 0);
+            out = batches(h);
+            assertThat(out).hasSize(4);
+            assertThat(indices(out.get(2))).containsExactly(5L);
+            assertThat(indices(out.get(3))).containsExactly(4L);
+            assertThat(h.numKeyedStateEntries()).isZero();
+        }
+    }
+
+    @Test
+    void aSnapshotMidStepRestoresTheSlotsThatArrivedBeforeIt() throws Exception {
+        OperatorSubtaskState snapshot;
+        try (var h = harness()) {
+            h.open();
+            h.processElement(filled(0, 50), 0);
+            h.processElement(filled(2, 30), 0);
+            snapshot = h.snapshot(1, 1);
+            h.processElement(filled(1, 5), 0); // after the checkpoint: sent again after restore
+        }
+        try (var h = harness()) {
+            h.initializeState(snapshot);
+            h.open();
+            h.processElement(filled(1, 5), 0);
+            h.processElement(filled(3, 10), 0);
+            List<TrainingBatch> out = batches(h);
+            assertThat(out).hasSize(2);
+            assertThat(indices(out.get(0))).containsExactly(0L);
+            assertThat(indices(out.get(1))).containsExactly(2L, 3L, 1L);
+        }
+    }
+}
