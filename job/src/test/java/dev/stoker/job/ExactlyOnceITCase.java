@@ -10,7 +10,9 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Random;
 import javax.imageio.ImageIO;
 import org.apache.flink.api.common.JobID;
@@ -35,6 +37,8 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
 import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -44,7 +48,8 @@ import org.slf4j.LoggerFactory;
  * run whose TaskManagers are killed several times, a run stopped with a savepoint while the trainer
  * is down and resumed with the trainer's step, restores that change the parallelism (2 -> 4 -> 1),
  * and a slow trainer during which checkpoints keep completing and no rank ever has more than
- * prefetch-depth batches in shared memory.
+ * prefetch-depth batches in shared memory. The kill and the savepoint/rescale cases also run with
+ * {@code stoker.packing.enabled}: the packed batches are as identical across failures.
  */
 @ExtendWith(ExpectedFaultFilter.DeadLettersExpected.class) // bad records on purpose, each asserted
 class ExactlyOnceITCase {
@@ -73,7 +78,12 @@ class ExactlyOnceITCase {
         return conf;
     }
 
-    private static List<TrainerSim.Consumed> reference;
+    /** The uninterrupted run's batches, unpacked (false) and packed (true). */
+    private static final Map<Boolean, List<TrainerSim.Consumed>> REFERENCE = new HashMap<>();
+
+    /** Packed runs' row size: samples here have about 60-130 tokens, so rows hold 2-4. */
+    private static final int PACKING_MAX_TOKENS = 256;
+
     private static long numSteps;
 
     private Path outputRoot;
@@ -122,9 +132,6 @@ class ExactlyOnceITCase {
     void createOutput(@InjectMiniCluster MiniCluster cluster) throws Exception {
         miniCluster = cluster;
         outputRoot = JobRun.createOutputRoot();
-        if (reference == null) {
-            reference = uninterruptedRun();
-        }
     }
 
     @AfterEach
@@ -142,8 +149,29 @@ class ExactlyOnceITCase {
         return outputRoot.resolve("exactly-once");
     }
 
+    /** The uninterrupted run of this mode, run once per mode. */
+    private List<TrainerSim.Consumed> reference(boolean packed) throws Exception {
+        if (!REFERENCE.containsKey(packed)) {
+            REFERENCE.put(packed, uninterruptedRun(packed));
+        }
+        if (REFERENCE.containsKey(!packed)) {
+            // packing changed what the batches hold (every mode sees the same steps and ranks)
+            assertThat(REFERENCE.get(true)).doesNotContainAnyElementsOf(REFERENCE.get(false));
+        }
+        return REFERENCE.get(packed);
+    }
+
     private Configuration config(int parallelism) {
+        return config(parallelism, false);
+    }
+
+    private Configuration config(int parallelism, boolean packed) {
         Configuration conf = new Configuration();
+        if (packed) {
+            conf.set(StokerOptions.PACKING_ENABLED, true);
+            conf.set(StokerOptions.MAX_SEQ_LEN, PACKING_MAX_TOKENS);
+            conf.set(StokerOptions.PACKING_MAX_TOKENS, PACKING_MAX_TOKENS);
+        }
         conf.set(StokerOptions.DATASET_PATH, datasetRoot.toString());
         conf.set(
                 StokerOptions.TOKENIZER_PATH,
@@ -184,9 +212,9 @@ class ExactlyOnceITCase {
         }
     }
 
-    private List<TrainerSim.Consumed> uninterruptedRun() throws Exception {
+    private List<TrainerSim.Consumed> uninterruptedRun(boolean packed) throws Exception {
         try (TrainerSim trainer = new TrainerSim(jobDir(), WORLD_SIZE, 0, numSteps - 1, 0)) {
-            JobClient job = submit(config(2), 500);
+            JobClient job = submit(config(2, packed), 500);
             List<TrainerSim.Consumed> out = trainer.await(180_000);
             awaitStatus(job, JobStatus.FINISHED);
             assertThat(out).hasSize((int) numSteps * WORLD_SIZE);
@@ -198,11 +226,13 @@ class ExactlyOnceITCase {
         }
     }
 
-    @Test
-    void taskManagersKilledSeveralTimesChangeNothing() throws Exception {
+    @ParameterizedTest(name = "packed={0}")
+    @ValueSource(booleans = {false, true})
+    void taskManagersKilledSeveralTimesChangeNothing(boolean packed) throws Exception {
+        List<TrainerSim.Consumed> reference = reference(packed);
         // a trainer slower than the job (150 ms per step) keeps the job running between the kills
         try (TrainerSim trainer = new TrainerSim(jobDir(), WORLD_SIZE, 0, numSteps - 1, 150)) {
-            JobClient job = submit(config(2), 300);
+            JobClient job = submit(config(2, packed), 300);
             Random random = new Random();
             for (int kill = 0; kill < 3; kill++) {
                 long at = (kill + 1) * numSteps * WORLD_SIZE / 5 + random.nextInt(4);
@@ -236,13 +266,16 @@ class ExactlyOnceITCase {
         }
     }
 
-    @Test
-    void savepointWhileTrainerIsDownThenResumeWithItsStepAtOtherParallelisms() throws Exception {
+    @ParameterizedTest(name = "packed={0}")
+    @ValueSource(booleans = {false, true})
+    void savepointWhileTrainerIsDownThenResumeWithItsStepAtOtherParallelisms(boolean packed)
+            throws Exception {
+        List<TrainerSim.Consumed> reference = reference(packed);
         List<TrainerSim.Consumed> all = new ArrayList<>();
         long stopAt = 8;
         // run 1 at parallelism 2: the trainer stops after step 8 (its last checkpoint)
         TrainerSim first = new TrainerSim(jobDir(), WORLD_SIZE, 0, stopAt, 0);
-        JobClient job = submit(config(2), 300);
+        JobClient job = submit(config(2, packed), 300);
         all.addAll(first.await(120_000));
         awaitPrefetched(stopAt + PREFETCH_DEPTH);
         Thread.sleep(500); // the source waits at the prefetch bound; checkpoints go on
@@ -252,7 +285,7 @@ class ExactlyOnceITCase {
         // to step 20, the job is stopped again while it waits
         long stopAgainAt = 20;
         TrainerSim second = new TrainerSim(jobDir(), WORLD_SIZE, stopAt + 1, stopAgainAt, 0);
-        JobClient job2 = submit(resumeConfig(4, savepoint1, stopAt), 300);
+        JobClient job2 = submit(resumeConfig(4, savepoint1, stopAt, packed), 300);
         all.addAll(second.await(120_000));
         assertThat(restoredFromSavepoint(job2.getJobID())).isTrue();
         awaitPrefetched(stopAgainAt + PREFETCH_DEPTH);
@@ -264,7 +297,7 @@ class ExactlyOnceITCase {
         all.removeIf(c -> c.step() > trainerCheckpoint);
         TrainerSim third =
                 new TrainerSim(jobDir(), WORLD_SIZE, trainerCheckpoint + 1, numSteps - 1, 0);
-        JobClient job3 = submit(resumeConfig(1, savepoint2, trainerCheckpoint), 300);
+        JobClient job3 = submit(resumeConfig(1, savepoint2, trainerCheckpoint, packed), 300);
         all.addAll(third.await(180_000));
         awaitStatus(job3, JobStatus.FINISHED);
         assertThat(restoredFromSavepoint(job3.getJobID())).isTrue();
@@ -281,7 +314,7 @@ class ExactlyOnceITCase {
     void slowTrainerKeepsCheckpointsCompletingAndSharedMemoryBounded() throws Exception {
         try (TrainerSim trainer = new TrainerSim(jobDir(), WORLD_SIZE, 0, numSteps - 1, 400)) {
             JobClient job = submit(config(2), 1000);
-            assertThat(trainer.await(180_000)).containsExactlyElementsOf(reference);
+            assertThat(trainer.await(180_000)).containsExactlyElementsOf(reference(false));
             JsonNode stats = checkpointStats(job.getJobID());
             awaitStatus(job, JobStatus.FINISHED);
             JsonNode counts = stats.get("counts");
@@ -340,7 +373,7 @@ class ExactlyOnceITCase {
                 Thread.sleep(5);
             }
             killTaskManager();
-            assertThat(trainer.await(180_000)).containsExactlyElementsOf(reference);
+            assertThat(trainer.await(180_000)).containsExactlyElementsOf(reference(false));
             awaitStatus(job, JobStatus.FINISHED);
             assertThat(restarts(job.getJobID())).as("job restarts").isGreaterThanOrEqualTo(1);
             JsonNode vertices = rest("/jobs/" + job.getJobID()).get("vertices");
@@ -378,8 +411,9 @@ class ExactlyOnceITCase {
         }
     }
 
-    private Configuration resumeConfig(int parallelism, String savepoint, long resumeStep) {
-        Configuration conf = config(parallelism);
+    private Configuration resumeConfig(
+            int parallelism, String savepoint, long resumeStep, boolean packed) {
+        Configuration conf = config(parallelism, packed);
         conf.set(StateRecoveryOptions.SAVEPOINT_PATH, savepoint);
         conf.set(StokerOptions.RESUME_STEP, resumeStep);
         return conf;
