@@ -117,12 +117,12 @@ class ArchitectureTest {
                     .or()
                     .haveSimpleName("AckServer")
                     .or()
-                    .haveSimpleName("ArrowBatchWriter")
+                    .haveSimpleName("RankPublisher")
                     .should()
                     .dependOnClassesThat()
                     .resideInAPackage("dev.stoker.connectors.protocol..")
                     .because(
-                            "the prefetch gate's feeds and the batch writer (sink) read the acks"
+                            "the prefetch gate's feeds and the sinks' batch publisher read the acks"
                                     + " through the protocol package's Ack");
 
     @ArchTest
