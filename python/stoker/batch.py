@@ -222,8 +222,9 @@ class Batch:
         A packed batch's inputs have ``position_ids`` (4, B, L) int64 instead of
         ``attention_mask``: transformers' Qwen2-VL, Qwen2.5-VL and Qwen3-VL (5.23) take the
         text axis of 4-row ``position_ids`` to build a block-diagonal causal mask (each sample
-        attends only to itself) only when ``attention_mask`` is ``None``; with the mask,
-        attention would cross the samples of a row. (With ``attn_implementation
+        attends only to itself) only when ``attention_mask`` is ``None`` (and no cache is
+        used: :meth:`model_flags`); with the mask, attention would cross the samples of a
+        row. (With ``attn_implementation
         "flash_attention_2"`` that mask is not built for more than one row: see
         :meth:`flash_varlen_kwargs`.)"""
         if self.packed:
@@ -307,13 +308,15 @@ class Batch:
         pixel_dtype: Any = None,
         non_blocking: bool = False,
     ) -> dict[str, Any]:
-        """Return ``{name: torch.Tensor}``, the keyword arguments of the transformers Qwen-VL
-        models' ``forward``, so ``model(**batch.to_torch("cuda"))`` works.
+        """Return ``{name: torch.Tensor}`` (packed: and ``use_cache=False``), the keyword
+        arguments of the transformers Qwen-VL models' ``forward``, so
+        ``model(**batch.to_torch("cuda"))`` works.
 
         Keys: ``input_ids``, ``labels``, ``attention_mask``, ``mm_token_type_ids`` (B, L)
         int64; ``pixel_values`` (P, D) float32 or torch.bfloat16; ``image_grid_thw`` (I, 3)
         int64. A packed batch has ``position_ids`` (4, B, L) int64 (a strided view of the file)
-        instead of ``attention_mask``, so that the model attends within each sample only (see
+        instead of ``attention_mask``, and ``use_cache`` ``False`` (a bool, not a tensor:
+        :meth:`model_flags`), so that the model attends within each sample only (see
         :meth:`arrays`). Provenance (``sample_index``, ``source``) stays on the
         :class:`Batch`.
 
@@ -360,7 +363,20 @@ class Batch:
             )
         elif pixel_dtype is not None and pv.dtype != pixel_dtype:
             tensors["pixel_values"] = pv.to(pixel_dtype)
+        tensors.update(self.model_flags())
         return tensors
+
+    def model_flags(self) -> dict[str, Any]:
+        """The non-tensor keyword arguments :meth:`to_torch` adds: ``{"use_cache": False}`` for
+        a packed batch, ``{}`` otherwise.
+
+        transformers' Qwen-VL text models (5.23) build the block-diagonal mask from the
+        packed ``position_ids`` only without a cache (``masking_utils._preprocess_mask_arguments``
+        looks for packed sequences only when ``past_key_values`` is ``None``), and with the
+        configs' default ``use_cache=True`` their ``forward`` creates one, in training mode
+        too (unless gradient checkpointing turns the cache off): attention would then cross
+        the samples of a row, silently."""
+        return {"use_cache": False} if self.packed else {}
 
     def _torch_views(self) -> dict[str, Any]:
         """:meth:`arrays` as CPU tensors over the same memory; a bfloat16 batch's

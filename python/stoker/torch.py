@@ -113,7 +113,8 @@ class StokerBatch(dict[str, Any]):
     """One batch as ``{name: tensor}`` with exactly the keys of :meth:`Batch.to_torch`
     (``input_ids``, ``labels``, ``attention_mask``, ``mm_token_type_ids``, ``pixel_values``,
     ``image_grid_thw``; a packed batch ``position_ids`` (4, B, L) instead of
-    ``attention_mask``), so ``model(**batch)`` works, and its provenance as attributes (a
+    ``attention_mask``, and ``use_cache`` ``False``, the one entry that is not a tensor:
+    :meth:`Batch.model_flags`), so ``model(**batch)`` works, and its provenance as attributes (a
     ``dict`` built from it, e.g. ``{k: v.to(d) for k, v in batch.items()}``, drops them; the
     DataLoader's ``default_convert`` and ``pin_memory`` keep them):
 
@@ -153,16 +154,22 @@ class StokerBatch(dict[str, Any]):
         out.update(tensors)
         return out
 
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """The tensor entries (all but a packed batch's ``use_cache``)."""
+        return {k: v for k, v in self.items() if isinstance(v, torch.Tensor)}
+
     def pin_memory(self) -> StokerBatch:
         """A copy whose CPU tensors are in pinned memory (what ``DataLoader(pin_memory=True)``
         calls); tensors already on a device stay as they are."""
         return self._with(
-            {k: v.pin_memory() if v.device.type == "cpu" else v for k, v in self.items()}
+            {k: v.pin_memory() if v.device.type == "cpu" else v for k, v in self.tensors().items()}
         )
 
     def to(self, device: str | torch.device, non_blocking: bool = False) -> StokerBatch:
         """A copy with every tensor moved to ``device`` (attributes kept)."""
-        return self._with({k: v.to(device, non_blocking=non_blocking) for k, v in self.items()})
+        return self._with(
+            {k: v.to(device, non_blocking=non_blocking) for k, v in self.tensors().items()}
+        )
 
 
 def _stoker_batch(
@@ -175,7 +182,7 @@ def _stoker_batch(
     """``batch`` as a :class:`StokerBatch` on the host; with ``defer_uint8`` a uint8 batch's
     ``pixel_values`` stay uint8 (normalized after the copy to the device, :meth:`_stage`)."""
     if defer_uint8 and batch.pixel_dtype == "uint8":
-        out = StokerBatch(batch._torch_views())
+        out = StokerBatch({**batch._torch_views(), **batch.model_flags()})
         out._pending_vision = batch._vision_for_uint8()
     else:
         out = StokerBatch(batch.to_torch(pixel_dtype=pixel_dtype))
@@ -479,10 +486,10 @@ class StokerDataset(torch.utils.data.IterableDataset):
         if pin:
             host = {
                 k: torch.empty(v.shape, dtype=v.dtype, pin_memory=True).copy_(v)
-                for k, v in batch.items()
+                for k, v in batch.tensors().items()
             }
         else:
-            host = dict(batch)
+            host = batch.tensors()
         if self.device.type == "cuda":
             if self._copy_stream is None:
                 self._copy_stream = torch.cuda.Stream(self.device)
@@ -518,7 +525,7 @@ class StokerDataset(torch.utils.data.IterableDataset):
         if staged.event is not None:
             current = torch.cuda.current_stream(self.device)
             current.wait_event(staged.event)
-            for v in staged.batch.values():
+            for v in staged.batch.tensors().values():
                 v.record_stream(current)  # the copy stream allocated it
         return staged.batch
 

@@ -17,8 +17,10 @@ that rows hold several samples), with the same seed, W and B. Per preset, assert
   each sample's per-token losses from the packed forward (``model(**batch.to_torch())``, no
   ``attention_mask``) equal the unpacked forward's within 1e-5 relative, each sample's mean loss
   and the packed batch's ``.loss`` (token mean) within 1e-5 relative of the unpacked per-sample
-  losses' (token-weighted) mean. As a control, the same packed batch with ``attention_mask``
-  passed (attention crossing the samples of a row) gives other losses.
+  losses' (token-weighted) mean. As controls, the same packed batch with ``attention_mask``
+  passed, or with ``use_cache=True`` (the models' default, which ``to_torch()`` turns off: with
+  a cache transformers builds no packed mask), gives other losses: attention crosses the
+  samples of a row.
 
 Runs in the model venv (``.stoker/model-venv``), as ``test_real_model``.
 """
@@ -242,7 +244,7 @@ def test_the_packed_loss_is_the_token_weighted_mean_of_the_unpacked_per_sample_l
         if b.num_rows == 0:
             continue
         inputs = b.to_torch()
-        assert "attention_mask" not in inputs
+        assert "attention_mask" not in inputs and inputs["use_cache"] is False
         losses, loss = token_losses(model, inputs)
         total = count = 0.0
         for s in samples_of(b):
@@ -259,10 +261,11 @@ def test_the_packed_loss_is_the_token_weighted_mean_of_the_unpacked_per_sample_l
         where = f"{preset} {attn} step {b.step} rank {b.rank}"
         assert count > 0, where
         assert close(loss, total / count), f"loss {loss!r} vs {total / count!r}: {where}"
-        # the control: with the attention_mask, attention crosses the samples of a row
+        # the controls: with the attention_mask, or with a cache (the models' default
+        # use_cache=True), attention crosses the samples of a row
         if int(np.diff(b.row_offsets).max()) > 1:
-            _, leaky = token_losses(
-                model, dict(inputs, attention_mask=torch.from_numpy(b.attention_mask))
-            )
-            crossing += not close(leaky, total / count)
-    assert crossing > 0, "no batch where the attention_mask would have changed the loss"
+            mask = torch.from_numpy(b.attention_mask)
+            _, with_mask = token_losses(model, dict(inputs, attention_mask=mask))
+            _, with_cache = token_losses(model, dict(inputs, use_cache=True))
+            crossing += not close(with_mask, total / count) and not close(with_cache, total / count)
+    assert crossing > 0, "no batch where the attention_mask or a cache changed the loss"

@@ -155,7 +155,9 @@ def test_a_packed_batch_gives_position_ids_not_the_attention_mask_and_masks_back
         shm_root, rank=0, world_size=1, timeout_s=10, mask_backfilled=True, device=device
     )
     batch = next(iter(ds))
-    assert set(batch) == PACKED_INPUT_NAMES
+    assert set(batch) == PACKED_INPUT_NAMES | {"use_cache"}
+    assert batch["use_cache"] is False  # see Batch.model_flags
+    assert set(batch.tensors()) == PACKED_INPUT_NAMES
     assert batch.packing_max_tokens == 128
     pos = batch["position_ids"]
     assert pos.shape == (4, 3, a["ids"].shape[1]) and pos.dtype == torch.int64
@@ -176,7 +178,8 @@ def test_to_torch_of_a_packed_batch_shares_the_mapping_and_gives_the_varlen_kwar
     rows, a = packed_job(shm_root)
     b = next(BatchReader(shm_root, 0, timeout_s=10))
     inputs = b.to_torch()
-    assert set(inputs) == PACKED_INPUT_NAMES
+    assert set(inputs) == PACKED_INPUT_NAMES | {"use_cache"} and inputs["use_cache"] is False
+    assert b.model_flags() == {"use_cache": False}
     pos = inputs["position_ids"]
     assert pos.stride() == (b.seq_len, 4 * b.seq_len, 1), "a strided view, not a copy"
     lo, size = b.mapping_range
