@@ -43,6 +43,50 @@ class StokerConfigTest {
     }
 
     @Test
+    void packedRowsDefaultToMaxSeqLenAndMustHoldTheLongestSample() {
+        String[] base = {"--stoker.dataset.path", "/d", "--stoker.tokenizer.path", "/t"};
+        Configuration conf =
+                args(
+                        concat(
+                                base,
+                                "--stoker.packing.enabled",
+                                "true",
+                                "--stoker.max-seq-len",
+                                "4096"));
+        StokerConfig.validate(conf);
+        assertThat(StokerConfig.packingMaxTokens(conf)).isEqualTo(4096);
+        Configuration small =
+                args(
+                        concat(
+                                base,
+                                "--stoker.packing.enabled",
+                                "true",
+                                "--stoker.max-seq-len",
+                                "4096",
+                                "--stoker.packing.max-tokens",
+                                "2048"));
+        assertThatThrownBy(() -> StokerConfig.validate(small))
+                .isInstanceOf(IllegalConfigurationException.class)
+                .hasMessageContaining(
+                        "stoker.packing.max-tokens (2048) must be at least stoker.max-seq-len (4096)");
+        // not packing: the row size is not checked
+        StokerConfig.validate(
+                args(
+                        concat(
+                                base,
+                                "--stoker.max-seq-len",
+                                "4096",
+                                "--stoker.packing.max-tokens",
+                                "2048")));
+    }
+
+    private static String[] concat(String[] a, String... b) {
+        String[] out = java.util.Arrays.copyOf(a, a.length + b.length);
+        System.arraycopy(b, 0, out, a.length, b.length);
+        return out;
+    }
+
+    @Test
     void misspelledStokerOptionIsRejectedByName() {
         Configuration conf =
                 args(

@@ -1,5 +1,6 @@
 package dev.stoker.connectors.protocol;
 
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import org.apache.arrow.vector.types.FloatingPointPrecision;
@@ -101,16 +102,7 @@ public final class BatchSchema {
      */
     public static Schema forBatch(
             int seqLen, int patchDim, PixelDtype pixelDtype, Map<String, String> metadata) {
-        return new Schema(
-                List.of(
-                        scalar(SAMPLE_INDEX, INT64),
-                        scalar(SOURCE, ArrowType.Utf8.INSTANCE),
-                        fixedList(INPUT_IDS, seqLen, INT64),
-                        fixedList(LABELS, seqLen, INT64),
-                        fixedList(ATTENTION_MASK, seqLen, INT64),
-                        listOfFixed(PIXEL_VALUES, patchDim, pixelItem(pixelDtype)),
-                        listOfFixed(IMAGE_GRID_THW, 3, INT64)),
-                metadata);
+        return new Schema(columns(seqLen, patchDim, pixelDtype, false), metadata);
     }
 
     /**
@@ -120,18 +112,27 @@ public final class BatchSchema {
      */
     public static Schema forPackedBatch(
             int seqLen, int patchDim, PixelDtype pixelDtype, Map<String, String> metadata) {
-        return new Schema(
-                List.of(
-                        list(SAMPLE_INDEX, INT64),
-                        list(SOURCE, ArrowType.Utf8.INSTANCE),
-                        fixedList(INPUT_IDS, seqLen, INT64),
-                        fixedList(LABELS, seqLen, INT64),
-                        fixedList(ATTENTION_MASK, seqLen, INT64),
-                        listOfFixed(PIXEL_VALUES, patchDim, pixelItem(pixelDtype)),
-                        listOfFixed(IMAGE_GRID_THW, 3, INT64),
-                        fixedList(POSITION_IDS, 4 * seqLen, INT64),
-                        list(CU_SEQLENS, INT32)),
-                metadata);
+        return new Schema(columns(seqLen, patchDim, pixelDtype, true), metadata);
+    }
+
+    private static List<Field> columns(
+            int seqLen, int patchDim, PixelDtype pixelDtype, boolean packed) {
+        List<Field> fields = new ArrayList<>();
+        fields.add(packed ? list(SAMPLE_INDEX, INT64) : scalar(SAMPLE_INDEX, INT64));
+        fields.add(
+                packed
+                        ? list(SOURCE, ArrowType.Utf8.INSTANCE)
+                        : scalar(SOURCE, ArrowType.Utf8.INSTANCE));
+        fields.add(fixedList(INPUT_IDS, seqLen, INT64));
+        fields.add(fixedList(LABELS, seqLen, INT64));
+        fields.add(fixedList(ATTENTION_MASK, seqLen, INT64));
+        fields.add(listOfFixed(PIXEL_VALUES, patchDim, pixelItem(pixelDtype)));
+        fields.add(listOfFixed(IMAGE_GRID_THW, 3, INT64));
+        if (packed) {
+            fields.add(fixedList(POSITION_IDS, 4 * seqLen, INT64));
+            fields.add(list(CU_SEQLENS, INT32));
+        }
+        return fields;
     }
 
     private static ArrowType pixelItem(PixelDtype pixelDtype) {

@@ -6,10 +6,14 @@ import dev.stoker.operators.batch.BatchPlan;
 import dev.stoker.operators.model.RecordRef;
 import dev.stoker.operators.model.SlotResult;
 import dev.stoker.operators.model.TokenizedSample;
+import dev.stoker.operators.model.TokenizedSampleTypeInfo;
 import dev.stoker.operators.model.TrainingBatch;
 import java.util.ArrayList;
 import java.util.List;
+import org.apache.flink.api.common.typeinfo.TypeInformation;
 import org.apache.flink.api.common.typeinfo.Types;
+import org.apache.flink.api.java.typeutils.ObjectArrayTypeInfo;
+import org.apache.flink.api.java.typeutils.PojoTypeInfo;
 import org.apache.flink.runtime.checkpoint.OperatorSubtaskState;
 import org.apache.flink.streaming.api.operators.KeyedProcessOperator;
 import org.apache.flink.streaming.runtime.streamrecord.StreamRecord;
@@ -90,6 +94,18 @@ class PackStepFunctionTest {
             assertThat(indices(out.get(3))).containsExactly(4L);
             assertThat(h.numKeyedStateEntries()).isZero();
         }
+    }
+
+    @Test
+    void packedBatchesTravelAsPojosWithTheSamplesBulkSerializer() {
+        TypeInformation<TrainingBatch> type = TypeInformation.of(TrainingBatch.class);
+        assertThat(type).isInstanceOf(PojoTypeInfo.class);
+        TypeInformation<?> samples =
+                ((PojoTypeInfo<TrainingBatch>) type)
+                        .getTypeAt(((PojoTypeInfo<TrainingBatch>) type).getFieldIndex("samples"));
+        assertThat(samples).isInstanceOf(ObjectArrayTypeInfo.class);
+        assertThat(((ObjectArrayTypeInfo<?, ?>) samples).getComponentInfo())
+                .isInstanceOf(TokenizedSampleTypeInfo.class);
     }
 
     @Test
