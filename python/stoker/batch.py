@@ -3,7 +3,8 @@
 The job publishes batch (step, rank) as one Arrow IPC *file* holding one record batch, columns
 and schema metadata as ``schema/batch-schema.json`` defines them (mirrored by
 :mod:`stoker.schema`). :func:`read_batch_file` memory-maps it, checks it (schema, metadata, row
-count, back-filled slots, that every column lies inside the mapping) and returns a
+count, back-filled slots, that every column lies inside the mapping; for a packed batch also
+the per-row sample lists, ``cu_seqlens`` and ``position_ids`` against each other) and returns a
 :class:`Batch` whose numpy arrays are views of the mapped memory: no copy, and the mapping stays
 valid, even after the file is unlinked, for as long as an array or tensor built on it is alive.
 A file that breaks the contract raises :class:`~stoker.protocol.BatchFormatError` naming it.
@@ -16,6 +17,7 @@ import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import EllipsisType
 from typing import Any
 
 import numpy as np
@@ -24,7 +26,7 @@ import pyarrow as pa
 import pyarrow.ipc
 
 from .protocol import BatchFormatError, Manifest, VisionSettings
-from .schema import COLUMNS, PIXEL_DTYPES, match_column
+from .schema import COLUMNS, PACKING_MAX_TOKENS_KEY, PIXEL_DTYPES, POSITION_AXES, match_column
 
 __all__ = [
     "Batch",
@@ -41,7 +43,7 @@ class Batch:
     """One (step, rank) batch; every array is a read-only view over the memory-mapped file.
 
     Shapes and dtypes (B = rows, L = padded sequence length, P = patches, D = patch dim,
-    I = images):
+    I = images, S = samples; unpacked, every row is one sample and S = B):
 
     * ``input_ids``, ``labels``, ``attention_mask``: ``(B, L)`` int64 (token ids; labels use
       -100 for ignored positions; mask is 1/0).
@@ -54,18 +56,33 @@ class Batch:
       ``device``), :meth:`pixel_values_float32` with numpy, both to the float32 values a FLOAT32
       job writes, bit for bit (:func:`normalize_uint8`).
     * ``image_grid_thw``: ``(I, 3)`` int64, (grid_t, grid_h, grid_w) per image, in patches.
-    * ``sample_index``: ``(B,)`` int64, slot index of each row's record in the run's
+    * ``sample_index``: ``(S,)`` int64, slot index of each sample's record in the run's
       deterministic order (``epoch * steps_per_epoch * W * B + position in the epoch's shuffled
-      order``); a back-filled row repeats the index of the row it copies.
-    * ``source``: ``list[str]`` of length B, ``"<jsonl uri>:<1-based line>"``.
-    * ``backfilled_slots``: ``tuple[int, ...]``, ascending rows (slots ``0 .. B-1``) that hold a
-      copy of another row of the batch because their own record was dead-lettered or lay past
-      the end of the epoch; empty when none. Weight them out of the loss to train on every
-      record exactly once per epoch, e.g. ``keep = np.ones(B, bool);
-      keep[list(batch.backfilled_slots)] = False``.
+      order``); a back-filled sample repeats the index of the sample it copies.
+    * ``source``: ``list[str]`` of length S, ``"<jsonl uri>:<1-based line>"``.
+    * ``backfilled_slots``: ``tuple[int, ...]``, ascending positions ``0 .. S-1`` (unpacked: the
+      rows) of samples that are a copy of another sample because their own record was
+      dead-lettered or lay past the end of the epoch; empty when none. Weight them out of the
+      loss to train on every record exactly once per epoch, e.g. ``keep = np.ones(S, bool);
+      keep[list(batch.backfilled_slots)] = False`` (:attr:`sample_spans` gives their tokens).
 
-    B is the manifest's ``micro_batch_size`` for every batch read by :class:`BatchReader`, or 0
-    when no slot of the batch held a sample.
+    A **packed** batch (:attr:`packed`; job option ``stoker.packing.enabled``) holds several
+    whole samples per row, one after another, each row at most :attr:`packing_max_tokens`
+    tokens; B is then its number of rows R (:attr:`num_rows`), which the job chooses, and
+    ``sample_index`` / ``source`` list the samples of row 0 first, then row 1's, ...
+    (:attr:`row_offsets`). Only a packed batch has:
+
+    * ``position_ids``: ``(4, B, L)`` int64, a strided view of the file (no copy): each
+      sample's text positions ``0 .. n-1``, then its M-RoPE temporal, height and width
+      positions, as transformers' ``get_rope_index`` gives the sample alone; the padding tail
+      counts ``0 ..`` on all four axes.
+    * ``cu_seqlens``: ``(N+1,)`` int32, flash-attention's varlen boundaries of the N
+      sub-sequences (samples and padding tails) over the flattened ``(B*L,)`` tokens (row ``r``'s
+      boundaries offset by ``r*L``); a new array.
+
+    An unpacked batch has B = the manifest's ``micro_batch_size`` rows for every batch read by
+    :class:`BatchReader`, or 0 when no slot of the batch held a sample; a packed batch has 0
+    rows when its step had no sample.
 
     Arrays are not writable; the mapping stays valid (even after the file is unlinked) for as
     long as any array or tensor built from it is alive.
@@ -92,12 +109,54 @@ class Batch:
     vision: VisionSettings | None = None
     #: (start address, size in bytes) of the file mapping the arrays live in.
     mapping_range: tuple[int, int] = (0, 0)
+    #: T, tokens per packed row (metadata ``stoker.packing_max_tokens``); ``None``: not packed.
+    packing_max_tokens: int | None = None
+    #: Packed batches: ``(4, B, L)`` int64 view (text, temporal, height, width); else ``None``.
+    position_ids: np.ndarray | None = None
+    #: Packed batches: ``(N+1,)`` int32 flattened sub-sequence boundaries; else ``None``.
+    cu_seqlens: np.ndarray | None = None
+    _row_offsets: np.ndarray | None = field(default=None, repr=False)
+    _sample_spans: np.ndarray | None = field(default=None, repr=False)
     _keepalive: Any = field(default=None, repr=False)
 
     @property
+    def packed(self) -> bool:
+        """Whether the rows hold several samples each (metadata ``stoker.packing_max_tokens``)."""
+        return self.packing_max_tokens is not None
+
+    @property
     def num_samples(self) -> int:
-        """B, the number of rows (the micro-batch size, or 0), back-filled rows included."""
+        """S, the number of samples, back-filled ones included: unpacked the number of rows (the
+        micro-batch size, or 0); packed those of every row."""
+        return int(self.sample_index.shape[0])
+
+    @property
+    def num_rows(self) -> int:
+        """B (packed: R), the number of rows of ``input_ids``."""
         return int(self.input_ids.shape[0])
+
+    @property
+    def row_offsets(self) -> np.ndarray:
+        """``(B+1,)`` int64: the samples of row ``r`` are positions ``row_offsets[r] ..
+        row_offsets[r+1] - 1`` of ``sample_index`` and ``source`` (unpacked ``0 .. B``)."""
+        if self._row_offsets is None:
+            offsets = np.arange(self.num_rows + 1, dtype=np.int64)
+            offsets.setflags(write=False)
+            self._row_offsets = offsets
+        return self._row_offsets
+
+    @property
+    def sample_spans(self) -> np.ndarray:
+        """``(S, 3)`` int64 ``(row, start, end)``: sample ``k``'s tokens are ``input_ids[row,
+        start:end]`` (unpacked: row ``k``, from 0 to its ``attention_mask`` sum)."""
+        if self._sample_spans is None:
+            n = self.num_rows
+            spans = np.zeros((n, 3), dtype=np.int64)
+            spans[:, 0] = np.arange(n)
+            spans[:, 2] = self.attention_mask.sum(axis=1)
+            spans.setflags(write=False)
+            self._sample_spans = spans
+        return self._sample_spans
 
     @property
     def seq_len(self) -> int:
@@ -158,7 +217,26 @@ class Batch:
         them: ``input_ids``, ``labels``, ``attention_mask``, ``mm_token_type_ids`` (B, L) int64,
         ``pixel_values`` (P, D) as stored (:attr:`pixel_values`: float32 as the processors
         return it, or bfloat16 bits or uint8 samples), ``image_grid_thw`` (I, 3) int64. All but
-        ``mm_token_type_ids`` are views of the file."""
+        ``mm_token_type_ids`` are views of the file.
+
+        A packed batch's inputs have ``position_ids`` (4, B, L) int64 instead of
+        ``attention_mask``: transformers' Qwen2-VL, Qwen2.5-VL and Qwen3-VL (5.23) take the
+        text axis of 4-row ``position_ids`` to build a block-diagonal causal mask (each sample
+        attends only to itself) only when ``attention_mask`` is ``None`` (and no cache is
+        used: :meth:`model_flags`); with the mask, attention would cross the samples of a
+        row. (With ``attn_implementation
+        "flash_attention_2"`` that mask is not built for more than one row: see
+        :meth:`flash_varlen_kwargs`.)"""
+        if self.packed:
+            assert self.position_ids is not None
+            return {
+                "input_ids": self.input_ids,
+                "labels": self.labels,
+                "position_ids": self.position_ids,
+                "mm_token_type_ids": self.mm_token_type_ids,
+                "pixel_values": self.pixel_values,
+                "image_grid_thw": self.image_grid_thw,
+            }
         return {
             "input_ids": self.input_ids,
             "labels": self.labels,
@@ -166,6 +244,42 @@ class Batch:
             "mm_token_type_ids": self.mm_token_type_ids,
             "pixel_values": self.pixel_values,
             "image_grid_thw": self.image_grid_thw,
+        }
+
+    def flash_varlen_kwargs(self, device: Any = None) -> dict[str, Any]:
+        """A packed batch's sub-sequence boundaries as flash-attention's varlen arguments, named
+        as transformers' ``FlashAttentionKwargs``: ``cu_seq_lens_q`` and ``cu_seq_lens_k``
+        (:attr:`cu_seqlens` as an int32 ``(N+1,)`` tensor on ``device``, the same tensor) and
+        ``max_length_q`` and ``max_length_k`` (int, the longest sub-sequence), over the batch's
+        ``B*L`` tokens flattened row after row (what ``flash_attn_varlen_func`` takes).
+
+        Not part of :meth:`to_torch`: transformers' Qwen-VL models (5.23) hand their keyword
+        arguments to the vision tower too, whose flash-attention call sets ``cu_seq_lens_q`` of
+        its own (a batch with images then raises ``TypeError``), and eager and SDPA attention
+        ignore them. With ``attn_implementation="flash_attention_2"`` and more than one row,
+        the models neither build the block-diagonal mask nor derive the boundaries from
+        ``position_ids`` (they do only for a single row), so attention would cross samples:
+        pass these to your own varlen attention, or reshape the batch to one row of ``B*L``
+        tokens (``input_ids``, ``labels``, ``mm_token_type_ids`` to ``(1, B*L)``,
+        ``position_ids`` to ``(4, 1, B*L)``), from which transformers derives them itself.
+
+        Raises:
+            ValueError: the batch is not packed.
+            ImportError: torch is not installed.
+        """
+        if self.cu_seqlens is None:
+            raise ValueError(f"{self.path}: not a packed batch: it has no cu_seqlens")
+        import torch
+
+        cu = torch.from_numpy(self.cu_seqlens)
+        if device is not None:
+            cu = cu.to(device)
+        longest = int(np.diff(self.cu_seqlens).max()) if self.cu_seqlens.size > 1 else 0
+        return {
+            "cu_seq_lens_q": cu,
+            "cu_seq_lens_k": cu,
+            "max_length_q": longest,
+            "max_length_k": longest,
         }
 
     def pixel_values_float32(self) -> np.ndarray:
@@ -194,12 +308,17 @@ class Batch:
         pixel_dtype: Any = None,
         non_blocking: bool = False,
     ) -> dict[str, Any]:
-        """Return ``{name: torch.Tensor}``, the keyword arguments of the transformers Qwen-VL
-        models' ``forward``, so ``model(**batch.to_torch("cuda"))`` works.
+        """Return ``{name: torch.Tensor}`` (packed: and ``use_cache=False``), the keyword
+        arguments of the transformers Qwen-VL models' ``forward``, so
+        ``model(**batch.to_torch("cuda"))`` works.
 
         Keys: ``input_ids``, ``labels``, ``attention_mask``, ``mm_token_type_ids`` (B, L)
         int64; ``pixel_values`` (P, D) float32 or torch.bfloat16; ``image_grid_thw`` (I, 3)
-        int64. Provenance (``sample_index``, ``source``) stays on the :class:`Batch`.
+        int64. A packed batch has ``position_ids`` (4, B, L) int64 (a strided view of the file)
+        instead of ``attention_mask``, and ``use_cache`` ``False`` (a bool, not a tensor:
+        :meth:`model_flags`), so that the model attends within each sample only (see
+        :meth:`arrays`). Provenance (``sample_index``, ``source``) stays on the
+        :class:`Batch`.
 
         Args:
             device: ``None``: CPU tensors sharing memory with the mapping
@@ -244,7 +363,20 @@ class Batch:
             )
         elif pixel_dtype is not None and pv.dtype != pixel_dtype:
             tensors["pixel_values"] = pv.to(pixel_dtype)
+        tensors.update(self.model_flags())
         return tensors
+
+    def model_flags(self) -> dict[str, Any]:
+        """The non-tensor keyword arguments :meth:`to_torch` adds: ``{"use_cache": False}`` for
+        a packed batch, ``{}`` otherwise.
+
+        transformers' Qwen-VL text models (5.23) build the block-diagonal mask from the
+        packed ``position_ids`` only without a cache (``masking_utils._preprocess_mask_arguments``
+        looks for packed sequences only when ``past_key_values`` is ``None``), and with the
+        configs' default ``use_cache=True`` their ``forward`` creates one, in training mode
+        too (unless gradient checkpointing turns the cache off): attention would then cross
+        the samples of a row, silently."""
+        return {"use_cache": False} if self.packed else {}
 
     def _torch_views(self) -> dict[str, Any]:
         """:meth:`arrays` as CPU tensors over the same memory; a bfloat16 batch's
@@ -377,6 +509,7 @@ def checks_for(manifest: Manifest, rank: int, step: int) -> dict[str, Any]:
         "patch_dim": manifest.patch_dim,
         "micro_batch_size": manifest.micro_batch_size,
         "vision": manifest.vision,
+        "packing_max_tokens": manifest.packing_max_tokens,
     }
 
 
@@ -443,6 +576,179 @@ def _list_of_fixed(arr: pa.Array, path: Path, col: str, dtype: str) -> np.ndarra
     return _view(buf, dtype, start, n * width, path, col).reshape(n, width)
 
 
+def _list_offsets(arr: pa.Array, path: Path, col: str) -> tuple[int, np.ndarray]:
+    """The first offset of a ``list<...>`` array and its ``(len+1,)`` int64 offsets relative
+    to it, checked non-decreasing."""
+    if arr.null_count:
+        raise BatchFormatError(
+            f"{path}: column {col!r} holds {arr.null_count} nulls; nulls are not allowed"
+        )
+    if len(arr) == 0:
+        return 0, np.zeros(1, dtype=np.int64)
+    raw = arr.offsets.to_numpy(zero_copy_only=False).astype(np.int64)  # accounts for arr.offset
+    if np.any(np.diff(raw) < 0):
+        raise BatchFormatError(f"{path}: column {col!r} has decreasing list offsets")
+    return int(raw[0]), raw - raw[0]
+
+
+def _list_values(arr: pa.Array, path: Path, col: str, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, offsets)`` of a ``list<prim>`` array: the items of every row concatenated, a
+    view of the file, and ``(len+1,)`` int64 offsets of each row's items in them."""
+    first, offsets = _list_offsets(arr, path, col)
+    leaf = arr.values  # ignores arr.offset (the offsets include it)
+    buf = _data_buffer(leaf, path, col)
+    values = _view(buf, dtype, leaf.offset + first, int(offsets[-1]), path, col)
+    return values, offsets
+
+
+def _strings(arr: pa.Array, path: Path, col: str) -> tuple[list[str], np.ndarray]:
+    """``(items, offsets)`` of a ``list<utf8>`` array, as :func:`_list_values`."""
+    _, offsets = _list_offsets(arr, path, col)
+    items = arr.flatten()  # respects the offsets
+    if items.null_count:
+        raise BatchFormatError(f"{path}: column {col!r} holds null items; nulls are not allowed")
+    return items.to_pylist(), offsets
+
+
+@dataclass
+class _Packing:
+    """What :func:`_check_packed` derives from a packed batch's columns."""
+
+    position_rows: np.ndarray  # (R, 4L) view, as stored
+    position_ids: np.ndarray  # (4, R, L) view of it
+    cu_seqlens: np.ndarray  # (N+1,) int32, new
+    row_offsets: np.ndarray  # (R+1,) int64
+    sample_spans: np.ndarray  # (S, 3) int64
+
+
+def _check_packed(
+    path: Path,
+    cols: dict[str, pa.Array],
+    input_ids: np.ndarray,
+    labels: np.ndarray,
+    attention_mask: np.ndarray,
+    row_offsets: np.ndarray,
+    max_tokens: int,
+    pad_token_id: int | None,
+) -> _Packing:
+    """Check a packed batch's rows, sample lists, ``cu_seqlens`` and ``position_ids`` against
+    each other (docs/batch-protocol.md, "Packed batches") and derive the reader's arrays."""
+    rows, seq_len = input_ids.shape
+    counts = np.diff(row_offsets)
+    if rows and counts.min() < 1:
+        r = int(np.argmin(counts))
+        raise BatchFormatError(f"{path}: row {r} of the packed batch lists no sample")
+    if seq_len > max_tokens:
+        raise BatchFormatError(
+            f"{path}: rows of L={seq_len} tokens, more than {PACKING_MAX_TOKENS_KEY}={max_tokens}"
+        )
+
+    pos_col = cols["position_ids"]
+    if len(pos_col) != rows:
+        raise BatchFormatError(f"{path}: column 'position_ids' has {len(pos_col)} rows, not {rows}")
+    per_row = _fixed_rows(pos_col, path, "position_ids", "int64")  # (R, 4L)
+    if per_row.shape[1] != POSITION_AXES * seq_len:
+        raise BatchFormatError(
+            f"{path}: column 'position_ids' has {per_row.shape[1]} values per row, not "
+            f"{POSITION_AXES} * L = {POSITION_AXES * seq_len}"
+        )
+    position_ids = per_row.reshape(rows, POSITION_AXES, seq_len).transpose(1, 0, 2)
+
+    cu_col = cols["cu_seqlens"]
+    if len(cu_col) != rows:
+        raise BatchFormatError(f"{path}: column 'cu_seqlens' has {len(cu_col)} rows, not {rows}")
+    cu, cu_offsets = _list_values(cu_col, path, "cu_seqlens", "int32")
+    cu_counts = np.diff(cu_offsets)
+    tails = cu_counts - 1 - counts  # 1 where the row has a padding tail, else 0
+    bad = np.flatnonzero((tails < 0) | (tails > 1))
+    if bad.size:
+        r = int(bad[0])
+        raise BatchFormatError(
+            f"{path}: row {r}'s cu_seqlens has {int(cu_counts[r])} boundaries for its "
+            f"{int(counts[r])} samples (expected {int(counts[r]) + 1}, or one more for a "
+            "padding tail)"
+        )
+    if rows:
+        starts, ends = cu_offsets[:-1], cu_offsets[1:] - 1
+        if np.any(cu[starts] != 0) or np.any(cu[ends] != seq_len):
+            r = int(np.flatnonzero((cu[starts] != 0) | (cu[ends] != seq_len))[0])
+            raise BatchFormatError(
+                f"{path}: row {r}'s cu_seqlens {cu[starts[r] : ends[r] + 1].tolist()} does not "
+                f"run from 0 to L={seq_len}"
+            )
+        within = np.ones(cu.size - 1, dtype=bool)
+        within[ends[:-1]] = False  # a row's last boundary and the next row's 0
+        steps = np.diff(cu.astype(np.int64))
+        if np.any(within & (steps <= 0)):
+            k = int(np.flatnonzero(within & (steps <= 0))[0])
+            r = int(np.searchsorted(cu_offsets, k, side="right") - 1)
+            raise BatchFormatError(
+                f"{path}: row {r}'s cu_seqlens {cu[starts[r] : ends[r] + 1].tolist()} is not "
+                "strictly increasing"
+            )
+
+    # each sample's (row, start, end); a row's tokens end where its last sample ends
+    sample_rows = np.repeat(np.arange(rows, dtype=np.int64), counts)
+    local = np.arange(sample_rows.size, dtype=np.int64) - row_offsets[sample_rows]
+    at = cu_offsets[sample_rows] + local
+    spans = np.stack([sample_rows, cu[at].astype(np.int64), cu[at + 1].astype(np.int64)], 1)
+    real_end = np.zeros(rows, dtype=np.int64)
+    if rows:
+        real_end = cu[cu_offsets[1:] - 1 - tails].astype(np.int64)
+        if int(real_end.max()) != seq_len:
+            raise BatchFormatError(
+                f"{path}: the longest packed row holds {int(real_end.max())} tokens, but L is "
+                f"{seq_len} (rows are padded to the longest)"
+            )
+    t = np.arange(seq_len, dtype=np.int64)[None, :]
+    tail = t >= real_end[:, None]  # (R, L)
+    if not np.array_equal(attention_mask, (~tail).astype(np.int64)):
+        r = int(np.flatnonzero((attention_mask != (~tail)).any(axis=1))[0])
+        raise BatchFormatError(
+            f"{path}: row {r}'s attention_mask is not 1 on its {int(real_end[r])} sample "
+            "tokens and 0 on the padding"
+        )
+    first = np.zeros((rows, seq_len), dtype=bool)
+    first[spans[:, 0], spans[:, 1]] = True
+    if np.any(labels[first | tail] != -100):
+        r = int(np.flatnonzero(((labels != -100) & (first | tail)).any(axis=1))[0])
+        raise BatchFormatError(
+            f"{path}: row {r}'s labels are not -100 on every sample's first token and on the "
+            "padding (a shifted loss would train across a sample boundary)"
+        )
+    if pad_token_id is not None and np.any(input_ids[tail] != pad_token_id):
+        raise BatchFormatError(f"{path}: packed rows are not padded with pad token {pad_token_id}")
+
+    # text positions restart at 0 at every boundary (the models build the mask from them)
+    flat_starts = cu.astype(np.int64) + np.repeat(
+        np.arange(rows, dtype=np.int64) * seq_len, cu_counts
+    )
+    keep = np.ones(flat_starts.size, dtype=bool)
+    if rows:
+        keep[cu_offsets[1:-1]] = False  # row r+1's 0 is row r's L
+    flat_cu = flat_starts[keep]
+    lengths = np.diff(flat_cu)
+    expected = np.arange(rows * seq_len, dtype=np.int64) - np.repeat(flat_cu[:-1], lengths)
+    text = position_ids[0].reshape(-1)
+    if not np.array_equal(text, expected):
+        k = int(np.flatnonzero(text != expected)[0])
+        raise BatchFormatError(
+            f"{path}: position_ids' text axis at row {k // seq_len}, token {k % seq_len} is "
+            f"{int(text[k])}, not {int(expected[k])}: it must count 0 .. n-1 within each "
+            "cu_seqlens sub-sequence"
+        )
+    tail_pos = (t - real_end[:, None])[tail]
+    for axis in range(1, POSITION_AXES):
+        if not np.array_equal(position_ids[axis][tail], tail_pos):
+            raise BatchFormatError(
+                f"{path}: position_ids' axis {axis} does not count 0 .. on the padding tail"
+            )
+    cu_flat = flat_cu.astype(np.int32) if rows else np.zeros(1, dtype=np.int32)
+    for a in (cu_flat, spans):
+        a.setflags(write=False)
+    return _Packing(per_row, position_ids, cu_flat, row_offsets, spans)
+
+
 def read_batch_file(
     path: str | os.PathLike[str],
     *,
@@ -451,6 +757,7 @@ def read_batch_file(
     patch_dim: int | None = None,
     micro_batch_size: int | None = None,
     vision: VisionSettings | None = None,
+    packing_max_tokens: int | None | EllipsisType = ...,
 ) -> Batch:
     """Memory-map one batch file and build a :class:`Batch` over it without copying.
 
@@ -458,11 +765,14 @@ def read_batch_file(
         path: an Arrow IPC file ``step-<s>.arrow``.
         expected_step, expected_rank: check the ``stoker.step`` / ``stoker.rank`` metadata.
         patch_dim: check D of ``pixel_values`` (the manifest's ``patch_dim``).
-        micro_batch_size: check that the batch has exactly this many rows, or 0, and that
-            ``stoker.slots`` agrees (the manifest's ``micro_batch_size``).
+        micro_batch_size: check that ``stoker.slots`` is this (the manifest's
+            ``micro_batch_size``) and, unpacked, that the batch has exactly this many rows, or 0.
         vision: the job's vision settings (``Manifest.vision``), kept as :attr:`Batch.vision`
             to normalize uint8 ``pixel_values``; for a uint8 batch, checked to give D values
             per row (the other element types are already normalized and use no vision).
+        packing_max_tokens: the manifest's ``packing_max_tokens``: an int requires a packed
+            batch of that ``stoker.packing_max_tokens``, ``None`` an unpacked batch; ``...``
+            (the default) accepts either.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
@@ -470,8 +780,14 @@ def read_batch_file(
             mistyped columns, nulls, inconsistent lengths, step/rank/slots metadata that
             disagrees with the file's place, a row count other than ``micro_batch_size`` or 0,
             an invalid ``stoker.backfilled_slots``, a uint8 batch with ``vision`` for another
-            D, or data that
-            would need a copy (e.g. compressed buffers).
+            D, or data that would need a copy (e.g. compressed buffers). For packed batches
+            also: packing other than ``packing_max_tokens`` says, per-row sample lists that
+            disagree with each other or with ``cu_seqlens``, a row without a sample,
+            ``cu_seqlens`` that do not run strictly increasing from 0 to L, rows longer than
+            ``stoker.packing_max_tokens`` or L not the longest row, an ``attention_mask``,
+            ``labels`` or padding that disagrees with the boundaries, ``position_ids`` whose
+            text axis does not count ``0 .. n-1`` within each sub-sequence or whose padding
+            tail does not count from 0, back-filled positions outside ``0 .. S-1``.
     """
     path = Path(path)
     source = pa.memory_map(str(path), "r")
@@ -488,17 +804,27 @@ def read_batch_file(
         raise BatchFormatError(
             f"{path}: holds {reader.num_record_batches} record batches, expected exactly 1"
         )
-    validate_schema(schema, path, patch_dim=patch_dim)
+    max_tokens = validate_schema(schema, path, patch_dim=patch_dim)
+    if packing_max_tokens is not ... and max_tokens != packing_max_tokens:
+        want = (
+            "unpacked batches"
+            if packing_max_tokens is None
+            else f"batches packed into rows of {packing_max_tokens} tokens"
+        )
+        got = "an unpacked batch" if max_tokens is None else f"rows of {max_tokens} tokens"
+        raise BatchFormatError(
+            f"{path}: the manifest's packing_max_tokens says {want}, the file holds {got}"
+        )
     if reader.num_record_batches == 1:
         rb = reader.get_batch(0)
     else:  # a writer that wrote no record batch at all: an empty batch
         rb = pa.RecordBatch.from_pylist([], schema=schema)
 
     meta = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
-    for key, want in (("stoker.step", expected_step), ("stoker.rank", expected_rank)):
-        if want is not None and key in meta and meta[key] != str(want):
+    for key, want_value in (("stoker.step", expected_step), ("stoker.rank", expected_rank)):
+        if want_value is not None and key in meta and meta[key] != str(want_value):
             raise BatchFormatError(
-                f"{path}: metadata {key}={meta[key]!r} but the file is for {want}"
+                f"{path}: metadata {key}={meta[key]!r} but the file is for {want_value}"
             )
 
     cols = {name: rb.column(name) for name in schema.names}
@@ -522,13 +848,23 @@ def read_batch_file(
             f"{vision.patch_dim}"
         )
     image_grid_thw = _list_of_fixed(cols["image_grid_thw"], path, "image_grid_thw", "int64")
-    si = cols["sample_index"]
-    sample_index = _view(
-        _data_buffer(si, path, "sample_index"), "int64", si.offset, b, path, "sample_index"
-    )
-    src = cols["source"]
-    if src.null_count:
-        raise BatchFormatError(f"{path}: column 'source' holds nulls")
+    si, src = cols["sample_index"], cols["source"]
+    row_offsets: np.ndarray | None = None
+    if max_tokens is None:
+        sample_index = _view(
+            _data_buffer(si, path, "sample_index"), "int64", si.offset, b, path, "sample_index"
+        )
+        if src.null_count:
+            raise BatchFormatError(f"{path}: column 'source' holds nulls")
+        sources = src.to_pylist()
+    else:
+        sample_index, row_offsets = _list_values(si, path, "sample_index", "int64")
+        sources, source_offsets = _strings(src, path, "source")
+        if not np.array_equal(row_offsets, source_offsets):
+            raise BatchFormatError(
+                f"{path}: sample_index and source list different samples per row "
+                f"({np.diff(row_offsets).tolist()} vs {np.diff(source_offsets).tolist()})"
+            )
 
     if not (labels.shape == attention_mask.shape == input_ids.shape):
         raise BatchFormatError(f"{path}: input_ids/labels/attention_mask shapes differ")
@@ -538,6 +874,20 @@ def read_batch_file(
             raise BatchFormatError(
                 f"{path}: pixel_values has {pixel_values.shape[0]} patches but image_grid_thw implies {expected_p}"
             )
+    packing = None
+    if max_tokens is not None:
+        assert row_offsets is not None
+        pad = meta.get("stoker.pad_token_id")
+        packing = _check_packed(
+            path,
+            cols,
+            input_ids,
+            labels,
+            attention_mask,
+            row_offsets,
+            max_tokens,
+            int(pad) if pad not in (None, "") else None,
+        )
     for name, a in (
         ("input_ids", input_ids),
         ("labels", labels),
@@ -545,7 +895,10 @@ def read_batch_file(
         ("pixel_values", pixel_values),
         ("image_grid_thw", image_grid_thw),
         ("sample_index", sample_index),
+        ("position_ids", None if packing is None else packing.position_rows),
     ):
+        if a is None:
+            continue
         if not a.flags.c_contiguous:
             raise BatchFormatError(f"{path}: column {name!r} is not contiguous")
         if a.size and not (lo <= a.ctypes.data and a.ctypes.data + a.nbytes <= hi):
@@ -555,7 +908,7 @@ def read_batch_file(
             )
 
     if micro_batch_size is not None:
-        if b not in (0, micro_batch_size):
+        if max_tokens is None and b not in (0, micro_batch_size):
             raise BatchFormatError(
                 f"{path}: holds {b} rows, expected micro_batch_size {micro_batch_size} (or 0)"
             )
@@ -564,7 +917,12 @@ def read_batch_file(
                 f"{path}: metadata stoker.slots={meta['stoker.slots']!r} but the manifest's "
                 f"micro_batch_size is {micro_batch_size}"
             )
-    backfilled = _parse_backfilled(meta.get("stoker.backfilled_slots", ""), b, path)
+    backfilled = _parse_backfilled(
+        meta.get("stoker.backfilled_slots", ""),
+        int(sample_index.shape[0]),
+        path,
+        packed=max_tokens is not None,
+    )
 
     step = int(meta.get("stoker.step", expected_step if expected_step is not None else -1))
     rank = int(meta.get("stoker.rank", expected_rank if expected_rank is not None else -1))
@@ -578,22 +936,29 @@ def read_batch_file(
         pixel_values=pixel_values,
         image_grid_thw=image_grid_thw,
         sample_index=sample_index,
-        source=src.to_pylist(),
+        source=sources,
         metadata=meta,
         backfilled_slots=backfilled,
         pixel_dtype=pixel_dtype,
         vision=vision,
         mapping_range=(lo, size),
+        packing_max_tokens=max_tokens,
+        position_ids=None if packing is None else packing.position_ids,
+        cu_seqlens=None if packing is None else packing.cu_seqlens,
+        _row_offsets=None if packing is None else packing.row_offsets,
+        _sample_spans=None if packing is None else packing.sample_spans,
         _keepalive=(source, whole, rb),
     )
 
 
-def _parse_backfilled(text: str, rows: int, path: Path) -> tuple[int, ...]:
-    """Parse ``stoker.backfilled_slots`` (``""`` or e.g. ``"0,2"``) into ascending row numbers.
+def _parse_backfilled(text: str, rows: int, path: Path, *, packed: bool) -> tuple[int, ...]:
+    """Parse ``stoker.backfilled_slots`` (``""`` or e.g. ``"0,2"``) into ascending row numbers
+    (packed: positions of the ``rows`` samples).
 
     Raises:
         BatchFormatError: not comma-separated integers, a slot outside ``[0, rows)``, a
-            repeated slot, or every row back-filled.
+            repeated slot, or (unpacked) every row back-filled. A packed batch may be all
+            back-fill: the copy a rank gets when the step's balance left it without a sample.
     """
     if not text.strip():
         return ()
@@ -605,10 +970,10 @@ def _parse_backfilled(text: str, rows: int, path: Path) -> tuple[int, ...]:
         ) from None
     if any(not 0 <= k < rows for k in slots) or len(set(slots)) != len(slots):
         raise BatchFormatError(
-            f"{path}: metadata stoker.backfilled_slots={text!r} must list distinct rows in "
-            f"[0, {rows})"
+            f"{path}: metadata stoker.backfilled_slots={text!r} must list distinct "
+            f"{'samples' if packed else 'rows'} in [0, {rows})"
         )
-    if len(slots) == rows:
+    if len(slots) == rows and not packed:
         raise BatchFormatError(
             f"{path}: metadata stoker.backfilled_slots={text!r} marks every row back-filled; "
             "a batch without a sample has 0 rows"
@@ -618,11 +983,17 @@ def _parse_backfilled(text: str, rows: int, path: Path) -> tuple[int, ...]:
 
 def validate_schema(
     schema: pa.Schema, path: str | os.PathLike[str], *, patch_dim: int | None = None
-) -> None:
-    """Check ``schema`` against :data:`stoker.schema.COLUMNS`.
+) -> int | None:
+    """Check ``schema`` against :data:`stoker.schema.COLUMNS`: a packed batch's (metadata
+    ``stoker.packing_max_tokens`` present) against the columns' packed types and with the
+    ``packed_only`` columns, an unpacked batch's without them.
+
+    Returns:
+        The packed batch's ``stoker.packing_max_tokens``, or ``None`` for an unpacked batch.
 
     Raises:
-        BatchFormatError: naming ``path`` and every missing or mistyped column.
+        BatchFormatError: naming ``path`` and every missing, mistyped or (unpacked) packed-only
+            column, or a ``stoker.packing_max_tokens`` that is not a positive integer.
     """
     problems = []
     names = set(schema.names)
@@ -632,16 +1003,35 @@ def validate_schema(
     if pixel_dtype not in PIXEL_DTYPES:
         problems.append(f"metadata stoker.pixel_dtype={pixel_dtype!r} is not one of {PIXEL_DTYPES}")
         pixel_dtype = "float32"
+    max_tokens: int | None = None
+    if PACKING_MAX_TOKENS_KEY in meta:
+        text = meta[PACKING_MAX_TOKENS_KEY]
+        if text.isdigit() and int(text) > 0:  # isdigit: no sign, no spaces
+            max_tokens = int(text)
+        else:
+            raise BatchFormatError(
+                f"{path}: metadata {PACKING_MAX_TOKENS_KEY}={text!r} is not a positive integer"
+            )
+    packed = max_tokens is not None
     for spec in COLUMNS:
+        if spec.packed_only and not packed:
+            if spec.name in names:
+                problems.append(
+                    f"column {spec.name!r} is only in packed batches, but metadata "
+                    f"{PACKING_MAX_TOKENS_KEY} is absent"
+                )
+            continue
         if spec.name not in names:
-            problems.append(f"missing column {spec.name!r} ({spec.arrow_type})")
+            problems.append(f"missing column {spec.name!r} ({spec.arrow_type_in(packed)})")
             continue
         t = schema.field(spec.name).type
         variant = pixel_dtype if pixel_dtype in spec.variants else None
-        got = match_column(spec, t, variant)
+        got = match_column(spec, t, variant, packed=packed)
         if got is None:
-            expected = spec.variants[variant][0] if variant else spec.arrow_type
+            expected = spec.arrow_type_in(packed, variant)
             detail = f" (stoker.pixel_dtype={pixel_dtype})" if variant else ""
+            if packed and spec.packed is not None:
+                detail += f" (packed: {PACKING_MAX_TOKENS_KEY}={max_tokens})"
             problems.append(f"column {spec.name!r} has type {t}, expected {expected}{detail}")
             continue
         for sym, v in got.items():
@@ -655,3 +1045,4 @@ def validate_schema(
         raise BatchFormatError(
             f"{path}: schema does not match batch-schema.json: " + "; ".join(problems)
         )
+    return max_tokens

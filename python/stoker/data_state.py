@@ -14,12 +14,15 @@ so ``torch.load(..., weights_only=True)`` reads it back)::
         "sequence": {             # what fixes which record lands in which (step, rank, slot)
             "dataset_fingerprint": "sha256:…", "num_records": 48, "shuffle_seed": 0,
             "world_size": 2, "micro_batch_size": 4, "epochs": 1, "model_preset": "qwen2-vl",
+            "packing_max_tokens": None,   # or the job's stoker.packing.max-tokens when packed
         },
     }
 
 The job is resumed for it with ``--stoker.resume-step <next_step - 1>`` (``python -m
 stoker.resume`` prints the command line). :func:`check_restore` compares a state with the
-job's current manifest.
+job's current manifest. A state saved by a release before packing has no
+``packing_max_tokens`` in its sequence; :func:`validate_state` reads it as ``None`` (those
+releases did not pack).
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ STATE_FORMAT = "stoker.data-state/1"
 
 #: Manifest fields that, together, fix the batch sequence: the record of every (step, rank, slot)
 #: is a function of them (docs/batch-protocol.md, "Row and slot order"; the preset fixes how
-#: each record is preprocessed).
+#: each record is preprocessed; ``packing_max_tokens`` whether and how a step's samples are
+#: spread over the ranks and packed into rows, "Packed batches").
 SEQUENCE_FIELDS = (
     "dataset_fingerprint",
     "num_records",
@@ -55,7 +59,11 @@ SEQUENCE_FIELDS = (
     "micro_batch_size",
     "epochs",
     "model_preset",
+    "packing_max_tokens",
 )
+
+#: The sequence field added with packing: a state of an older release lacks it (and was unpacked).
+_SINCE_PACKING = "packing_max_tokens"
 
 _KEYS = {"format", "next_step", "rank", "world_size", "job_name", "generation", "sequence"}
 
@@ -87,7 +95,8 @@ def make_state(manifest: Manifest, rank: int, next_step: int, generation: str) -
 
 
 def validate_state(state: object) -> dict[str, Any]:
-    """``state`` if it is a well-formed data state.
+    """``state`` if it is a well-formed data state (a copy; a sequence without
+    ``packing_max_tokens``, saved before packing existed, gets ``None``).
 
     Raises:
         DataStateError: not a mapping, another ``format``, missing or extra keys, or values of
@@ -112,11 +121,16 @@ def validate_state(state: object) -> dict[str, Any]:
         if not isinstance(state[key], str):
             raise DataStateError(f"data state {key}={state[key]!r} is not a string")
     seq = state["sequence"]
+    if isinstance(seq, Mapping) and set(seq) == set(SEQUENCE_FIELDS) - {_SINCE_PACKING}:
+        seq = {**seq, _SINCE_PACKING: None}
     if not isinstance(seq, Mapping) or set(seq) != set(SEQUENCE_FIELDS):
         raise DataStateError(
             f"data state sequence {seq!r} does not hold exactly the fields {list(SEQUENCE_FIELDS)}"
         )
-    return dict(state)
+    packing = seq[_SINCE_PACKING]
+    if packing is not None and (isinstance(packing, bool) or not isinstance(packing, int)):
+        raise DataStateError(f"data state packing_max_tokens={packing!r} is not an int or None")
+    return {**state, "sequence": dict(seq)}
 
 
 def check_sequence(state: Mapping[str, Any], manifest: Manifest, where: str) -> None:

@@ -77,6 +77,7 @@ MANIFEST_FIELDS: tuple[str, ...] = (
     "rescale_factor",
     "image_mean",
     "image_std",
+    "packing_max_tokens",
 )
 
 #: The manifest fields that make up :class:`VisionSettings`.
@@ -173,6 +174,15 @@ def _optional_str(raw: dict[str, Any], key: str) -> str | None:
     return v
 
 
+def _optional_positive_int(raw: dict[str, Any], key: str) -> int | None:
+    v = raw.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError(f"{key} must be a positive integer or null, got {v!r}")
+    return v
+
+
 def _positive_int(raw: dict[str, Any], key: str) -> int:
     v = raw[key]
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -241,6 +251,9 @@ class Manifest:
             record starts), or ``None`` if absent.
         model_preset: the job's ``stoker.model.preset`` (e.g. ``"qwen2-vl"``), or ``None`` if
             absent.
+        packing_max_tokens: T, the tokens per packed row of every batch (the job's
+            ``stoker.packing.max-tokens`` with ``stoker.packing.enabled``), or ``None`` when the
+            batches are not packed (``null``, or absent: a job of a release before packing).
         raw: the parsed JSON object.
     """
 
@@ -259,6 +272,7 @@ class Manifest:
     vision: VisionSettings
     dataset_fingerprint: str | None = None
     model_preset: str | None = None
+    packing_max_tokens: int | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -267,7 +281,8 @@ class Manifest:
 
         Raises:
             BatchFormatError: unreadable or not JSON, a required field missing or of the wrong
-                type (the vision settings included: a manifest of an older job lacks them), an
+                type (the vision settings included: a manifest of an older job lacks them;
+                ``packing_max_tokens`` not a positive integer or null), an
                 unsupported ``format_version``, an invalid generation stamp or out-of-range
                 sizes; the message names ``path``.
         """
@@ -297,6 +312,7 @@ class Manifest:
                 vision=_vision(raw, path),
                 dataset_fingerprint=_optional_str(raw, "dataset_fingerprint"),
                 model_preset=_optional_str(raw, "model_preset"),
+                packing_max_tokens=_optional_positive_int(raw, "packing_max_tokens"),
                 raw=raw,
             )
         except BatchFormatError:

@@ -320,10 +320,11 @@ class BatchReader:
         #: Number of returned batches acknowledged in ``ack.json`` (or handed to the ack thread
         #: to write; skip acks not counted).
         self.steps_acked = 0
-        #: Rows (samples, back-filled rows included), back-filled rows, images and patches
-        #: returned so far.
+        #: Samples (back-filled ones included; unpacked, one per row), back-filled samples,
+        #: rows (packed: several samples each), images and patches returned so far.
         self.samples_read = 0
         self.backfilled_read = 0
+        self.rows_read = 0
         self.images_read = 0
         self.patches_read = 0
         #: Bytes of batch files mapped so far.
@@ -411,6 +412,7 @@ class BatchReader:
             "steps_acked": self.steps_acked,
             "samples_read": self.samples_read,
             "backfilled_read": self.backfilled_read,
+            "rows_read": self.rows_read,
             "images_read": self.images_read,
             "patches_read": self.patches_read,
             "bytes_mapped": self.bytes_mapped,
@@ -466,6 +468,7 @@ class BatchReader:
             self.batches_read += 1
             self.samples_read += batch.num_samples
             self.backfilled_read += len(batch.backfilled_slots)
+            self.rows_read += batch.num_rows
             self.images_read += batch.num_images
             self.patches_read += int(batch.pixel_values.shape[0])
             self.bytes_mapped += batch.mapping_range[1]

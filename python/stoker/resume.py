@@ -10,8 +10,10 @@ of the data state(s) (:mod:`stoker.data_state`) in the checkpoint file(s): a JSO
 state, or a ``torch.save`` checkpoint (read with ``torch.load(..., weights_only=True)``; needs
 torch) with it anywhere inside (or at ``--key``, dot-separated). Several states (one per rank, in
 one or more files) must agree on the step and the job. The job's name, world size, micro-batch
-size, epochs, shuffle seed and model preset come from the state and are added unless the options
-after ``--`` already set them; an option there that contradicts the state is an error. The other
+size, epochs, shuffle seed, model preset and packing (``stoker.packing.enabled`` and
+``stoker.packing.max-tokens`` for a state of packed batches) come from the state and are added
+unless the options after ``--`` already set them; an option there that contradicts the state (also
+``--stoker.packing.enabled true`` for a state of unpacked batches) is an error. The other
 options (dataset, tokenizer, output root...) must be the original run's.
 
 Exit status: 0 printed, 2 bad arguments, an unreadable checkpoint or states that disagree.
@@ -104,11 +106,22 @@ def resume_command(
         implied["stoker.shuffle.seed"] = str(seq["shuffle_seed"])
     if seq["model_preset"] is not None:
         implied["stoker.model.preset"] = seq["model_preset"]
+    if seq["packing_max_tokens"] is not None:
+        implied["stoker.packing.enabled"] = "true"
+        implied["stoker.packing.max-tokens"] = str(seq["packing_max_tokens"])
     options = list(options or [])
     given = _option_values(options)
     if "stoker.resume-step" in given:
         raise DataStateError(
             "leave --stoker.resume-step out of the options: it comes from the data state"
+        )
+    if (
+        seq["packing_max_tokens"] is None
+        and given.get("stoker.packing.enabled", "false").strip().lower() != "false"
+    ):
+        raise DataStateError(
+            f"--stoker.packing.enabled {given['stoker.packing.enabled']} contradicts the data "
+            "state, which was trained on unpacked batches"
         )
     extra = []
     for key, value in implied.items():

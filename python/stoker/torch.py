@@ -10,7 +10,7 @@ stoker`` does not import this module.
     data = StokerDataset("/dev/shm/stoker/my-job", device="cuda", pin_memory=True)
     data.load_state_dict(ckpt["data"])                 # when resuming (before iterating)
     for batch in data:                                 # or DataLoader(data, batch_size=None)
-        loss = model(**batch).loss                     # batch.keep: rows that are not back-fills
+        loss = model(**batch).loss                     # batch.keep: samples that are not back-fills
         ...
         torch.save({"model": ..., "data": data.state_dict()}, path)
 """
@@ -112,15 +112,21 @@ def discover_rank(
 class StokerBatch(dict[str, Any]):
     """One batch as ``{name: tensor}`` with exactly the keys of :meth:`Batch.to_torch`
     (``input_ids``, ``labels``, ``attention_mask``, ``mm_token_type_ids``, ``pixel_values``,
-    ``image_grid_thw``), so ``model(**batch)`` works, and its provenance as attributes (a
+    ``image_grid_thw``; a packed batch ``position_ids`` (4, B, L) instead of
+    ``attention_mask``, and ``use_cache`` ``False``, the one entry that is not a tensor:
+    :meth:`Batch.model_flags`), so ``model(**batch)`` works, and its provenance as attributes (a
     ``dict`` built from it, e.g. ``{k: v.to(d) for k, v in batch.items()}``, drops them; the
     DataLoader's ``default_convert`` and ``pin_memory`` keep them):
 
     * ``step``, ``rank`` (int), ``generation`` (str): where the batch came from;
-    * ``sample_index``: ``(B,)`` int64 CPU tensor, each row's slot index (docs/batch-protocol.md);
-    * ``source``: ``list[str]`` of B ``"<jsonl uri>:<line>"``;
-    * ``backfilled_slots``: ``tuple[int, ...]`` rows that copy another row;
-    * ``keep``: ``(B,)`` bool CPU tensor, ``False`` on back-filled rows.
+    * ``sample_index``: ``(S,)`` int64 CPU tensor, each sample's slot index
+      (docs/batch-protocol.md); unpacked S = B, one sample per row;
+    * ``source``: ``list[str]`` of S ``"<jsonl uri>:<line>"``;
+    * ``backfilled_slots``: ``tuple[int, ...]`` samples (unpacked: rows) that copy another;
+    * ``keep``: ``(S,)`` bool CPU tensor, ``False`` on back-filled samples;
+    * ``packing_max_tokens``: ``int`` tokens per packed row, or ``None`` (not packed);
+    * ``sample_spans``: ``(S, 3)`` int64 CPU tensor, each sample's ``(row, start, end)`` tokens
+      (:attr:`stoker.Batch.sample_spans`).
     """
 
     step: int
@@ -129,13 +135,16 @@ class StokerBatch(dict[str, Any]):
     sample_index: torch.Tensor
     source: list[str]
     backfilled_slots: tuple[int, ...]
+    packing_max_tokens: int | None
+    sample_spans: torch.Tensor
     #: Set while ``pixel_values`` are a uint8 batch's samples still to be normalized on the
     #: device (:class:`StokerDataset` with ``device``, between reading and staging).
     _pending_vision: VisionSettings | None = None
 
     @property
     def keep(self) -> torch.Tensor:
-        """``(B,)`` bool: ``True`` on rows holding their own record, ``False`` on back-fills."""
+        """``(S,)`` bool: ``True`` on samples holding their own record, ``False`` on
+        back-fills."""
         keep = torch.ones(int(self.sample_index.shape[0]), dtype=torch.bool)
         keep[list(self.backfilled_slots)] = False
         return keep
@@ -145,16 +154,22 @@ class StokerBatch(dict[str, Any]):
         out.update(tensors)
         return out
 
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """The tensor entries (all but a packed batch's ``use_cache``)."""
+        return {k: v for k, v in self.items() if isinstance(v, torch.Tensor)}
+
     def pin_memory(self) -> StokerBatch:
         """A copy whose CPU tensors are in pinned memory (what ``DataLoader(pin_memory=True)``
         calls); tensors already on a device stay as they are."""
         return self._with(
-            {k: v.pin_memory() if v.device.type == "cpu" else v for k, v in self.items()}
+            {k: v.pin_memory() if v.device.type == "cpu" else v for k, v in self.tensors().items()}
         )
 
     def to(self, device: str | torch.device, non_blocking: bool = False) -> StokerBatch:
         """A copy with every tensor moved to ``device`` (attributes kept)."""
-        return self._with({k: v.to(device, non_blocking=non_blocking) for k, v in self.items()})
+        return self._with(
+            {k: v.to(device, non_blocking=non_blocking) for k, v in self.tensors().items()}
+        )
 
 
 def _stoker_batch(
@@ -167,19 +182,25 @@ def _stoker_batch(
     """``batch`` as a :class:`StokerBatch` on the host; with ``defer_uint8`` a uint8 batch's
     ``pixel_values`` stay uint8 (normalized after the copy to the device, :meth:`_stage`)."""
     if defer_uint8 and batch.pixel_dtype == "uint8":
-        out = StokerBatch(batch._torch_views())
+        out = StokerBatch({**batch._torch_views(), **batch.model_flags()})
         out._pending_vision = batch._vision_for_uint8()
     else:
         out = StokerBatch(batch.to_torch(pixel_dtype=pixel_dtype))
     if mask_backfilled and batch.backfilled_slots:
         labels = out["labels"].clone()  # the mapped tensor is read-only
-        labels[list(batch.backfilled_slots)] = -100
+        if batch.packed:
+            for row, start, end in batch.sample_spans[list(batch.backfilled_slots)].tolist():
+                labels[row, start:end] = -100
+        else:
+            labels[list(batch.backfilled_slots)] = -100
         out["labels"] = labels
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # a read-only view, as in to_torch()
         out.sample_index = torch.from_numpy(batch.sample_index)
+        out.sample_spans = torch.from_numpy(batch.sample_spans)
     out.step, out.rank, out.generation = batch.step, batch.rank, generation
     out.source, out.backfilled_slots = batch.source, batch.backfilled_slots
+    out.packing_max_tokens = batch.packing_max_tokens
     return out
 
 
@@ -211,8 +232,9 @@ class StokerDataset(torch.utils.data.IterableDataset):
             ``first_step``).
         stop_after_step, timeout_s, poll_interval_s, manifest_poll_interval_s, read_ahead: as
             :class:`stoker.BatchReader`.
-        mask_backfilled: set ``labels`` of back-filled rows to -100 (a new tensor for a batch
-            that has any), so ``model(**batch).loss`` trains on each record once per epoch.
+        mask_backfilled: set ``labels`` of back-filled samples to -100 (unpacked their rows,
+            packed their tokens; a new tensor for a batch that has any), so
+            ``model(**batch).loss`` trains on each record once per epoch.
         device: hand each batch over on this device (``"cuda"`` means ``cuda:<local_rank>``),
             double buffered: when batch ``s`` is handed over, the copy of ``s + 1`` is already
             issued (on a side CUDA stream, so it overlaps the training on ``s``; the consumer's
@@ -464,10 +486,10 @@ class StokerDataset(torch.utils.data.IterableDataset):
         if pin:
             host = {
                 k: torch.empty(v.shape, dtype=v.dtype, pin_memory=True).copy_(v)
-                for k, v in batch.items()
+                for k, v in batch.tensors().items()
             }
         else:
-            host = dict(batch)
+            host = batch.tensors()
         if self.device.type == "cuda":
             if self._copy_stream is None:
                 self._copy_stream = torch.cuda.Stream(self.device)
@@ -503,7 +525,7 @@ class StokerDataset(torch.utils.data.IterableDataset):
         if staged.event is not None:
             current = torch.cuda.current_stream(self.device)
             current.wait_event(staged.event)
-            for v in staged.batch.values():
+            for v in staged.batch.tensors().values():
                 v.record_stream(current)  # the copy stream allocated it
         return staged.batch
 

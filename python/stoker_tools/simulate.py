@@ -102,15 +102,17 @@ class BatchRecorder:
     """Appends one JSON line per batch to a file; safe to share between rank threads.
 
     Line: ``{"step": int, "rank": int, "sha256": str (hex digest of the batch file's bytes),
-    "rows": int (B), "backfilled": list[int] (back-filled rows), "sample_bytes": int, "wait_s":
+    "rows": int (samples S: unpacked the B rows), "backfilled": list[int] (back-filled samples),
+    "sample_bytes": int, "wait_s":
     float (seconds the rank waited for this batch: its reader's data wait since the previous
     batch), "received_at": float (Unix time in seconds when the batch was handed over)}``.
 
     ``sample_bytes`` is what the batch's samples weigh before the sink pads and normalises them,
-    i.e. the payload that crosses the job's exchange to the sink: per row that is not back-filled,
-    its ``input_ids`` and ``labels`` as int64 (16 bytes per token of ``attention_mask``) and its
-    images' resized RGB as uint8 (``merge_size^2 * patch_size^2 * 3`` bytes per image token, from
-    the manifest). Back-filled rows are copies the sink makes, so they do not count.
+    i.e. the payload that crosses the job's exchange to the sink: per sample that is not
+    back-filled, its ``input_ids`` and ``labels`` as int64 (16 bytes per token of its
+    ``sample_spans`` span, unpacked its ``attention_mask``) and its images' resized RGB as uint8
+    (``merge_size^2 * patch_size^2 * 3`` bytes per image token, from the manifest). Back-filled
+    samples are copies the sink makes, so they do not count.
     """
 
     def __init__(self, out: TextIO) -> None:
@@ -125,13 +127,14 @@ class BatchRecorder:
         """
         received_at = time.time()
         backfilled = set(batch.backfilled_slots)
-        rows = [r for r in range(batch.num_samples) if r not in backfilled]
+        spans = [s for k, s in enumerate(batch.sample_spans.tolist()) if k not in backfilled]
         v = manifest.vision
         image_token_bytes = v.merge_size**2 * v.patch_size**2 * len(v.image_mean)
         sample_bytes = sum(
-            16 * int(batch.attention_mask[r].sum())
-            + image_token_bytes * int((batch.input_ids[r] == batch.image_token_id).sum())
-            for r in rows
+            16 * (end - start)
+            + image_token_bytes
+            * int((batch.input_ids[row, start:end] == batch.image_token_id).sum())
+            for row, start, end in spans
         )
         line = json.dumps(
             {

@@ -241,6 +241,149 @@ def build_record_batch(
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
+VISION_START, VISION_END = 151652, 151653
+
+
+def mrope_positions(ids, grids, merge: int = 2) -> np.ndarray:
+    """``(4, n)`` int64 positions of one sample alone: text ``0 .. n-1``, then the M-RoPE
+    temporal, height and width positions as batch-schema.json's ``position_ids`` describes them
+    (each text token one on from the last, an image of grid ``(t, h, w)`` at ``p + (ti, hi,
+    wi)`` over its ``t x h/merge x w/merge`` tokens, then ``p + max(h, w)/merge``). The
+    real-model test checks the job's against transformers' ``get_rope_index``."""
+    ids = np.asarray(ids, np.int64)
+    n = len(ids)
+    pos = np.zeros((4, n), np.int64)
+    pos[0] = np.arange(n)
+    nxt, t, image = 0, 0, 0
+    while t < n:
+        if ids[t] != IMAGE_PAD:
+            pos[1:, t] = nxt
+            nxt, t = nxt + 1, t + 1
+            continue
+        gt, gh, gw = grids[image]
+        gh, gw = gh // merge, gw // merge
+        ti, hi, wi = np.meshgrid(np.arange(gt), np.arange(gh), np.arange(gw), indexing="ij")
+        k = gt * gh * gw
+        pos[1, t : t + k] = nxt + ti.reshape(-1)
+        pos[2, t : t + k] = nxt + hi.reshape(-1)
+        pos[3, t : t + k] = nxt + wi.reshape(-1)
+        nxt, t, image = nxt + max(gh, gw), t + k, image + 1
+    return pos
+
+
+def make_packed_samples(
+    count: int, *, first_index: int = 0, seed: int = 0, patch_dim: int = PATCH_DIM
+) -> list[dict]:
+    """``count`` samples as :func:`make_samples` gives them, whose ``ids`` hold each image's
+    ``<|vision_start|>``, ``t*h*w/4`` image tokens and ``<|vision_end|>`` between text."""
+    rng = np.random.default_rng(seed * 7919 + first_index)
+    out = []
+    for k in range(count):
+        grids = [
+            [1, int(rng.integers(1, 3)) * 2, int(rng.integers(1, 3)) * 2]
+            for _ in range(int(rng.integers(0, 3)))
+        ]
+        ids = rng.integers(0, 150000, size=int(rng.integers(2, 6))).tolist()
+        for t, h, w in grids:
+            ids += [VISION_START, *[IMAGE_PAD] * (t * h * w // 4), VISION_END]
+            ids += rng.integers(0, 150000, size=int(rng.integers(1, 4))).tolist()
+        p = sum(t * h * w for t, h, w in grids)
+        out.append(
+            {
+                "index": first_index + k,
+                "source": f"file:///data/a.jsonl:{first_index + k + 1}",
+                "ids": ids,
+                "grids": grids,
+                "patches": rng.standard_normal((p, patch_dim), dtype=np.float32),
+            }
+        )
+    return out
+
+
+def packed_arrays(rows: list[list[dict]], *, patch_dim: int = PATCH_DIM) -> dict[str, Any]:
+    """The columns of a packed batch of ``rows`` (each a list of samples, :func:`make_packed_samples`),
+    as the sink writes them: numpy ``ids``, ``labels``, ``mask`` ``(R, L)`` and ``positions``
+    ``(R, 4, L)``; per-row lists ``cu``, ``index``, ``source``, ``patches``, ``grids``. Labels:
+    each sample's second half trained, -100 on its first token and the padding. Tests break them
+    before :func:`packed_record_batch`."""
+    lengths = [sum(len(s["ids"]) for s in row) for row in rows]
+    L = max(lengths, default=0)
+    R = len(rows)
+    ids = np.full((R, L), PAD, np.int64)
+    labels = np.full((R, L), -100, np.int64)
+    mask = np.zeros((R, L), np.int64)
+    positions = np.zeros((R, 4, L), np.int64)
+    cu = []
+    for r, row in enumerate(rows):
+        t, bounds = 0, [0]
+        for s in row:
+            n = len(s["ids"])
+            ids[r, t : t + n] = s["ids"]
+            labels[r, t + n // 2 : t + n] = s["ids"][n // 2 :]
+            labels[r, t] = -100
+            mask[r, t : t + n] = 1
+            positions[r, :, t : t + n] = mrope_positions(s["ids"], s["grids"])
+            t += n
+            bounds.append(t)
+        positions[r, :, t:] = np.arange(L - t)
+        if t < L:
+            bounds.append(L)
+        cu.append(bounds)
+    return {
+        "ids": ids,
+        "labels": labels,
+        "mask": mask,
+        "positions": positions,
+        "cu": cu,
+        "index": [[s["index"] for s in row] for row in rows],
+        "source": [[s["source"] for s in row] for row in rows],
+        "patches": [
+            np.concatenate([s["patches"] for s in row])
+            if any(len(s["patches"]) for s in row)
+            else np.zeros((0, patch_dim), np.float32)
+            for row in rows
+        ],
+        "grids": [[g for s in row for g in s["grids"]] for row in rows],
+    }
+
+
+def packed_record_batch(a: dict[str, Any], *, patch_dim: int = PATCH_DIM) -> pa.RecordBatch:
+    """The record batch of :func:`packed_arrays`' columns ``a`` (float32 pixels)."""
+    R, L = a["ids"].shape
+    schema = arrow_schema(L, patch_dim, packed=True)
+    if R == 0:  # a step without samples: L = 0
+        return pa.RecordBatch.from_pylist([], schema=schema)
+
+    def fsl(mat, width, typ):
+        return pa.FixedSizeListArray.from_arrays(pa.array(np.asarray(mat).reshape(-1), typ), width)
+
+    def offsets(rows):
+        counts = np.array([len(r) for r in rows], np.int64)
+        return pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32), pa.int32())
+
+    def list_of_fsl(rows, width, typ, np_dtype):
+        flat = [np.asarray(r, np_dtype).reshape(-1, width) for r in rows]
+        values = np.concatenate(flat) if flat else np.zeros((0, width), np_dtype)
+        return pa.ListArray.from_arrays(offsets(rows), fsl(values, width, typ))
+
+    def list_of(rows, typ):
+        return pa.ListArray.from_arrays(offsets(rows), pa.array([v for r in rows for v in r], typ))
+
+    cols = [
+        list_of(a["index"], pa.int64()),
+        list_of(a["source"], pa.string()),
+        fsl(a["ids"], L, pa.int64()),
+        fsl(a["labels"], L, pa.int64()),
+        fsl(a["mask"], L, pa.int64()),
+        list_of_fsl(a["patches"], patch_dim, pa.float32(), np.float32),
+        list_of_fsl(a["grids"], 3, pa.int64(), np.int64),
+        fsl(a["positions"], 4 * L, pa.int64()),
+        list_of(a["cu"], pa.int32()),
+    ]
+    cols = [c.cast(f.type) for c, f in zip(cols, schema, strict=True)]
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
 def write_batch(
     root: Path,
     step: int,
@@ -291,11 +434,13 @@ def write_manifest(
     dataset_fingerprint: str | None = None,
     model_preset: str | None = None,
     vision: dict[str, object] | None = None,
+    packing_max_tokens: int | None = None,
 ) -> None:
     """Like the sink: create gen-<generation>/, then publish manifest.json by atomic rename.
 
     ``dataset_fingerprint`` and ``model_preset`` are written when given; ``vision`` (the
-    manifest's vision fields) defaults to :data:`MANIFEST_VISION`.
+    manifest's vision fields) defaults to :data:`MANIFEST_VISION`; ``packing_max_tokens`` is
+    written always (``null``: unpacked).
     """
     (root / f"gen-{generation}").mkdir(mode=0o700, parents=True, exist_ok=True)
     steps_per_epoch = num_steps // epochs
@@ -318,6 +463,7 @@ def write_manifest(
                 "shuffle_seed": shuffle_seed,
                 "patch_dim": patch_dim,
                 **(MANIFEST_VISION if vision is None else vision),
+                "packing_max_tokens": packing_max_tokens,
             }
         )
     )

@@ -150,3 +150,53 @@ def test_resume_command_from_json_states(shm_root, tmp_path, capsys):
     assert main([str(tmp_path / "missing.json"), "--savepoint", "sp"]) == 2
     with pytest.raises(DataStateError, match="no data state"):
         resume_command([], "sp")
+
+
+def test_packing_max_tokens_is_part_of_the_sequence(shm_root):
+    packed = manifest(shm_root, packing_max_tokens=4096)
+    assert packed.packing_max_tokens == 4096
+    state = make_state(packed, 0, 0, "g1")
+    assert state["sequence"]["packing_max_tokens"] == 4096
+    check_restore(state, packed, 0, 2, "here")
+    unpacked = manifest(shm_root)
+    with pytest.raises(DataStateError, match="packing_max_tokens: checkpoint 4096, job None"):
+        check_restore(state, unpacked, 0, 2, "here")
+    other = manifest(shm_root, packing_max_tokens=2048)
+    with pytest.raises(DataStateError, match="packing_max_tokens: checkpoint 4096, job 2048"):
+        check_restore(state, other, 0, 2, "here")
+    with pytest.raises(DataStateError, match="packing_max_tokens='4096' is not an int"):
+        validate_state(dict(state, sequence=dict(state["sequence"], packing_max_tokens="4096")))
+
+
+def test_a_state_saved_before_packing_existed_reads_as_unpacked(shm_root):
+    m = manifest(shm_root)
+    state = make_state(m, 0, 3, "g1")
+    old = dict(
+        state, sequence={k: v for k, v in state["sequence"].items() if k != "packing_max_tokens"}
+    )
+    assert validate_state(old) == state
+    assert "packing_max_tokens" not in old["sequence"]  # not changed in place
+    check_restore(validate_state(old), m, 0, 2, "here")
+
+
+def test_resume_command_of_a_packed_state_turns_packing_on(shm_root):
+    state = make_state(manifest(shm_root, packing_max_tokens=4096), 0, 10, "g1")
+    cmd = resume_command([state], "sp", jar="j.jar", options=["--stoker.dataset.path", "d"])
+    i = cmd.index("--stoker.packing.enabled")
+    assert cmd[i : i + 4] == [
+        "--stoker.packing.enabled",
+        "true",
+        "--stoker.packing.max-tokens",
+        "4096",
+    ]
+    with pytest.raises(DataStateError, match="--stoker.packing.max-tokens 2048 contradicts"):
+        resume_command([state], "sp", options=["--stoker.packing.max-tokens", "2048"])
+    with pytest.raises(DataStateError, match="--stoker.packing.enabled false contradicts"):
+        resume_command([state], "sp", options=["--stoker.packing.enabled", "false"])
+    unpacked = make_state(manifest(shm_root), 0, 10, "g1")
+    assert "--stoker.packing.enabled" not in resume_command([unpacked], "sp")
+    with pytest.raises(
+        DataStateError,
+        match="--stoker.packing.enabled true contradicts the data state, which was trained on unpacked",
+    ):
+        resume_command([unpacked], "sp", options=["--stoker.packing.enabled", "true"])

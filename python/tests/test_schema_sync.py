@@ -26,7 +26,14 @@ def test_schema_py_agrees_with_batch_schema_json():
         }
         assert variants == mine.variants, c["name"]
         assert set(variants) <= set(schema.PIXEL_DTYPES), c["name"]
+        packed = c.get("packed")
+        want = None if packed is None else (packed["arrow_type"], tuple(packed["reader_shape"]))
+        assert mine.packed == want, c["name"]
+        assert mine.packed_only == c.get("packed_only", False), c["name"]
     assert list(spec["metadata"]) == list(schema.METADATA_KEYS)
+    assert schema.PACKING_MAX_TOKENS_KEY in spec["metadata"]
+    positions = next(c for c in cols if c["name"] == "position_ids")
+    assert positions["reader_shape"][0] == schema.POSITION_AXES
     # every element type is the column's own or one of its variants, and the metadata names it
     pixel = next(c for c in cols if c["name"] == "pixel_values")
     assert [pixel["reader_dtype"], *pixel["variants"]] == list(schema.PIXEL_DTYPES)
@@ -76,8 +83,9 @@ def test_the_ack_written_has_every_field_and_the_manifest_is_read_with_every_fie
 def test_arrow_schema_builder_matches_every_json_column():
     spec = json.loads(SCHEMA_JSON.read_text())
     s = schema.arrow_schema(seq_len=7, patch_dim=1176)
-    assert s.names == [c["name"] for c in spec["columns"]]
-    for c in spec["columns"]:
+    unpacked = [c for c in spec["columns"] if not c.get("packed_only")]
+    assert s.names == [c["name"] for c in unpacked]
+    for c in unpacked:
         bound = schema.match_column(
             next(x for x in schema.COLUMNS if x.name == c["name"]), s.field(c["name"]).type
         )
@@ -99,4 +107,33 @@ def test_arrow_schema_builder_matches_every_json_column():
     assert schema.match_column(pixel_spec, u8.field("pixel_values").type, "bfloat16") is None
     # [3] is a fixed size, not a symbol: a width of 4 must not match.
     bad = pa.list_(pa.list_(pa.int64(), 4))
-    assert schema.match_column(schema.COLUMNS[-1], bad) is None
+    grid_spec = next(x for x in schema.COLUMNS if x.name == "image_grid_thw")
+    assert schema.match_column(grid_spec, bad) is None
+    # the unpacked schema has no packed-only column
+    assert not {c.name for c in schema.COLUMNS if c.packed_only} & set(s.names)
+
+
+def test_packed_arrow_schema_matches_every_json_column_in_its_packed_type():
+    spec = json.loads(SCHEMA_JSON.read_text())
+    s = schema.arrow_schema(seq_len=7, patch_dim=1176, packed=True)
+    assert s.names == [c["name"] for c in spec["columns"]]
+    for c in spec["columns"]:
+        mine = next(x for x in schema.COLUMNS if x.name == c["name"])
+        t = s.field(c["name"]).type
+        bound = schema.match_column(mine, t, packed=True)
+        assert bound is not None, c["name"]
+        assert bound == {k: v for k, v in {"L": 7, "D": 1176}.items() if f"{k}]" in c["arrow_type"]}
+        if "packed" in c:  # another type than unpacked: the unpacked notation must not match
+            assert mine.arrow_type_in(True) == c["packed"]["arrow_type"]
+            assert schema.match_column(mine, t) is None, c["name"]
+        assert s.field(c["name"]).nullable == c["nullable"]
+
+
+def test_a_size_with_a_factor_binds_the_symbol_to_its_quotient():
+    positions = next(x for x in schema.COLUMNS if x.name == "position_ids")
+    assert positions.arrow_type == "fixed_size_list<int64 not null>[4L]"
+    assert schema.match_column(positions, pa.list_(pa.int64(), 28)) == {"L": 7}
+    assert schema.match_column(positions, pa.list_(pa.int64(), 0)) == {"L": 0}
+    assert schema.match_column(positions, pa.list_(pa.int64(), 30)) is None  # not 4 * L
+    assert schema.match_column(positions, pa.list_(pa.int32(), 28)) is None
+    assert schema.match_column(positions, pa.list_(pa.int64())) is None

@@ -25,7 +25,10 @@ from conftest import (
     REPO_ROOT,
     build_record_batch,
     make_job,
+    make_packed_samples,
     make_samples,
+    packed_arrays,
+    packed_record_batch,
     rank_dir,
     write_batch,
     write_manifest,
@@ -122,6 +125,73 @@ def test_backfilled_rows_travel_as_an_attribute_and_can_be_masked_out_of_the_los
     assert torch.equal(masked["labels"], want)
     assert torch.equal(masked["labels"][[0, 2]], plain["labels"][[0, 2]])
     assert (plain["labels"][[1, 3]] != -100).any(), "the unmasked labels are the file's"
+
+
+PACKED_INPUT_NAMES = (MODEL_INPUT_NAMES - {"attention_mask"}) | {"position_ids"}
+
+
+def packed_job(root: Path, T: int = 128):
+    """A one-step packed job of one rank: rows of 2, 1 and 3 samples; samples 1 and 4 back-filled."""
+    write_manifest(
+        root, world_size=1, num_steps=1, micro_batch_size=B, dataset_fingerprint=FP,
+        packing_max_tokens=T,
+    )  # fmt: skip
+    s = make_packed_samples(6)
+    rows = [s[0:2], s[2:3], s[3:6]]
+    a = packed_arrays(rows)
+    write_batch(
+        root, 0, 0, packed_record_batch(a),
+        metadata={"stoker.packing_max_tokens": str(T), "stoker.backfilled_slots": "1,4"},
+    )  # fmt: skip
+    return rows, a
+
+
+@pytest.mark.parametrize("device", [None, "cpu"])
+def test_a_packed_batch_gives_position_ids_not_the_attention_mask_and_masks_back_fills(
+    shm_root, device
+):
+    rows, a = packed_job(shm_root)
+    ds = StokerDataset(
+        shm_root, rank=0, world_size=1, timeout_s=10, mask_backfilled=True, device=device
+    )
+    batch = next(iter(ds))
+    assert set(batch) == PACKED_INPUT_NAMES | {"use_cache"}
+    assert batch["use_cache"] is False  # see Batch.model_flags
+    assert set(batch.tensors()) == PACKED_INPUT_NAMES
+    assert batch.packing_max_tokens == 128
+    pos = batch["position_ids"]
+    assert pos.shape == (4, 3, a["ids"].shape[1]) and pos.dtype == torch.int64
+    assert torch.equal(pos, torch.from_numpy(a["positions"]).permute(1, 0, 2))
+    assert batch.sample_index.tolist() == [x["index"] for row in rows for x in row]
+    assert batch.keep.tolist() == [True, False, True, True, False, True]
+    labels = torch.from_numpy(a["labels"]).clone()
+    for k in (1, 4):
+        r, start, end = batch.sample_spans[k].tolist()
+        assert (labels[r, start:end] != -100).any(), "the fixture trains every sample"
+        labels[r, start:end] = -100
+    assert torch.equal(batch["labels"], labels), "the back-fills' tokens masked, nothing else"
+
+
+def test_to_torch_of_a_packed_batch_shares_the_mapping_and_gives_the_varlen_kwargs(shm_root):
+    from stoker import BatchReader
+
+    rows, a = packed_job(shm_root)
+    b = next(BatchReader(shm_root, 0, timeout_s=10))
+    inputs = b.to_torch()
+    assert set(inputs) == PACKED_INPUT_NAMES | {"use_cache"} and inputs["use_cache"] is False
+    assert b.model_flags() == {"use_cache": False}
+    pos = inputs["position_ids"]
+    assert pos.stride() == (b.seq_len, 4 * b.seq_len, 1), "a strided view, not a copy"
+    lo, size = b.mapping_range
+    assert lo <= pos.data_ptr() < lo + size
+    assert torch.equal(pos[0], torch.from_numpy(a["positions"][:, 0]))
+    kw = b.flash_varlen_kwargs()
+    assert sorted(kw) == ["cu_seq_lens_k", "cu_seq_lens_q", "max_length_k", "max_length_q"]
+    assert kw["cu_seq_lens_q"].dtype == torch.int32
+    L = b.seq_len
+    flat = [0] + [r * L + x for r, bounds in enumerate(a["cu"]) for x in bounds[1:]]
+    assert kw["cu_seq_lens_q"].tolist() == flat
+    assert kw["max_length_q"] == max(np.diff(flat))
 
 
 def test_num_workers_fails_at_once_saying_why_and_what_to_do(shm_root):
@@ -228,6 +298,7 @@ def test_state_round_trips_through_a_torch_checkpoint_to_exactly_the_next_batche
             "micro_batch_size": B,
             "epochs": 1,
             "model_preset": PRESET,
+            "packing_max_tokens": None,
         },
     }
     path = tmp_path / "ckpt.pt"
@@ -296,6 +367,7 @@ def test_job_resumed_at_another_step_is_an_error_naming_both_steps(shm_root):
         ("shuffle_seed", None),
         ("model_preset", "qwen3-vl"),
         ("epochs", 2),
+        ("packing_max_tokens", 4096),
         ("job_name", "other-job"),
     ],
 )
