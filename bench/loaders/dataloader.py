@@ -1,6 +1,6 @@
-"""Contender 2, PyTorch DataLoader: a map-style Dataset over the records, ``num_workers`` = cores
-worker processes, each keeping ``prefetch_factor`` batches in flight, collated into the same
-batch layout. Two configurations (``extra``):
+"""Contender 2, PyTorch DataLoader: a map-style Dataset over the records, ``workers_per_core`` x
+cores worker processes (default 1 per core), each keeping ``prefetch_factor`` batches in flight,
+collated into the same batch layout. Two configurations (``extra``):
 
 * ``fetch_threads`` > 0 (``dataloader``, the tuned peer): the Dataset's ``__getitems__`` gets a
   whole batch of indices, issues the batch's GETs at once on a pool of ``fetch_threads`` threads
@@ -73,7 +73,7 @@ def batches(cfg: Config) -> Iterator[dict[str, Any]]:
     loader = torch.utils.data.DataLoader(
         S3Dataset(cfg),
         batch_size=cfg.batch_size,
-        num_workers=cfg.cores,
+        num_workers=cfg.cores * int(cfg.extra.get("workers_per_core", 1)),
         prefetch_factor=cfg.extra.get("prefetch_factor", 4),
         persistent_workers=bool(cfg.extra.get("persistent_workers", False)),
         collate_fn=collate,

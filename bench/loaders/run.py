@@ -53,6 +53,17 @@ CONTENDERS = {
         "dataloader",
         {"fast": True, "fetch_threads": 8, "prefetch_factor": 4, "persistent_workers": True},
     ),
+    # not in the default list: the A/B of the DataLoader's worker count (bench/README.md)
+    "dataloader-2x-workers": (
+        "dataloader",
+        {
+            "fast": True,
+            "fetch_threads": 8,
+            "prefetch_factor": 4,
+            "persistent_workers": True,
+            "workers_per_core": 2,
+        },
+    ),
     "ray-actors": (
         "ray_actors",
         {"fast": True, "fetch_concurrency": 32, "prefetch_batches": 4},
@@ -73,6 +84,7 @@ CLUSTER_ENV = {
     "AWS_SECRET_ACCESS_KEY": "stoker-local-secret",
     "AWS_EC2_METADATA_DISABLED": "true",
 }
+DEFAULT_CONTENDERS = [n for n in CONTENDERS if n != "dataloader-2x-workers"]
 #: The peers tuned as a careful engineer would (bench/README.md); the naive loop is the baseline
 #: and dataloader-slow a reference, neither counts as the best peer.
 FAIR_PEERS = ("dataloader", "ray-actors", "ray-data")
@@ -520,7 +532,12 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="96 samples, a smoke test")
     p.add_argument("--batch-size", type=int, default=8, help="micro-batch size B (8)")
     p.add_argument("--cores", type=int, default=os.cpu_count(), help="cores for each contender")
-    p.add_argument("--contenders", default=",".join(CONTENDERS), help="comma-separated names")
+    p.add_argument(
+        "--contenders",
+        default=",".join(DEFAULT_CONTENDERS),
+        help=f"comma-separated names ({','.join(DEFAULT_CONTENDERS)}); also: "
+        + ",".join(sorted(set(CONTENDERS) - set(DEFAULT_CONTENDERS))),
+    )
     p.add_argument("--latency-ms", type=int, default=50, help="time to first byte per GET (50)")
     p.add_argument("--jitter-ms", type=int, default=20, help="uniform jitter of it (20)")
     p.add_argument("--rounds", type=int, default=1, help="pass-1 rounds, alternating order (1)")
