@@ -1,12 +1,14 @@
 """What every contender shares: the dataset, the Hugging Face preprocessing of one record, the
 batch layout, and the simulated trainer that consumes batches and writes the contender's result.
 
-The work per sample is the same for the Python contenders (they all call :func:`preprocess`):
+The work per sample is the same for the Python contenders (they all call :class:`Preprocessor`):
 one S3 GET of the image (boto3), Pillow decode + EXIF transpose, the Hugging Face
-``Qwen2VLProcessor`` with the slow (Pillow) image processor ``Qwen2VLImageProcessorPil`` and the
-Qwen2-VL chat template (smart_resize, bicubic resize, normalize, patchify, ``<|image_pad|>``
-expansion, tokenization), and the qwen-vl-finetune label mask. Stoker does the same in Java and
-is checked against it (see run.py's parity check).
+``Qwen2VLProcessor`` with the Qwen2-VL chat template (smart_resize, bicubic resize, normalize,
+patchify, ``<|image_pad|>`` expansion, tokenization), and the qwen-vl-finetune label mask. The
+image processor is either the slow (Pillow) ``Qwen2VLImageProcessorPil`` (the naive loop and the
+``dataloader-slow`` reference) or transformers 5's default fast (torchvision) ``Qwen2VLImageProcessor``
+(the tuned peers). Stoker does the same in Java and is checked against it (see run.py's parity
+check).
 """
 
 from __future__ import annotations
@@ -101,7 +103,9 @@ def read_records(dataset: Path) -> list[dict[str, Any]]:
     return [dict(json.loads(t), line=i + 1) for i, t in enumerate(lines)]
 
 
-def s3_client(endpoint: str) -> Any:
+def s3_client(endpoint: str, max_pool_connections: int = 64) -> Any:
+    """A boto3 S3 client of the local server; ``max_pool_connections`` bounds the GETs it can
+    have open at once (boto3 is thread-safe per client; its default pool is 10)."""
     import boto3
     from botocore.config import Config
 
@@ -113,7 +117,7 @@ def s3_client(endpoint: str) -> Any:
         region_name="us-east-1",
         config=Config(
             s3={"addressing_style": "path"},
-            max_pool_connections=64,
+            max_pool_connections=max_pool_connections,
             # S3Proxy answers 501 to the checksum-mode header boto3 sends by default
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
@@ -139,11 +143,15 @@ def _golden() -> Any:
 
 
 class Preprocessor:
-    """The Hugging Face Qwen2-VL processor with the slow (Pillow) image processor."""
+    """The Hugging Face Qwen2-VL processor: with ``fast`` the default fast image processor of
+    transformers 5 (``Qwen2VLImageProcessor``, torchvision on CPU tensors; its pixels differ from
+    Pillow's by up to two uint8 levels, docs/parity.md), else the slow one
+    (``Qwen2VLImageProcessorPil``, Pillow's bicubic, which Stoker matches bit for bit)."""
 
-    def __init__(self) -> None:
+    def __init__(self, fast: bool = False) -> None:
         from transformers import (
             AutoTokenizer,
+            Qwen2VLImageProcessor,
             Qwen2VLImageProcessorPil,
             Qwen2VLProcessor,
             Qwen2VLVideoProcessor,
@@ -154,8 +162,9 @@ class Preprocessor:
         assert preset.key == "qwen2-vl"
         config = preset.image_config()
         config["size"] = {"shortest_edge": MIN_PIXELS, "longest_edge": MAX_PIXELS}
+        image_processor = (Qwen2VLImageProcessor if fast else Qwen2VLImageProcessorPil)(**config)
         self.processor = Qwen2VLProcessor(
-            image_processor=Qwen2VLImageProcessorPil(**config),
+            image_processor=image_processor,
             tokenizer=AutoTokenizer.from_pretrained(str(TOKENIZER)),
             video_processor=Qwen2VLVideoProcessor(**config),
             chat_template=preset.template,

@@ -1,7 +1,8 @@
 """Contender 3a, Ray actors: one async fetch actor (asyncio, up to ``fetch_concurrency`` GETs in
-flight, each boto3 GET in a thread) and ``cores`` preprocessing actors. Image bytes and samples
-pass through Ray's object store as ObjectRefs; the driver keeps ``prefetch_batches`` batches of
-samples in flight and collates them in order."""
+flight, each boto3 GET in a thread, the client's connection pool as large) and ``cores``
+preprocessing actors (one CPU each, the fast image processor with ``extra.fast``, one torch
+thread). Image bytes and samples pass through Ray's object store as ObjectRefs; the driver keeps
+``prefetch_batches`` batches of samples in flight and collates them in order."""
 
 from __future__ import annotations
 
@@ -27,8 +28,8 @@ from bench.loaders.common import (
 
 @ray.remote(num_cpus=0)
 class Fetcher:
-    def __init__(self, endpoint: str) -> None:
-        self.client = s3_client(endpoint)
+    def __init__(self, endpoint: str, concurrency: int) -> None:
+        self.client = s3_client(endpoint, concurrency)
 
     async def fetch(self, rec: dict[str, Any]) -> bytes:
         return await asyncio.to_thread(fetch, self.client, rec)
@@ -36,8 +37,11 @@ class Fetcher:
 
 @ray.remote(num_cpus=1)
 class Worker:
-    def __init__(self) -> None:
-        self.preprocess = Preprocessor()
+    def __init__(self, fast: bool) -> None:
+        import torch
+
+        torch.set_num_threads(1)  # one CPU per actor; the fast processor runs on torch
+        self.preprocess = Preprocessor(fast=fast)
 
     def process(self, rec: dict[str, Any], image: bytes) -> dict[str, Any]:
         return self.preprocess(rec, image)  # `image` arrives resolved from the object store
@@ -61,8 +65,9 @@ def start_ray(cores: int, attempts: int = 3) -> None:
 def batches(cfg: Config) -> Iterator[dict[str, Any]]:
     start_ray(cfg.cores)
     concurrency = cfg.extra.get("fetch_concurrency", 32)
-    fetcher = Fetcher.options(max_concurrency=concurrency).remote(cfg.endpoint)
-    workers = [Worker.remote() for _ in range(cfg.cores)]
+    fetcher = Fetcher.options(max_concurrency=concurrency).remote(cfg.endpoint, concurrency)
+    fast = bool(cfg.extra.get("fast", False))
+    workers = [Worker.remote(fast) for _ in range(cfg.cores)]
     records = read_records(Path(cfg.dataset))[: cfg.samples]
     in_flight: deque[Any] = deque()
     window = cfg.batch_size * cfg.extra.get("prefetch_batches", 4)

@@ -1,6 +1,8 @@
 """Contender 3b, Ray Data: the records as a dataset, one streaming ``map_batches`` stage of
-``cores`` actors that fetch a micro-batch's images concurrently (boto3 in threads) and
-preprocess and collate them; the trainer iterates the stream (Ray Data's own backpressure)."""
+``cores`` actors (one CPU each) that fetch a micro-batch's images at once (boto3 on
+``fetch_threads`` threads, the client's connection pool as large), preprocess them as they arrive
+(the fast image processor with ``extra.fast``, one torch thread) and collate them; the trainer
+iterates the stream (Ray Data's own backpressure)."""
 
 from __future__ import annotations
 
@@ -26,10 +28,13 @@ from bench.loaders.ray_actors import start_ray
 
 
 class FetchAndPreprocess:
-    def __init__(self, endpoint: str) -> None:
-        self.client = s3_client(endpoint)
-        self.pool = ThreadPoolExecutor(16)
-        self.preprocess = Preprocessor()
+    def __init__(self, endpoint: str, fetch_threads: int, fast: bool) -> None:
+        import torch
+
+        torch.set_num_threads(1)  # one CPU per actor; the fast processor runs on torch
+        self.client = s3_client(endpoint, fetch_threads)
+        self.pool = ThreadPoolExecutor(fetch_threads)
+        self.preprocess = Preprocessor(fast=fast)
 
     def __call__(self, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         recs = [pickle.loads(r) for r in rows["record"]]
@@ -48,7 +53,11 @@ def batches(cfg: Config) -> Iterator[dict[str, Any]]:
         ds = ray.data.from_items(items, override_num_blocks=-(-len(items) // cfg.batch_size))
         ds = ds.map_batches(
             FetchAndPreprocess,
-            fn_constructor_args=(cfg.endpoint,),
+            fn_constructor_args=(
+                cfg.endpoint,
+                int(cfg.extra.get("fetch_threads", 8)),
+                bool(cfg.extra.get("fast", False)),
+            ),
             batch_size=cfg.batch_size,
             compute=ray.data.ActorPoolStrategy(size=cfg.cores),
             num_cpus=1,
