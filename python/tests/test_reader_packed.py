@@ -4,8 +4,8 @@ reader's arrays over them (per-row sample lists flattened, ``position_ids`` as a
 ``BatchFormatError`` naming the file for every way a file can break the packed layout.
 
 The files are written with pyarrow by the conftest helpers (:func:`conftest.packed_arrays`,
-:func:`conftest.packed_record_batch`) as the sink writes them; the real job's are checked by
-``tests/model/test_packing.py``."""
+:func:`conftest.packed_record_batch`) as the sink writes them; the real job's packed batches are
+checked by ``job``'s ``ExactlyOnceITCase`` (packed cases) and ``bench/packing.sh``."""
 
 from __future__ import annotations
 
