@@ -509,6 +509,9 @@ def test_multinode_feed_survives_failures_and_rescale(base: Path) -> None:
         during = _checkpoints_between(cluster, jid, int(held_at * 1000), int(time.time() * 1000))
         lowest = min(_consumed(d) for d in rank_dirs.values())
         held = [s - lowest for s in _reached(rank_dirs.values())]
+        # bytes on the wire, while the job is still held: it has received steps 0 .. lowest +
+        # depth and nothing else (once the trainers go on, so does the job)
+        wire_report = check_wire_bytes(cluster, jid, reference, lowest + PREFETCH_DEPTH)
         for p in paused:
             os.kill(p.pid, signal.SIGCONT)
         durations = [(c["id"], c["status"], c.get("end_to_end_duration")) for c in during]
@@ -519,8 +522,7 @@ def test_multinode_feed_survives_failures_and_rescale(base: Path) -> None:
             file=sys.stderr,
         )
         assert held == [PREFETCH_DEPTH] * WORLD_SIZE, held
-        # bytes on the wire: the job has received steps 0 .. lowest + depth and nothing else yet
-        print(check_wire_bytes(cluster, jid, reference, lowest + PREFETCH_DEPTH), file=sys.stderr)
+        print(wire_report, file=sys.stderr)
         completed = [c for c in during if c["status"] == "COMPLETED"]
         assert len(completed) >= 3 and not [c for c in during if c["status"] == "FAILED"], durations
         phases("gpu1's trainers paused, checkpoints measured")
