@@ -94,7 +94,8 @@ public final class StokerOptions {
                                     + " (no sample split) and spread them over the DP ranks by tokens, so ranks"
                                     + " get equal work and rows little padding. A packed batch carries each"
                                     + " sample's own M-RoPE position_ids and cu_seqlens; its attention_mask must not"
-                                    + " reach the model (the reader's to_torch() leaves it out). The step's W*B"
+                                    + " reach the model and the model's cache must be off (the reader's to_torch()"
+                                    + " leaves the mask out and sets use_cache=False). The step's W*B"
                                     + " samples stay those of the plan; how many each rank gets varies"
                                     + " (docs/batch-protocol.md, 'Packed batches').");
 
