@@ -17,5 +17,7 @@ if [ ! -f job/target/stoker-job.jar ] || [ ! -f job/target/runtime-classpath.txt
   echo "[packing] building the job jar (mvn -o package)" >&2
   mvn -o -q -B package -DskipTests
 fi
-export STOKER_JVM_OPENS="--add-opens=java.base/java.nio=ALL-UNNAMED --add-opens=java.base/sun.nio.ch=ALL-UNNAMED --add-opens=java.base/java.lang=ALL-UNNAMED --add-opens=java.base/java.util=ALL-UNNAMED --add-opens=java.base/java.lang.reflect=ALL-UNNAMED --add-opens=java.base/java.io=ALL-UNNAMED --add-opens=java.base/java.net=ALL-UNNAMED --add-opens=java.base/java.time=ALL-UNNAMED --add-opens=java.base/java.text=ALL-UNNAMED --add-opens=java.base/java.util.concurrent=ALL-UNNAMED"
+# the JVM options the stoker script defines once (its JVM_OPENS line)
+JVM_OPENS=$(sed -n 's/^JVM_OPENS="\(.*\)"$/\1/p' stoker)
+export STOKER_JVM_OPENS="$JVM_OPENS"
 PYTHONPATH="$PWD:$PWD/python" exec "$PY" -m bench.packing "$@"

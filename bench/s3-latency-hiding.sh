@@ -11,7 +11,8 @@
 # Needs ../shared/data (tokenizer) beside the repository. Prints one line per round and a RESULT line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-JVM_OPENS="--add-opens=java.base/java.nio=ALL-UNNAMED --add-opens=java.base/sun.nio.ch=ALL-UNNAMED --add-opens=java.base/java.lang=ALL-UNNAMED --add-opens=java.base/java.util=ALL-UNNAMED --add-opens=java.base/java.lang.reflect=ALL-UNNAMED --add-opens=java.base/java.io=ALL-UNNAMED --add-opens=java.base/java.net=ALL-UNNAMED --add-opens=java.base/java.time=ALL-UNNAMED --add-opens=java.base/java.text=ALL-UNNAMED --add-opens=java.base/java.util.concurrent=ALL-UNNAMED"
+# the JVM options the stoker script defines once (its JVM_OPENS line)
+JVM_OPENS=$(sed -n 's/^JVM_OPENS="\(.*\)"$/\1/p' stoker)
 CP_FILE=$(pwd)/job/target/test-classpath.txt
 # One reactor run (-am): the modules come from this checkout, not from ~/.m2 (where they are never
 # installed); each module writes the file in turn and the job's, last, stays.
