@@ -14,14 +14,7 @@ VENV=${VENV:-.venv}
 MAX_PIXELS=${MAX_PIXELS:-1003520}
 JAVA_A=${JAVA_A:-java}
 JAVA_B=${JAVA_B:-/usr/lib/jvm/temurin-25-jdk-amd64/bin/java}
-WORK=bench/.work
-CP_FILE=$(pwd)/operators/target/test-classpath.txt
-mkdir -p "$WORK"
-mvn -o -q -B -pl operators -am test-compile -Dspotless.check.skip=true -Dcheckstyle.skip
-mvn -o -q -B -pl operators dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile="$CP_FILE"
-"$VENV/bin/python" bench/make_jpeg_sets.py ../shared/data "$WORK"
-CP="operators/target/test-classes:operators/target/classes:$(cat "$CP_FILE")"
-OPTS="-Xms2g -Xmx2g -XX:+UseParallelGC -Dlog4j.configurationFile=file:$(pwd)/operators/src/test/resources/log4j2-test.properties"
+source bench/ceiling-setup.sh
 for jdk in A B; do
   java_bin=JAVA_$jdk
   echo "jdk=$jdk: $("${!java_bin}" -version 2>&1 | head -1)"
@@ -32,7 +25,7 @@ for round in $(seq "$ROUNDS"); do
       for jdk in A B; do
         java_bin=JAVA_$jdk
         # shellcheck disable=SC2086
-        "${!java_bin}" $OPTS -cp "$CP" dev.stoker.operators.image.TransformCeilingBench \
+        "${!java_bin}" $JAVA_OPTS -cp "$CP" dev.stoker.operators.image.TransformCeilingBench \
             "$set" "$WORK/$set" "$MAX_PIXELS" "$WARMUP" "$REPEAT" "$REPEATS" 1 "$mode" \
           | grep RESULT | sed "s/^RESULT/RESULT round=$round jdk=$jdk/"
       done

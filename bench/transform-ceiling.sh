@@ -13,15 +13,8 @@ cd "$(dirname "$0")/.."
 WARMUP=${1:-2}; REPEAT=${2:-1}; REPEATS=${3:-5}
 VENV=${VENV:-.venv}
 MAX_PIXELS=${MAX_PIXELS:-1003520}
-WORK=bench/.work
-CP_FILE=$(pwd)/operators/target/test-classpath.txt
-mkdir -p "$WORK"
-# -am: the modules come from this checkout, not from ~/.m2
-mvn -o -q -B -pl operators -am test-compile -Dspotless.check.skip=true -Dcheckstyle.skip
-mvn -o -q -B -pl operators dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile="$CP_FILE"
-"$VENV/bin/python" bench/make_jpeg_sets.py ../shared/data "$WORK"
-CP="operators/target/test-classes:operators/target/classes:$(cat "$CP_FILE")"
-JAVA="java -Xms2g -Xmx2g -XX:+UseParallelGC -Dlog4j.configurationFile=file:$(pwd)/operators/src/test/resources/log4j2-test.properties -cp $CP dev.stoker.operators.image.TransformCeilingBench"
+source bench/ceiling-setup.sh
+JAVA="java $JAVA_OPTS -cp $CP dev.stoker.operators.image.TransformCeilingBench"
 OUT=$WORK/results.txt
 : > "$OUT"
 for set in hd large; do
