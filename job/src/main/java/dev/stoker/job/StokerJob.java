@@ -4,6 +4,7 @@ import dev.stoker.connectors.deadletter.DeadLetterSinks;
 import dev.stoker.connectors.protocol.Manifest;
 import dev.stoker.connectors.protocol.ShmLayout;
 import dev.stoker.connectors.shm.ArrowBatchSink;
+import dev.stoker.connectors.shm.BatchOutput;
 import dev.stoker.connectors.shm.PackedBatchSink;
 import dev.stoker.connectors.source.DatasetListing;
 import dev.stoker.connectors.source.PrefetchGate;
@@ -157,30 +158,22 @@ public final class StokerJob {
         boolean packing = conf.get(StokerOptions.PACKING_ENABLED);
         int sinks = topology.perNodeSinks() ? topology.nodes : 1;
         for (int node = 0; node < sinks; node++) {
+            BatchOutput output =
+                    new BatchOutput(
+                            layout,
+                            manifest,
+                            generation.firstStep(),
+                            vision,
+                            padTokenId,
+                            conf.get(StokerOptions.PIXEL_DTYPE),
+                            topology.nodeAcks(node));
             DataStreamSink<?> sink =
                     packing
                             ? outputs.packedOfNode(node)
                                     .sinkTo(
                                             new PackedBatchSink(
-                                                    layout,
-                                                    manifest,
-                                                    generation.firstStep(),
-                                                    vision,
-                                                    padTokenId,
-                                                    conf.get(StokerOptions.PIXEL_DTYPE),
-                                                    StokerConfig.packingMaxTokens(conf),
-                                                    topology.nodeAcks(node)))
-                            : outputs.slotsOfNode(node)
-                                    .sinkTo(
-                                            new ArrowBatchSink(
-                                                    layout,
-                                                    manifest,
-                                                    plan,
-                                                    generation.firstStep(),
-                                                    vision,
-                                                    padTokenId,
-                                                    conf.get(StokerOptions.PIXEL_DTYPE),
-                                                    topology.nodeAcks(node)));
+                                                    output, StokerConfig.packingMaxTokens(conf)))
+                            : outputs.slotsOfNode(node).sinkTo(new ArrowBatchSink(output, plan));
             sink.name(topology.sinkName(node)).uid(topology.sinkName(node));
             if (topology.perNodeSinks()) {
                 // one subtask per rank of the node

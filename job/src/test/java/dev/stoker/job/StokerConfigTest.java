@@ -44,46 +44,33 @@ class StokerConfigTest {
 
     @Test
     void packedRowsDefaultToMaxSeqLenAndMustHoldTheLongestSample() {
-        String[] base = {"--stoker.dataset.path", "/d", "--stoker.tokenizer.path", "/t"};
-        Configuration conf =
-                args(
-                        concat(
-                                base,
-                                "--stoker.packing.enabled",
-                                "true",
-                                "--stoker.max-seq-len",
-                                "4096"));
+        Configuration conf = packing(true, null);
         StokerConfig.validate(conf);
         assertThat(StokerConfig.packingMaxTokens(conf)).isEqualTo(4096);
-        Configuration small =
-                args(
-                        concat(
-                                base,
-                                "--stoker.packing.enabled",
-                                "true",
-                                "--stoker.max-seq-len",
-                                "4096",
-                                "--stoker.packing.max-tokens",
-                                "2048"));
-        assertThatThrownBy(() -> StokerConfig.validate(small))
+        assertThatThrownBy(() -> StokerConfig.validate(packing(true, 2048)))
                 .isInstanceOf(IllegalConfigurationException.class)
                 .hasMessageContaining(
                         "stoker.packing.max-tokens (2048) must be at least stoker.max-seq-len (4096)");
         // not packing: the row size is not checked
-        StokerConfig.validate(
-                args(
-                        concat(
-                                base,
-                                "--stoker.max-seq-len",
-                                "4096",
-                                "--stoker.packing.max-tokens",
-                                "2048")));
+        StokerConfig.validate(packing(false, 2048));
     }
 
-    private static String[] concat(String[] a, String... b) {
-        String[] out = java.util.Arrays.copyOf(a, a.length + b.length);
-        System.arraycopy(b, 0, out, a.length, b.length);
-        return out;
+    /** A job with max-seq-len 4096, packing on or off, and the row size when given. */
+    private static Configuration packing(boolean enabled, Integer maxTokens) {
+        Configuration conf =
+                args(
+                        "--stoker.dataset.path",
+                        "/d",
+                        "--stoker.tokenizer.path",
+                        "/t",
+                        "--stoker.max-seq-len",
+                        "4096",
+                        "--stoker.packing.enabled",
+                        String.valueOf(enabled));
+        if (maxTokens != null) {
+            conf.set(StokerOptions.PACKING_MAX_TOKENS, maxTokens);
+        }
+        return conf;
     }
 
     @Test

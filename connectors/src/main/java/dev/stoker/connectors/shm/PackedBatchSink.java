@@ -1,10 +1,5 @@
 package dev.stoker.connectors.shm;
 
-import dev.stoker.connectors.feedback.NodeAcks;
-import dev.stoker.connectors.protocol.Manifest;
-import dev.stoker.connectors.protocol.PixelDtype;
-import dev.stoker.connectors.protocol.ShmLayout;
-import dev.stoker.operators.image.QwenVisionConfig;
 import dev.stoker.operators.model.TrainingBatch;
 import java.io.IOException;
 import org.apache.flink.api.connector.sink2.Sink;
@@ -22,59 +17,27 @@ import org.apache.flink.metrics.Counter;
  * ArrowBatchSink} ({@link RankPublisher}), plus {@code batchesSkippedAlreadyConsumed}.
  */
 public final class PackedBatchSink implements Sink<TrainingBatch> {
-    private static final long serialVersionUID = 1L;
+    private static final long serialVersionUID = 2L;
 
-    private final ShmLayout layout;
-    private final Manifest manifest;
-    private final long firstStep;
-    private final QwenVisionConfig vision;
-    private final long padTokenId;
-    private final PixelDtype pixelDtype;
+    private final BatchOutput output;
     private final int maxTokens;
-    private final NodeAcks acks;
 
     /**
-     * @param layout this generation's directory layout
-     * @param manifest the manifest to publish (names the generation)
-     * @param firstStep the first step of this generation
-     * @param vision the vision settings the images were resized with
-     * @param padTokenId token id used to pad {@code input_ids}
-     * @param pixelDtype element type of the {@code pixel_values} column
+     * @param output where and how the batch files are written
      * @param maxTokens tokens per packed row, at least 1
-     * @param acks where subtask {@code k} serves the acks of this sink's node, or {@code null}
+     * @throws IllegalArgumentException if {@code maxTokens} is below 1
      */
-    public PackedBatchSink(
-            ShmLayout layout,
-            Manifest manifest,
-            long firstStep,
-            QwenVisionConfig vision,
-            long padTokenId,
-            PixelDtype pixelDtype,
-            int maxTokens,
-            NodeAcks acks) {
+    public PackedBatchSink(BatchOutput output, int maxTokens) {
         if (maxTokens < 1) {
             throw new IllegalArgumentException("maxTokens must be at least 1, got " + maxTokens);
         }
-        this.layout = layout;
-        this.manifest = manifest;
-        this.firstStep = firstStep;
-        this.vision = vision;
-        this.padTokenId = padTokenId;
-        this.pixelDtype = pixelDtype;
+        this.output = output;
         this.maxTokens = maxTokens;
-        this.acks = acks;
     }
 
     @Override
     public SinkWriter<TrainingBatch> createWriter(WriterInitContext context) throws IOException {
-        RankPublisher publisher =
-                ArrowBatchSink.openPublisher(
-                        context,
-                        layout,
-                        manifest,
-                        firstStep,
-                        acks,
-                        new ArrowBatchEncoder(vision, padTokenId, pixelDtype, maxTokens));
+        RankPublisher publisher = output.open(context, maxTokens);
         Counter skipped = context.metricGroup().counter("batchesSkippedAlreadyConsumed");
         return new SinkWriter<>() {
             @Override

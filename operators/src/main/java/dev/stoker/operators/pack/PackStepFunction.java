@@ -124,8 +124,8 @@ public final class PackStepFunction extends KeyedProcessFunction<Long, SlotResul
     }
 
     private void record(TrainingBatch[] batches) {
-        long maxTokens = 0;
-        long maxPatches = 0;
+        long busiestTokens = 0;
+        long busiestPatches = 0;
         long sumTokens = 0;
         long sumPatches = 0;
         for (TrainingBatch b : batches) {
@@ -144,13 +144,13 @@ public final class PackStepFunction extends KeyedProcessFunction<Long, SlotResul
             tokens += batchTokens;
             positions += (long) rowLength.length * longest;
             rows += rowLength.length;
-            maxTokens = Math.max(maxTokens, batchTokens);
-            maxPatches = Math.max(maxPatches, batchPatches);
+            busiestTokens = Math.max(busiestTokens, batchTokens);
+            busiestPatches = Math.max(busiestPatches, batchPatches);
             sumTokens += batchTokens;
             sumPatches += batchPatches;
         }
         int w = batches.length;
-        tokenImbalance = sumTokens == 0 ? 0.0 : (double) maxTokens * w / sumTokens - 1.0;
-        patchImbalance = sumPatches == 0 ? 0.0 : (double) maxPatches * w / sumPatches - 1.0;
+        tokenImbalance = sumTokens == 0 ? 0.0 : (double) busiestTokens * w / sumTokens - 1.0;
+        patchImbalance = sumPatches == 0 ? 0.0 : (double) busiestPatches * w / sumPatches - 1.0;
     }
 }

@@ -3,7 +3,6 @@ package dev.stoker.operators.pack;
 import dev.stoker.operators.model.TokenizedSample;
 import dev.stoker.operators.model.TrainingBatch;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.Comparator;
 import java.util.List;
 
@@ -134,13 +133,7 @@ public final class StepPacking {
                 rowOf[k++] = row;
             }
         }
-        TrainingBatch batch =
-                new TrainingBatch(
-                        step,
-                        rank,
-                        microBatchSize,
-                        samples,
-                        Arrays.copyOf(backfilled, backfilled.length));
+        TrainingBatch batch = new TrainingBatch(step, rank, microBatchSize, samples, backfilled);
         batch.rowOf = rowOf;
         return batch;
     }
