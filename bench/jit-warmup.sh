@@ -9,11 +9,11 @@
 # Variants: base (today's options), cds (an AppCDS archive of the job's classes, made by one
 # untimed training run with -XX:ArchiveClassesAtExit first, then -XX:SharedArchiveFile), scale
 # (-XX:CompileThresholdScaling=0.25: the tiers' thresholds at a quarter, C1 and C2 start sooner),
-# c1 (-XX:TieredStopAtLevel=1: C1 only, for reference), heap1g (-Xmx1g: the heap capped, for the
-# memory lever; the default is a quarter of the RAM), nmt (-XX:NativeMemoryTracking=summary: the
-# JVM's own account of its memory, sampled with jcmd every 5 s; the sample with the most committed
-# is printed by category; not a timing run). Each RUN line has the run's peak PSS too. Run it under
-# the heavy lock.
+# c1 (-XX:TieredStopAtLevel=1: C1 only, for reference), heapSIZE such as heap1g or heap1536m
+# (-XmxSIZE: the heap capped, for the memory lever; the default is a quarter of the RAM), nmt
+# (-XX:NativeMemoryTracking=summary: the JVM's own account of its memory, sampled with jcmd every
+# 5 s; the sample with the most committed is printed by category; not a timing run). Each RUN line
+# has the run's peak PSS too. Run it under the heavy lock.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-2}; SAMPLES=${2:-2000}; shift 2 || true
@@ -37,7 +37,7 @@ opts() {
     cds-train) echo "-XX:ArchiveClassesAtExit=$ARCHIVE" ;;
     scale) echo "-XX:CompileThresholdScaling=0.25" ;;
     c1) echo "-XX:TieredStopAtLevel=1" ;;
-    heap1g) echo "-Xmx1g" ;;
+    heap*) echo "-Xmx${1#heap}" ;;
     nmt) echo "-XX:NativeMemoryTracking=summary" ;;
     *) echo "unknown variant $1" >&2; exit 2 ;;
   esac
