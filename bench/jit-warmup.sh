@@ -54,7 +54,8 @@ run() {  # variant, label
   fi
   PATH="$WORK/bin:$PATH" STOKER_JOB_EXTRA_OPTS="$(opts "$1")" \
     bench/loaders.sh --contenders stoker-embedded --samples "$SAMPLES" --pass2-samples 64 \
-    --out "$out" > "$out.log" 2>&1 || { tail -20 "$out.log"; return 1; }
+    --out "$out" > "$out.log" 2>&1 \
+    || { [ -z "$sampler" ] || kill "$sampler"; tail -20 "$out.log"; return 1; }
   if [ -n "$sampler" ]; then
     kill "$sampler"
     python3 - "$out.nmt" <<'EOF'

@@ -31,7 +31,6 @@ Runs in the model venv (``.stoker/model-venv``), as ``test_real_model``.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -40,14 +39,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from conftest import job_command
-from test_real_model import MAX_PIXELS, dataset, tiny_model  # noqa: F401  (dataset: a fixture)
+from test_real_model import dataset, read_all, run_job, tiny_model  # noqa: F401  (dataset: a fixture)
 
-from stoker import Batch, BatchReader
+from stoker import Batch
 
-WORLD_SIZE = 2
-MICRO_BATCH = 4
-JOB_TIMEOUT_S = 600
+MICRO_BATCH = 4  # B (test_real_model runs B = 2; W = 2 as there)
 RTOL = 1e-5
 IGNORE = -100
 PRESET_KEYS = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl")
@@ -58,39 +54,6 @@ CHUNK = 256  # positions per float64 cross-entropy in token_losses
 #: moves them by ~1e-2 with this model (packed vs unpacked differ by ~1e-8)
 CONTROL_MIN = 1e-3
 MERGE = 2
-
-
-def run_job(root: Path, preset: str, out_root: Path, name: str, *extra: str) -> list[Batch]:
-    """Runs the real job over ``root`` to completion (no prefetch bound) and returns every
-    batch of every rank, in (rank, step) order."""
-    log = out_root / f"{name}.log"
-    with log.open("w") as out:
-        proc = subprocess.run(
-            job_command(
-                out_root,
-                name,
-                "--stoker.model.preset",
-                preset,
-                "--stoker.image.max-pixels",
-                str(MAX_PIXELS),
-                "--stoker.prefetch-depth",
-                "0",
-                *extra,
-                dataset=root,
-                world_size=WORLD_SIZE,
-                micro_batch_size=MICRO_BATCH,
-            ),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            timeout=JOB_TIMEOUT_S,
-            check=False,
-        )
-    if proc.returncode != 0:
-        pytest.fail(f"{name} job failed (exit {proc.returncode}):\n{log.read_text()[-6000:]}")
-    batches = []
-    for rank in range(WORLD_SIZE):
-        batches.extend(BatchReader(out_root / name, rank, timeout_s=60))
-    return batches
 
 
 def samples_of(batch: Batch) -> list[dict[str, Any]]:
@@ -176,17 +139,28 @@ def runs(request, dataset):  # noqa: F811  (the fixture imported above)
     root, _ = dataset
     out_root = Path(tempfile.mkdtemp(prefix="stoker-packing-", dir="/dev/shm"))
     try:
-        unpacked = run_job(root, preset, out_root, "unpacked")
+        unpacked = read_all(
+            run_job(root, preset, out_root, name="unpacked", micro_batch_size=MICRO_BATCH)
+        )
         lengths = [int(n) for b in unpacked for n in b.attention_mask.sum(axis=1)]
         # every sample fits (T >= the longest, which max-seq-len must allow), and a row takes
         # two to four typical samples
         t = max(max(lengths), 3 * int(np.median(lengths)))
-        packed = run_job(
-            root, preset, out_root, "packed",
-            "--stoker.max-seq-len", str(max(lengths)),
-            "--stoker.packing.enabled", "true",
-            "--stoker.packing.max-tokens", str(t),
-        )  # fmt: skip
+        packed = read_all(
+            run_job(
+                root,
+                preset,
+                out_root,
+                "--stoker.max-seq-len",
+                str(max(lengths)),
+                "--stoker.packing.enabled",
+                "true",
+                "--stoker.packing.max-tokens",
+                str(t),
+                name="packed",
+                micro_batch_size=MICRO_BATCH,
+            )  # fmt: skip
+        )
         yield preset, unpacked, packed, t
     finally:
         shutil.rmtree(out_root, ignore_errors=True)

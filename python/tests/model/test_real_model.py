@@ -310,24 +310,33 @@ class Reference:
 # ------------------------------------------------------------------ the run
 
 
-def run_job(root: Path, preset: str, out_root: Path) -> Path:
+def run_job(
+    root: Path,
+    preset: str,
+    out_root: Path,
+    *options: str,
+    name: str = "model",
+    micro_batch_size: int = MICRO_BATCH,
+) -> Path:
     """Runs the real job over ``root`` to completion (no prefetch bound: every batch is written)
-    and returns its job directory."""
-    log = out_root / "job.log"
+    with :data:`WORLD_SIZE` ranks, ``preset``, :data:`MAX_PIXELS` and the further ``options``
+    (``--key value`` pairs), and returns its job directory ``out_root / name``."""
+    log = out_root / f"{name}.log"
     with log.open("w") as out:
         proc = subprocess.run(
             job_command(
                 out_root,
-                "model",
+                name,
                 "--stoker.model.preset",
                 preset,
                 "--stoker.image.max-pixels",
                 str(MAX_PIXELS),
                 "--stoker.prefetch-depth",
                 "0",
+                *options,
                 dataset=root,
                 world_size=WORLD_SIZE,
-                micro_batch_size=MICRO_BATCH,
+                micro_batch_size=micro_batch_size,
             ),
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -335,11 +344,12 @@ def run_job(root: Path, preset: str, out_root: Path) -> Path:
             check=False,
         )
     if proc.returncode != 0:
-        pytest.fail(f"job failed (exit {proc.returncode}):\n{log.read_text()[-6000:]}")
-    return out_root / "model"
+        pytest.fail(f"{name} job failed (exit {proc.returncode}):\n{log.read_text()[-6000:]}")
+    return out_root / name
 
 
 def read_all(job_dir: Path) -> list[Batch]:
+    """Every batch of every rank of ``job_dir``, in (rank, step) order."""
     batches = []
     for rank in range(WORLD_SIZE):
         batches.extend(BatchReader(job_dir, rank, timeout_s=60))
