@@ -28,6 +28,16 @@ see ``16bit``). Groups:
   ``convert`` clips to 255) get the same rule from Pillow's own 16-bit array, tRNS included;
   16-bit colour PNGs keep Pillow's reference, its high byte ``v >> 8``, which is within one
   level of ``round(v / 257)``.
+* ``colourkey``: PNGs with a ``tRNS`` colour key, RGB and grey, 8 and 16 bits. Reference
+  ``stoker rule`` for RGB: key-coloured pixels white (transformers' ``convert_to_rgb`` leaves
+  them in the key colour; the script checks that it still does).
+* ``formats``: TIFF, PSD, ICO, CUR, TGA, PNM, PCX, QOI and JPEG 2000 variants (written here by
+  Pillow, or byte by byte where Pillow cannot write them), reference ``pillow``; where Stoker
+  deliberately differs, ``stoker rule`` (PNM maxval above 255: ``round(v * 255 / maxval)``; a
+  PSD merged image with alpha, which Photoshop stores matted over white: the layer's composite).
+* ``rejected``: files of formats Stoker recognises but does not decode (AVIF, HEIC, JPEG XL,
+  SGI, DDS, XBM, MSP, BLP, PFM, PDF, SVG); ``reference`` is the start of the reason that must
+  name it, ``rgb`` is empty.
 """
 
 from __future__ import annotations
@@ -269,8 +279,9 @@ def sample_images(w: Writer) -> None:
             w.add("sample", path.name, path, reference(image))
 
 
-def png16(samples: np.ndarray, color_type: int) -> bytes:
-    """A 16-bit PNG (filter 0 on every row) of (H, W, C) uint16 samples."""
+def png16(samples: np.ndarray, color_type: int, trns: bytes = b"") -> bytes:
+    """A 16-bit PNG (filter 0 on every row) of (H, W, C) uint16 samples, with a ``tRNS`` chunk
+    of payload ``trns`` when given."""
     h, wd = samples.shape[:2]
     be = samples.astype(">u2").reshape(h, -1).tobytes()
     stride = len(be) // h
@@ -284,6 +295,7 @@ def png16(samples: np.ndarray, color_type: int) -> bytes:
     return (
         b"\x89PNG\r\n\x1a\n"
         + png_chunk(b"IHDR", ihdr)
+        + (png_chunk(b"tRNS", trns) if trns else b"")
         + png_chunk(b"IDAT", zlib.compress(raw))
         + png_chunk(b"IEND", b"")
     )
@@ -311,6 +323,235 @@ def sixteen_bit(w: Writer) -> None:
         w.add("16bit", name + ".png", path, rgb, 16, "16-bit rule")
 
 
+def saved(image: Image.Image, fmt: str, **options: object) -> bytes:
+    buf = io.BytesIO()
+    image.save(buf, fmt, **options)
+    return buf.getvalue()
+
+
+def psd(channels: np.ndarray, mode: int, rle: bool) -> bytes:
+    """A Photoshop file (version 1, no layers) whose merged image is ``channels`` (C, H, W) uint8,
+    colour mode ``mode`` (1 grey, 3 RGB, 4 CMYK, stored inverted as Photoshop stores it), raw or
+    PackBits-compressed per row (one literal run per 128 bytes)."""
+    c, h, wd = channels.shape
+    header = b"8BPS" + struct.pack(">H6xHIIHH", 1, c, h, wd, 8, mode)
+    sections = struct.pack(">III", 0, 0, 0)  # colour mode data, image resources, layers
+    if not rle:
+        return header + sections + struct.pack(">H", 0) + channels.tobytes()
+    rows = []
+    for plane in channels:
+        for row in plane:
+            packed = b"".join(
+                bytes([len(row[i : i + 128]) - 1]) + row[i : i + 128].tobytes()
+                for i in range(0, wd, 128)
+            )
+            rows.append(packed)
+    counts = b"".join(struct.pack(">H", len(r)) for r in rows)
+    return header + sections + struct.pack(">H", 1) + counts + b"".join(rows)
+
+
+def plain_pnm(magic: str, samples: np.ndarray, maxval: int) -> bytes:
+    """A plain (ASCII) Netpbm file: P1 (1 = black), P2 grey or P3 RGB with ``maxval``."""
+    h, wd = samples.shape[:2]
+    head = f"{magic}\n# written by pillow_decode.py\n{wd} {h}\n"
+    if magic != "P1":
+        head += f"{maxval}\n"
+    body = "\n".join(" ".join(str(int(v)) for v in row.reshape(-1)) for row in samples)
+    return (head + body + "\n").encode("ascii")
+
+
+def raw_pnm(magic: str, samples: np.ndarray, maxval: int) -> bytes:
+    """A raw Netpbm file, P5 grey or P6 RGB, two bytes big-endian per sample above 255."""
+    h, wd = samples.shape[:2]
+    dtype = ">u2" if maxval > 255 else "u1"
+    return f"{magic}\n{wd} {h}\n{maxval}\n".encode("ascii") + samples.astype(dtype).tobytes()
+
+
+def ico_to_cur(ico: bytes) -> bytes:
+    """The same icons as a cursor file (type 2; planes and bit count become a hotspot of 0, 0)."""
+    data = bytearray(ico)
+    data[2] = 2
+    for i in range(struct.unpack("<H", ico[4:6])[0]):
+        data[6 + 16 * i + 4 : 6 + 16 * i + 8] = b"\0\0\0\0"
+    return bytes(data)
+
+
+def other_formats(w: Writer) -> None:
+    """Every format besides JPEG/PNG/GIF/WebP/BMP that Stoker decodes, in the variants Pillow
+    writes (and hand-written PSD, plain PNM, 16-bit PNM and CUR files), group ``formats``."""
+    base = base_image(61, 43, 7)
+    rgba = with_alpha(base)
+    grey = base.convert("L")
+    arr = np.asarray(base)
+    cases: dict[str, bytes] = {}
+    for compression in ("raw", "tiff_lzw", "tiff_deflate", "packbits", "jpeg"):
+        cases[f"tiff_rgb_{compression}.tif"] = saved(base, "TIFF", compression=compression)
+    cases["tiff_rgba_lzw.tif"] = saved(rgba, "TIFF", compression="tiff_lzw")
+    cases["tiff_grey_deflate.tif"] = saved(grey, "TIFF", compression="tiff_deflate")
+    cases["tiff_bilevel_group4.tif"] = saved(base.convert("1"), "TIFF", compression="group4")
+    cases["tiff_palette.tif"] = saved(base.convert("P"), "TIFF")
+    cases["tiff_cmyk.tif"] = saved(base.convert("CMYK"), "TIFF", compression="tiff_lzw")
+    cases["tiff_big_endian.tif"] = saved(base, "TIFF", tiffinfo={}, big_endian=True)
+    cases["tiff_multipage.tif"] = saved(
+        base, "TIFF", save_all=True, append_images=[rgba, grey], compression="tiff_lzw"
+    )
+    cases["tiff_orientation6.tif"] = saved(base, "TIFF", tiffinfo={274: 6})
+    gray16 = np.linspace(0, 65535, 43 * 61).round().astype(np.uint16).reshape(43, 61)
+    cases["tiff_grey16.tif"] = saved(Image.fromarray(gray16), "TIFF")
+    cases["ico_png_sizes.ico"] = saved(rgba.resize((48, 48)), "ICO", sizes=[(16, 16), (48, 48)])
+    cases["ico_bmp_rgba.ico"] = saved(
+        rgba.resize((32, 32)), "ICO", sizes=[(32, 32)], bitmap_format="bmp"
+    )
+    cases["ico_bmp_rgb.ico"] = saved(
+        base.resize((32, 32)), "ICO", sizes=[(16, 16), (32, 32)], bitmap_format="bmp"
+    )
+    cases["cur_bmp_rgba.cur"] = ico_to_cur(cases["ico_bmp_rgba.ico"])
+    cases["tga_rgb.tga"] = saved(base, "TGA")
+    cases["tga_rgb_top_left.tga"] = saved(base, "TGA", orientation=1)
+    cases["tga_rgba_rle.tga"] = saved(rgba, "TGA", compression="tga_rle")
+    cases["tga_grey_rle.tga"] = saved(grey, "TGA", compression="tga_rle")
+    cases["tga_palette.tga"] = saved(base.convert("P"), "TGA")
+    cases["pnm_p6.ppm"] = saved(base, "PPM")
+    cases["pnm_p5.pgm"] = saved(grey, "PPM")
+    cases["pnm_p4.pbm"] = saved(base.convert("1"), "PPM")
+    cases["pnm_p3_plain.ppm"] = plain_pnm("P3", arr, 255)
+    cases["pnm_p2_plain_max100.pgm"] = plain_pnm("P2", np.asarray(grey) * 100 // 255, 100)
+    cases["pnm_p1_plain.pbm"] = plain_pnm("P1", (np.asarray(grey) < 128).astype(np.uint8), 1)
+    cases["pnm_p5_max1000.pgm"] = raw_pnm(
+        "P5", np.asarray(grey).astype(np.uint32) * 1000 // 255, 1000
+    )
+    cases["pnm_p6_max65535.ppm"] = raw_pnm("P6", arr.astype(np.uint32) * 257 + 3, 65535)
+    cases["pcx_rgb.pcx"] = saved(base, "PCX")
+    cases["pcx_grey.pcx"] = saved(grey, "PCX")
+    cases["pcx_palette.pcx"] = saved(base.convert("P"), "PCX")
+    cases["pcx_bilevel.pcx"] = saved(base.convert("1"), "PCX")
+    cases["qoi_rgb.qoi"] = saved(base, "QOI")
+    cases["qoi_rgba.qoi"] = saved(rgba, "QOI")
+    cases["jp2_lossless.jp2"] = saved(base, "JPEG2000")
+    cases["jp2_lossy.jp2"] = saved(
+        base, "JPEG2000", irreversible=True, quality_mode="rates", quality_layers=[20]
+    )
+    photo = base_image(256, 192, 8)
+    cases["jp2_lossy_rate80_tiled.jp2"] = saved(
+        photo,
+        "JPEG2000",
+        irreversible=True,
+        quality_mode="rates",
+        quality_layers=[80],
+        tile_size=(128, 128),
+    )
+    cases["jp2_rgba.jp2"] = saved(rgba, "JPEG2000")
+    cases["jp2_grey.jp2"] = saved(grey, "JPEG2000")
+    cases["j2k_codestream.j2k"] = saved(base, "JPEG2000", no_jp2=True)
+    planes = arr.transpose(2, 0, 1)
+    alpha = np.asarray(rgba)[:, :, 3][None]
+    cmyk = np.asarray(base.convert("CMYK")).transpose(2, 0, 1)
+    cases["psd_rgb_raw.psd"] = psd(np.ascontiguousarray(planes), 3, rle=False)
+    cases["psd_rgb_rle.psd"] = psd(np.ascontiguousarray(planes), 3, rle=True)
+    matted = np.asarray(to_rgb(rgba)).transpose(2, 0, 1)  # Photoshop's merged image: over white
+    cases["psd_rgba_rle.psd"] = psd(np.concatenate([matted, alpha]), 3, rle=True)
+    cases["psd_grey.psd"] = psd(np.asarray(grey)[None], 1, rle=True)
+    cases["psd_cmyk.psd"] = psd(np.ascontiguousarray(255 - cmyk), 4, rle=False)
+    rules = {
+        # Stoker's 16-bit rule, round(v * 255 / maxval), on the samples written (Pillow: mode I,
+        # which its convert clips to 255)
+        "pnm_p5_max1000.pgm": np.repeat(
+            (np.asarray(grey).astype(np.uint32) * 1000 // 255 * 255 + 500) // 1000, 3
+        ).reshape(43, 61, 3),
+        # Photoshop's merged image is matted over white: un-matted and composited over white it is
+        # the layer's own composite (Pillow composites the matted pixels a second time)
+        "psd_rgba_rle.psd": np.asarray(to_rgb(rgba)),
+    }
+    for name, data in sorted(cases.items()):
+        path = w.encoded("formats", name, data)
+        with Image.open(path) as image:
+            image.load()
+            if name in rules:
+                rgb, rule = rules[name], "stoker rule"
+            elif image.mode == "I;16":
+                rgb, rule = reference_gray16(image), "16-bit rule"
+            else:
+                rgb, rule = reference(image), "pillow"
+        w.add("formats", name, path, rgb, reference=rule)
+
+
+def rejected_formats(w: Writer) -> None:
+    """Files Stoker recognises and rejects, each with the format its reason must name, group
+    ``rejected`` (``rgb`` empty): AVIF, HEIC and the rarer formats Pillow opens."""
+    base = base_image(40, 30, 9)
+    cases = {
+        "avif_8bit.avif": (saved(base, "AVIF"), "AVIF (AV1, 8-bit 4:2:0"),
+        "avif_444.avif": (saved(base, "AVIF", subsampling="4:4:4"), "AVIF (AV1, 8-bit 4:4:4"),
+        "heic.heic": (
+            struct.pack(">I", 24) + b"ftypheic" + b"\0\0\0\0" + b"mif1heic" + b"\0" * 64,
+            "HEIC",
+        ),
+        "jpeg_xl.jxl": (b"\xff\x0a" + b"\0" * 64, "JPEG XL"),
+        "sgi.sgi": (saved(base, "SGI"), "SGI"),
+        "dds.dds": (saved(base.convert("RGBA"), "DDS"), "DDS"),
+        "xbm.xbm": (saved(base.convert("1"), "XBM"), "XBM"),
+        "msp.msp": (saved(base.convert("1"), "MSP"), "MSP"),
+        "blp.blp": (saved(base.convert("P"), "BLP"), "BLP"),
+        "pfm.pfm": (b"Pf\n40 30\n-1.0\n" + np.zeros(40 * 30, "<f4").tobytes(), "PFM"),
+        "pdf.pdf": (b"%PDF-1.7\n" + b"\0" * 64, "PDF"),
+        "svg.svg": (b'<?xml version="1.0"?>\n<svg xmlns="http://www.w3.org/2000/svg"/>', "SVG"),
+    }
+    for name, (data, expected) in sorted(cases.items()):
+        path = w.encoded("rejected", name, data)
+        w.add("rejected", name, path, np.zeros((0, 0, 3), np.uint8), reference=expected)
+
+
+def colour_key(w: Writer) -> None:
+    """PNGs whose ``tRNS`` chunk names one colour transparent (a colour key), group ``colourkey``:
+    RGB and grey, 8 and 16 bits. Stoker's rule: key-coloured pixels are transparent and become
+    white, as every other kind of PNG transparency does. transformers' ``convert_to_rgb`` agrees
+    for grey (Pillow mode ``L``/``I;16``, converted through RGBA) but returns a mode ``RGB`` image
+    unchanged, key colour and all; this function checks that it does, so the deviation is real."""
+    base = np.asarray(base_image(64, 40, 11))
+    key = (17, 200, 33)
+    rgb = base.copy()
+    rgb[8:20, 10:40] = key
+    rgb[30:, ::3] = key
+    keyed = np.all(rgb == key, axis=2)
+    expected = rgb.copy()
+    expected[keyed] = 255
+    data = saved(Image.fromarray(rgb, "RGB"), "PNG", transparency=key)
+    path = w.encoded("colourkey", "rgb8_trns.png", data)
+    with Image.open(path) as image:
+        assert image.mode == "RGB" and image.info["transparency"] == key, image.info
+        hf = np.asarray(to_rgb(image))
+        assert np.array_equal(hf, rgb), "convert_to_rgb no longer ignores an RGB colour key"
+        assert np.array_equal(reference(image.convert("RGBA")), expected)
+    w.add("colourkey", "rgb8_trns.png", path, expected, reference="stoker rule")
+
+    rgb16 = rgb.astype(np.uint16) * 257 + 40  # never a multiple of 257: the low byte matters
+    key16 = tuple(int(v) * 257 + 40 for v in key)
+    data = png16(rgb16, 2, struct.pack(">HHH", *key16))
+    path = w.encoded("colourkey", "rgb16_trns.png", data)
+    with Image.open(path) as image:
+        assert image.mode == "RGB", image.mode
+        assert np.array_equal(np.asarray(to_rgb(image))[keyed], np.tile(key, (keyed.sum(), 1)))
+    expected16 = scaled16(rgb16)
+    expected16[keyed] = 255
+    w.add("colourkey", "rgb16_trns.png", path, expected16, 16, "stoker rule")
+
+    grey = rgb[:, :, 1]
+    data = saved(Image.fromarray(grey, "L"), "PNG", transparency=200)
+    path = w.encoded("colourkey", "grey8_trns.png", data)
+    with Image.open(path) as image:
+        out = reference(image)
+        assert np.all(out[grey == 200] == 255) and np.any(grey == 200)
+        w.add("colourkey", "grey8_trns.png", path, out)
+
+    grey16 = grey.astype(np.uint16) * 257 + 40
+    data = png16(grey16[:, :, None], 0, struct.pack(">H", 200 * 257 + 40))
+    path = w.encoded("colourkey", "grey16_trns.png", data)
+    with Image.open(path) as image:
+        out = reference_gray16(image)
+        assert np.all(out[grey == 200] == 255)
+        w.add("colourkey", "grey16_trns.png", path, out, 16, "16-bit rule")
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 3:
         print(__doc__, file=sys.stderr)
@@ -326,6 +567,9 @@ def main(argv: list[str]) -> int:
     sixteen_bit(w)
     shared_images(w, data_root)
     sample_images(w)
+    colour_key(w)
+    other_formats(w)
+    rejected_formats(w)
     w.manifest.close()
     print(f"pillow_decode: {w.count} images, Pillow {Image.__version__}", file=sys.stderr)
     return 0

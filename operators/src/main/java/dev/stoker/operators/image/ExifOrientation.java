@@ -13,8 +13,8 @@ import java.util.List;
 
 /**
  * Reads the EXIF Orientation tag (0x0112, values 1..8) with metadata-extractor (JPEG APP1, PNG
- * {@code eXIf}, WebP {@code EXIF}) and applies it to a decoded image the way Pillow's {@code
- * ImageOps.exif_transpose} does.
+ * {@code eXIf}, WebP {@code EXIF}, a TIFF's first IFD) and applies it to a decoded image the way
+ * Pillow's {@code ImageOps.exif_transpose} does.
  *
  * <p>Malformed or missing EXIF data means orientation 1 (no change); it never rejects an image. For
  * a JPEG only the EXIF segment is parsed, not the XMP, ICC, IPTC and other segments that
@@ -26,6 +26,12 @@ final class ExifOrientation {
 
     /** The orientation (1..8) found in the encoded image {@code data} of {@code format}, or 1. */
     static int read(byte[] data, ImageFormat format) {
+        if (format != ImageFormat.JPEG
+                && format != ImageFormat.PNG
+                && format != ImageFormat.WEBP
+                && format != ImageFormat.TIFF) {
+            return 1; // Pillow's exif_transpose finds no EXIF in the other formats it opens
+        }
         try {
             ByteArrayInputStream in = new ByteArrayInputStream(data);
             Metadata metadata =

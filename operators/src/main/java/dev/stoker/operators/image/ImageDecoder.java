@@ -15,6 +15,8 @@ import javax.imageio.ImageReader;
 import javax.imageio.metadata.IIOMetadata;
 import javax.imageio.stream.ImageInputStream;
 import javax.imageio.stream.MemoryCacheImageInputStream;
+import me.saharnooby.qoi.QOIImage;
+import me.saharnooby.qoi.QOIUtil;
 import org.w3c.dom.NamedNodeMap;
 import org.w3c.dom.Node;
 
@@ -23,9 +25,17 @@ import org.w3c.dom.Node;
  * {@code ImageOps.exif_transpose} + Hugging Face {@code convert_to_rgb} would.
  *
  * <ul>
- *   <li>Formats, recognised by magic bytes: JPEG, PNG (1-16 bit, grey, palette, alpha, APNG's
- *       default image), GIF, WebP (lossy, lossless, alpha, animated) and BMP. PNG, GIF and BMP go
- *       through the JDK's ImageIO readers with the disk cache off.
+ *   <li>Formats, recognised by magic bytes ({@link ImageFormat}): JPEG, PNG (1-16 bit, grey,
+ *       palette, alpha, APNG's default image), GIF, WebP (lossy, lossless, alpha, animated) and
+ *       BMP; and the other formats Pillow 12 opens that a Java library decodes as Pillow does: TIFF
+ *       and BigTIFF (first page; raw, LZW, deflate, PackBits, JPEG, CCITT; RGB, grey, bilevel,
+ *       palette, CMYK, alpha), PSD (the merged image), ICO and CUR (the largest icon, as Pillow
+ *       picks it), TGA, PBM/PGM/PPM (plain and raw), PCX, QOI and JPEG 2000 (JP2 and codestream).
+ *       PNG, GIF and BMP go through the JDK's ImageIO readers with the disk cache off; TIFF, PSD,
+ *       ICO, CUR, TGA, PNM and PCX through TwelveMonkeys', JPEG 2000 through jai-imageio's JJ2000
+ *       reader, QOI through qoi-java. Formats Stoker recognises but does not decode (AVIF, HEIC,
+ *       JPEG XL, the rarer ones Pillow opens, PDF, SVG) are rejected naming the format ({@link
+ *       RejectedFormats}).
  *   <li>WebP: decoded with libwebp, Pillow's own decoder and version ({@link LibWebpDecoder}), when
  *       {@link LibWebpDecoder#available() its native library loads}; otherwise, and then with one
  *       WARN at start-up and the gauge {@code webpDecoderNative} = 0, with TwelveMonkeys' ImageIO
@@ -42,10 +52,15 @@ import org.w3c.dom.Node;
  *   <li>Size guard: the header dimensions (and a GIF's logical screen) are read first; if {@code
  *       width * height > maxSourcePixels} the image is rejected before any pixel buffer exists.
  *   <li>Animations: the first frame only; a GIF frame is placed on its logical screen.
- *   <li>Colour: see {@link RgbConverter}; alpha is composited over white. 16-bit samples are scaled
- *       to 8 bits as {@code round(v / 257)}, the one deliberate difference from Pillow, which clips
- *       16-bit grey to 255 (docs/parity.md).
- *   <li>EXIF orientation 1-8 (JPEG APP1, PNG eXIf, WebP EXIF) is applied.
+ *   <li>Colour: see {@link RgbConverter}; alpha is composited over white, and so is a PNG colour
+ *       key ({@code tRNS} on an RGB image), which transformers' {@code convert_to_rgb} leaves in
+ *       the key colour. 16-bit samples (and PNM samples with any maxval) are scaled to 8 bits as
+ *       {@code round(v * 255 / max)}, where Pillow clips 16-bit grey to 255. A PSD merged image
+ *       with an alpha channel is un-matted from white first (Photoshop stores it matted; Pillow
+ *       composites it a second time). These are the deliberate differences from Pillow
+ *       (docs/parity.md).
+ *   <li>EXIF orientation 1-8 (JPEG APP1, PNG eXIf, WebP EXIF, TIFF's own Orientation tag) is
+ *       applied.
  * </ul>
  *
  * <p>Errors: {@link RejectReason#UNSUPPORTED_IMAGE} for unknown bytes, {@link
@@ -163,9 +178,15 @@ public final class ImageDecoder {
         }
         ImageFormat format = ImageFormat.sniff(encoded);
         if (format == null) {
+            String named = RejectedFormats.describe(encoded);
             throw new RejectedRecordException(
                     RejectReason.UNSUPPORTED_IMAGE,
-                    "not a supported image (" + describeStart(encoded) + ")");
+                    named != null
+                            ? named + ", not decoded by Stoker (" + encoded.length + " bytes)"
+                            : "not a supported image (" + describeStart(encoded) + ")");
+        }
+        if (format == ImageFormat.QOI) {
+            return decodeQoi(encoded, maxSourcePixels);
         }
         if (format == ImageFormat.PNG) {
             String defect = PngIntegrity.firstDefect(encoded);
@@ -195,8 +216,10 @@ public final class ImageDecoder {
                 canvasH = Math.max(1, (encoded[8] & 0xFF) | (encoded[9] & 0xFF) << 8);
                 checkPixels(format, canvasW, canvasH, maxSourcePixels);
             }
-            int w = reader.getWidth(0);
-            int h = reader.getHeight(0);
+            int index =
+                    format == ImageFormat.ICO || format == ImageFormat.CUR ? iconIndex(reader) : 0;
+            int w = reader.getWidth(index);
+            int h = reader.getHeight(index);
             size = " " + w + "x" + h;
             checkPixels(format, w, h, maxSourcePixels);
             if (format != ImageFormat.GIF) {
@@ -205,7 +228,7 @@ public final class ImageDecoder {
             }
             List<String> warnings = new ArrayList<>();
             reader.addIIOReadWarningListener((source, warning) -> warnings.add(warning));
-            IIOImage frame = reader.readAll(0, null);
+            IIOImage frame = reader.readAll(index, null);
             checkWarnings(format, size, warnings);
             BufferedImage img = (BufferedImage) frame.getRenderedImage();
             RgbImage rgb = toCanvas(img, frame.getMetadata(), format, canvasW, canvasH);
@@ -216,6 +239,64 @@ public final class ImageDecoder {
         } finally {
             reader.dispose();
         }
+    }
+
+    /**
+     * The icon of an ICO or CUR file that Pillow's {@code IcoImagePlugin} opens: the largest {@code
+     * width * height}, the first in the file among equals.
+     */
+    private static int iconIndex(ImageReader reader) throws IOException {
+        int best = 0;
+        long bestArea = -1;
+        for (int i = 0, n = reader.getNumImages(true); i < n; i++) {
+            long area = (long) reader.getWidth(i) * reader.getHeight(i);
+            if (area > bestArea) {
+                best = i;
+                bestArea = area;
+            }
+        }
+        return best;
+    }
+
+    /**
+     * Decodes a QOI file with qoi-java (RGB or RGBA, 8 bits per channel; the colour-space byte is
+     * informational in QOI and ignored, as Pillow ignores it).
+     */
+    private static RgbImage decodeQoi(byte[] encoded, long maxSourcePixels)
+            throws RejectedRecordException {
+        String size = "";
+        try {
+            if (encoded.length < 14) {
+                throw new IOException("header cut at " + encoded.length + " bytes");
+            }
+            int w = (int) Math.min(Integer.MAX_VALUE, readUint32(encoded, 4));
+            int h = (int) Math.min(Integer.MAX_VALUE, readUint32(encoded, 8));
+            size = " " + w + "x" + h;
+            checkPixels(ImageFormat.QOI, w, h, maxSourcePixels);
+            QOIImage qoi = QOIUtil.readImage(new ByteArrayInputStream(encoded), 4);
+            byte[] rgba = qoi.getPixelData();
+            int[] argb = new int[w * h];
+            for (int i = 0, p = 0; i < argb.length; i++, p += 4) {
+                argb[i] =
+                        (rgba[p + 3] & 0xFF) << 24
+                                | (rgba[p] & 0xFF) << 16
+                                | (rgba[p + 1] & 0xFF) << 8
+                                | rgba[p + 2] & 0xFF;
+            }
+            byte[] out = new byte[w * h * 3];
+            RgbConverter.convertArgb(argb, w, h, qoi.getChannels() == 4, out, w, 0, 0);
+            return new RgbImage(w, h, out);
+        } catch (IOException | RuntimeException e) {
+            throw new RejectedRecordException(
+                    RejectReason.CORRUPT_IMAGE, "corrupt QOI" + size + ": " + e, e);
+        }
+    }
+
+    private static long readUint32(byte[] d, int p) {
+        return (d[p] & 0xFFL) << 24
+                | (d[p + 1] & 0xFF) << 16
+                | (d[p + 2] & 0xFF) << 8
+                | d[p + 3] & 0xFF;
     }
 
     /**

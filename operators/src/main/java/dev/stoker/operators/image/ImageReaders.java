@@ -4,6 +4,7 @@ import java.io.IOException;
 import java.util.Arrays;
 import java.util.Iterator;
 import java.util.List;
+import java.util.Locale;
 import javax.imageio.ImageIO;
 import javax.imageio.ImageReader;
 import javax.imageio.spi.IIORegistry;
@@ -29,9 +30,11 @@ import javax.imageio.spi.ServiceRegistry;
  *       cluster's {@code lib/} only (what it still keeps of the first job: see there);
  *   <li>PNG, GIF, BMP and the JDK's JPEG reader are taken from the registry, but only the JDK's own
  *       ({@code java.desktop}, boot class loader), whatever else another job registered;
- *   <li>TwelveMonkeys' JPEG reader (CMYK/YCCK, JPEGs libjpeg-turbo rejects) and WebP reader are
- *       created from their providers directly; the JPEG provider finds its delegate, the JDK's
- *       reader, in a short-lived registry of this class's own;
+ *   <li>TwelveMonkeys' JPEG reader (CMYK/YCCK, JPEGs libjpeg-turbo rejects), its WebP, TIFF, PSD,
+ *       ICO, CUR, TGA, PNM and PCX readers, and jai-imageio's JPEG 2000 reader are created from
+ *       their providers directly; the JPEG provider finds its delegate, the JDK's reader, in a
+ *       short-lived registry of this class's own (the TIFF reader looks up a JPEG reader for
+ *       JPEG-compressed TIFF in the global registry, where it finds the JDK's);
  *   <li>the job jar carries no ImageIO service files (job/pom.xml's shade filter), so even a
  *       registry created by some other code from the job's class loader finds nothing of it.
  * </ul>
@@ -49,7 +52,7 @@ final class ImageReaders {
         ImageIO.setUseCache(false);
         ServiceRegistry own =
                 new ServiceRegistry(List.<Class<?>>of(ImageReaderSpi.class).iterator());
-        ImageReaderSpi jdkJpeg = jdkProvider(ImageFormat.JPEG.imageIoName);
+        ImageReaderSpi jdkJpeg = jdkProvider("jpeg");
         if (jdkJpeg != null) {
             own.registerServiceProvider(jdkJpeg, ImageReaderSpi.class);
         }
@@ -93,12 +96,14 @@ final class ImageReaders {
     }
 
     /**
-     * A new reader for {@code format}: TwelveMonkeys' for JPEG and WebP, the JDK's for PNG, GIF and
-     * BMP.
+     * A new reader for {@code format}: the JDK's for PNG, GIF and BMP; TwelveMonkeys' for JPEG,
+     * WebP, TIFF, PSD, ICO, CUR, TGA, PNM and PCX; jai-imageio's JJ2000 reader for JPEG 2000. QOI
+     * has no ImageIO reader ({@link ImageDecoder} decodes it with qoi-java).
      *
      * @return the reader; the caller disposes it
      * @throws IOException when the JDK has no reader for the format (a JRE without {@code
      *     java.desktop}'s plugins)
+     * @throws IllegalArgumentException for QOI
      */
     static ImageReader create(ImageFormat format) throws IOException {
         switch (format) {
@@ -110,12 +115,40 @@ final class ImageReaders {
                     throw new IOException("the JDK has no ImageIO JPEG reader");
                 }
                 return TWELVE_MONKEYS_JPEG.createReaderInstance(null);
-            default:
-                ImageReaderSpi jdk = jdkProvider(format.imageIoName);
+            case TIFF:
+                return new com.twelvemonkeys.imageio.plugins.tiff.TIFFImageReaderSpi()
+                        .createReaderInstance(null);
+            case PSD:
+                return new com.twelvemonkeys.imageio.plugins.psd.PSDImageReaderSpi()
+                        .createReaderInstance(null);
+            case ICO:
+                return new com.twelvemonkeys.imageio.plugins.bmp.ICOImageReaderSpi()
+                        .createReaderInstance(null);
+            case CUR:
+                return new com.twelvemonkeys.imageio.plugins.bmp.CURImageReaderSpi()
+                        .createReaderInstance(null);
+            case TGA:
+                return new com.twelvemonkeys.imageio.plugins.tga.TGAImageReaderSpi()
+                        .createReaderInstance(null);
+            case PNM:
+                return new com.twelvemonkeys.imageio.plugins.pnm.PNMImageReaderSpi()
+                        .createReaderInstance(null);
+            case PCX:
+                return new com.twelvemonkeys.imageio.plugins.pcx.PCXImageReaderSpi()
+                        .createReaderInstance(null);
+            case JPEG2000:
+                return new com.github.jaiimageio.jpeg2000.impl.J2KImageReaderSpi()
+                        .createReaderInstance(null);
+            case PNG:
+            case GIF:
+            case BMP:
+                ImageReaderSpi jdk = jdkProvider(format.name().toLowerCase(Locale.ROOT));
                 if (jdk == null) {
                     throw new IOException("the JDK has no ImageIO reader for " + format);
                 }
                 return jdk.createReaderInstance(null);
+            default:
+                throw new IllegalArgumentException("no ImageIO reader for " + format);
         }
     }
 

@@ -17,8 +17,9 @@ import java.awt.image.Raster;
  * equal channels, sub-byte depths are scaled to the full range (1-bit to 0/255, 2-bit to multiples
  * of 85, 4-bit to multiples of 17), palettes are looked up, and alpha is composited over opaque
  * white with Pillow's fixed-point {@code ImagingAlphaComposite} arithmetic ({@link #overWhite}).
- * Other colour spaces (e.g. CMYK a reader did not convert) go through the colour model's sRGB
- * conversion.
+ * Other colour spaces go through the colour model's sRGB conversion, except CMYK samples (TIFF,
+ * PSD), which are converted with Pillow's {@code cmyk2rgb} ({@code Convert.c}: {@code r = (255 - k)
+ * - MULDIV255(c, 255 - k)}, no colour profile), as Pillow's {@code convert("RGB")} does.
  *
  * <p>16-bit samples (grey, grey+alpha, RGB, RGBA; alpha included) are scaled to 8 bits as {@code
  * round(v / 257)} ({@link #to8}; 65535 = 255 * 257, so 65535 becomes 255); alpha is then composited
@@ -88,6 +89,26 @@ final class RgbConverter {
                 }
                 writeRow(rgba, w, out, ((dy + y) * canvasW + dx) * 3);
             }
+        } else if (integral && type == ColorSpace.TYPE_CMYK && colours == 4) {
+            int bands = raster.getNumBands();
+            int[] max = new int[bands];
+            for (int b = 0; b < bands; b++) {
+                max[b] = (1 << cm.getComponentSize(b)) - 1;
+            }
+            boolean alpha = cm.hasAlpha();
+            int[] px = new int[w * bands];
+            for (int y = 0; y < h; y++) {
+                raster.getPixels(0, y, w, 1, px);
+                for (int x = 0; x < w; x++) {
+                    int p = x * bands;
+                    int nk = 255 - to8(px[p + 3], max[3]);
+                    for (int c = 0; c < 3; c++) {
+                        rgba[x * 4 + c] = nk - mulDiv255(to8(px[p + c], max[c]), nk);
+                    }
+                    rgba[x * 4 + 3] = alpha ? to8(px[p + 4], max[4]) : 255;
+                }
+                writeRow(rgba, w, out, ((dy + y) * canvasW + dx) * 3);
+            }
         } else {
             int[] argb = new int[w];
             for (int y = 0; y < h; y++) {
@@ -154,6 +175,12 @@ final class RgbConverter {
             return v;
         }
         return (v * 255 + max / 2) / max;
+    }
+
+    /** Pillow's {@code MULDIV255(a, b)}: {@code a * b / 255} rounded, in integer arithmetic. */
+    private static int mulDiv255(int a, int b) {
+        int tmp = a * b + 128;
+        return ((tmp >> 8) + tmp) >> 8;
     }
 
     /**

@@ -8,6 +8,7 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.stoker.operators.SharedData;
 import dev.stoker.operators.model.RejectReason;
 import dev.stoker.operators.model.RejectedRecordException;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.util.Arrays;
 import java.util.Set;
@@ -191,6 +192,81 @@ class ImageDecoderTest {
         assertRejected(dir + "empty.jpg", RejectReason.CORRUPT_IMAGE).hasMessageContaining("empty");
         assertRejected(dir + "s3_error_body.jpg", RejectReason.UNSUPPORTED_IMAGE)
                 .hasMessageContaining("text");
+    }
+
+    /**
+     * The bomb guard reads the header of every format added for Pillow's set (here QOI, TIFF, TGA
+     * and PNM headers of 60000x60000) before any pixel buffer exists.
+     */
+    @ParameterizedTest
+    @ValueSource(strings = {"QOI", "TIFF", "TGA", "PNM"})
+    void bombsInTheOtherFormatsAreRejectedFromTheHeader(String format) {
+        byte[] bomb = bombHeader(format, 60000, 60000);
+        long start = System.nanoTime();
+        assertThatThrownBy(() -> decoder.decode(bomb, LIMIT))
+                .isInstanceOfSatisfying(
+                        RejectedRecordException.class,
+                        e -> {
+                            assertThat(e.reason()).isEqualTo(RejectReason.IMAGE_TOO_MANY_PIXELS);
+                            assertThat(e.getMessage()).contains(format + " 60000x60000");
+                        });
+        assertThat((System.nanoTime() - start) / 1_000_000).as("ms to reject").isLessThan(2000);
+    }
+
+    /** A header of {@code format} announcing a {@code w x h} 8-bit RGB image, with no pixels. */
+    private static byte[] bombHeader(String format, int w, int h) {
+        java.nio.ByteBuffer b = java.nio.ByteBuffer.allocate(256);
+        switch (format) {
+            case "QOI":
+                b.put(new byte[] {'q', 'o', 'i', 'f'})
+                        .putInt(w)
+                        .putInt(h)
+                        .put((byte) 3)
+                        .put((byte) 0);
+                break;
+            case "TIFF":
+                // little-endian; IFD at 8: width, height, bits 8, photometric RGB, samples 3
+                b.order(java.nio.ByteOrder.LITTLE_ENDIAN)
+                        .put(new byte[] {'I', 'I', 42, 0})
+                        .putInt(8);
+                b.putShort((short) 5);
+                b.putShort((short) 256).putShort((short) 4).putInt(1).putInt(w);
+                b.putShort((short) 257).putShort((short) 4).putInt(1).putInt(h);
+                b.putShort((short) 258).putShort((short) 3).putInt(1).putInt(8);
+                b.putShort((short) 262).putShort((short) 3).putInt(1).putInt(2);
+                b.putShort((short) 277).putShort((short) 3).putInt(1).putInt(3);
+                b.putInt(0);
+                break;
+            case "TGA":
+                b.order(java.nio.ByteOrder.LITTLE_ENDIAN)
+                        .put(new byte[] {0, 0, 2})
+                        .put(new byte[9]);
+                b.putShort((short) w).putShort((short) h).put((byte) 24).put((byte) 0x20);
+                break;
+            default:
+                b.put(("P6\n" + w + " " + h + "\n255\n").getBytes(StandardCharsets.US_ASCII));
+                break;
+        }
+        b.put(new byte[64]);
+        return Arrays.copyOf(b.array(), b.position());
+    }
+
+    /** A file of a format recognised by its magic bytes but cut short is corrupt, naming it. */
+    @ParameterizedTest
+    @ValueSource(
+            strings = {
+                "formats-jpeg_cut.tif:TIFF",
+                "formats-qoi_cut.qoi:QOI",
+                "formats-jp2_cut.jp2:JPEG 2000"
+            })
+    void cutFilesOfTheOtherFormatsAreCorrupt(String spec) throws Exception {
+        String[] parts = spec.split(":");
+        byte[] bytes;
+        try (var in =
+                getClass().getResourceAsStream("ImageDecodeFuzzTestInputs/process/" + parts[0])) {
+            bytes = in.readAllBytes();
+        }
+        assertCorruptWithinFiveSeconds(decoder, bytes, "corrupt " + parts[1]);
     }
 
     @Test

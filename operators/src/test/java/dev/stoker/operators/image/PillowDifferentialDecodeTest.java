@@ -5,6 +5,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.stoker.operators.SharedData;
+import dev.stoker.operators.model.RejectReason;
 import dev.stoker.operators.model.RejectedRecordException;
 import java.io.BufferedReader;
 import java.io.IOException;
@@ -40,7 +41,12 @@ import org.junit.jupiter.api.io.TempDir;
  *       computed by the script from the known samples, or from Pillow's own {@code I;16} array,
  *       exactly; 16-bit colour PNGs of {@code shared/data}, where Pillow keeps only the high byte
  *       {@code v >> 8}, within one level of Pillow.
- *   <li>The named {@link #EXCEPTIONS} (CMYK JPEG), within their bound.
+ *   <li>The other formats Pillow opens ({@code formats}: TIFF, PSD, ICO, CUR, TGA, PNM, PCX, QOI,
+ *       JPEG 2000) and PNG colour keys ({@code colourkey}): identical to Pillow, or to Stoker's
+ *       documented rule where it deliberately differs (reference {@code stoker rule}).
+ *   <li>The named {@link #EXCEPTIONS} (CMYK JPEG, lossy JPEG 2000), within their bound.
+ *   <li>Files of formats Stoker does not decode ({@code rejected}: AVIF, HEIC, ...): rejected as
+ *       {@code UNSUPPORTED_IMAGE} with a reason that names the format.
  * </ul>
  *
  * <p>Needs libjpeg-turbo (the JPEG decoder whose output is Pillow's; {@code ./stoker} installs it),
@@ -57,17 +63,34 @@ class PillowDifferentialDecodeTest {
      * PNGs (reference {@code pillow high byte}: Pillow's {@code v >> 8} vs Stoker's {@code round(v
      * / 257)}, at most 1 level). CMYK JPEGs: Stoker decodes them with TwelveMonkeys, whose CMYK to
      * RGB conversion rounds differently from Pillow's (measured: mean 0.41-0.62, max 1 level;
-     * docs/parity.md).
+     * docs/parity.md). Lossy JPEG 2000: JJ2000's irreversible 9/7 wavelet rounds differently from
+     * OpenJPEG's (measured: mean 0.0006-0.0011, max 1 level).
      */
     static final Map<String, Integer> EXCEPTIONS =
             Map.of(
                     "shared/bad-inputs/cmyk-jpeg/images/cmyk_adobe.jpg", 1,
                     "shared/bad-inputs/cmyk-jpeg/images/pil_sample_cmyk.jpg", 1,
-                    "shared/llava-style/images/cmyk/pil_sample_cmyk.jpg", 1);
+                    "shared/llava-style/images/cmyk/pil_sample_cmyk.jpg", 1,
+                    "formats/jp2_lossy.jp2", 1,
+                    "formats/jp2_lossy_rate80_tiled.jp2", 1);
 
     /** Fewest images per group: the script must not silently lose inputs. */
     private static final Map<String, Integer> MIN_IMAGES =
-            Map.of("webp", 120, "16bit", 5, "shared", 110, "sample", 70);
+            Map.of(
+                    "webp",
+                    120,
+                    "16bit",
+                    5,
+                    "shared",
+                    110,
+                    "sample",
+                    70,
+                    "formats",
+                    48,
+                    "rejected",
+                    12,
+                    "colourkey",
+                    4);
 
     private static final Pattern METHOD = Pattern.compile("_m([0-6])");
 
@@ -136,6 +159,10 @@ class PillowDifferentialDecodeTest {
             int h = e.get("height").asInt();
             String reference = e.get("reference").asText();
             groups.merge(group, 1, Integer::sum);
+            if (group.equals("rejected")) {
+                checkRejected(decoder, name, encoded, limit, reference, failures);
+                continue;
+            }
             RgbImage ours;
             try {
                 ours = decoder.decode(encoded, limit);
@@ -191,10 +218,42 @@ class PillowDifferentialDecodeTest {
         System.out.println("pillow-diff images per group: " + groups);
         assertThat(groups)
                 .as("images compared per group")
-                .containsOnlyKeys("16bit", "sample", "shared", "webp")
+                .containsOnlyKeys(
+                        "16bit", "colourkey", "formats", "rejected", "sample", "shared", "webp")
                 .allSatisfy(
                         (g, n) -> assertThat(n).as(g).isGreaterThanOrEqualTo(MIN_IMAGES.get(g)));
         assertThat(failures).as("decodes that differ from Pillow").isEmpty();
+    }
+
+    /**
+     * A file of a format Stoker does not decode must be rejected as {@code UNSUPPORTED_IMAGE} with
+     * a reason that names the format ({@code expected}).
+     */
+    private static void checkRejected(
+            ImageDecoder decoder,
+            String name,
+            byte[] encoded,
+            long limit,
+            String expected,
+            List<String> failures) {
+        try {
+            decoder.decode(encoded, limit);
+            failures.add(name + ": decoded, but Stoker has no decoder for " + expected);
+        } catch (RejectedRecordException ex) {
+            System.out.println("pillow-diff " + name + ": " + ex.reason() + ": " + ex.getMessage());
+            if (ex.reason() != RejectReason.UNSUPPORTED_IMAGE
+                    || !ex.getMessage().startsWith(expected)) {
+                failures.add(
+                        name
+                                + ": rejected as "
+                                + ex.reason()
+                                + " '"
+                                + ex.getMessage()
+                                + "', not UNSUPPORTED_IMAGE naming '"
+                                + expected
+                                + "'");
+            }
+        }
     }
 
     /** The TwelveMonkeys fallback's distance to Pillow, for the record (not asserted). */
