@@ -3,7 +3,9 @@
 Modules: :mod:`stoker.protocol` (file names, ``manifest.json``, ``ack.json``, errors),
 :mod:`stoker.batch` (one batch file: mapping, checks, arrays), :mod:`stoker.reader`
 (:class:`BatchReader`, one DP rank's batches in order), :mod:`stoker.torch` (``StokerDataset``;
-needs torch, not imported here), :mod:`stoker.images` (pixel_values back to pictures).
+needs torch, not imported here), :mod:`stoker.images` (pixel_values back to pictures),
+:mod:`stoker.dead_letters` (the job's dead letters), :mod:`stoker.printable` (text from the job,
+escaped for a terminal: what every tool prints it through).
 """
 
 from .batch import (

@@ -16,6 +16,11 @@ unless the options after ``--`` already set them; an option there that contradic
 ``--stoker.packing.enabled true`` for a state of unpacked batches) is an error. The other
 options (dataset, tokenizer, output root...) must be the original run's.
 
+A command line holding a character a terminal cannot show (a control character, a bidi
+override, a lone surrogate: in a job name or an option) is printed escaped
+(:func:`stoker.printable.printable`, which also doubles its backslashes), with a note on standard
+error that it must be retyped; errors are printed escaped too.
+
 Exit status: 0 printed, 2 bad arguments, an unreadable checkpoint or states that disagree.
 """
 
@@ -29,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from .data_state import DataStateError, find_states
+from .printable import escape_unencodable_stdout, printable
 
 __all__ = ["main", "resume_command"]
 
@@ -164,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     cut = argv.index("--") if "--" in argv else len(argv)
     args = ap.parse_args(argv[:cut])
     options = argv[cut + 1 :]
+    escape_unencodable_stdout()
     try:
         states = []
         for path in args.checkpoints:
@@ -172,9 +179,17 @@ def main(argv: list[str] | None = None) -> int:
             states, args.savepoint, jar=args.jar, options=options, flink=args.flink
         )
     except (OSError, DataStateError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {printable(e)}", file=sys.stderr)
         return 2
-    print(shlex.join(cmd))
+    line = shlex.join(cmd)
+    if not line.isprintable():
+        print(
+            "note: the command holds characters a terminal cannot show, printed escaped "
+            "(\\xNN, \\uNNNN; a backslash as \\\\): retype them before running it",
+            file=sys.stderr,
+        )
+        line = printable(line)
+    print(line)
     return 0
 
 

@@ -17,7 +17,7 @@ and a simulated trainer with two DP ranks reading every batch.
    JVM flags ``$STOKER_JVM_OPENS``) with the demo's defaults below; an option given as
    ``--key value`` wins over a default. Its log: ``STATE/logs/<job>.log``.
 4. The simulated trainer (``stoker_tools.simulate``, 20 ms per step), then the job's accounting line,
-   the dead letters, and one line on what the wait-time figures mean.
+   the dead letters (:func:`print_results`), and one line on what the wait-time figures mean.
    ``STOKER_DEMO_TRAINER=0``: no trainer, no prefetch gate; every batch stays in
    ``<output root>/stoker-demo`` for ``notebooks/batch-viewer.ipynb``.
 
@@ -45,6 +45,7 @@ from pathlib import Path
 from types import FrameType
 
 from stoker.dead_letters import main as print_dead_letters
+from stoker.printable import escape_unencodable_stdout, printable
 
 BUCKET = "stoker-demo"
 S3_PREFIX = "sample"
@@ -88,6 +89,8 @@ class UsageError(DemoError):
 
 
 def log(msg: str) -> None:
+    """``msg`` on standard error after a bold ``[stoker]``; any text from the data or the job in it
+    must have gone through :func:`printable` already."""
     print(f"\033[1m[stoker]\033[0m {msg}", file=sys.stderr, flush=True)
 
 
@@ -100,11 +103,13 @@ def parse_job_args(args: Sequence[str]) -> tuple[str | None, dict[str, str]]:
     rest = list(args)
     dataset = rest.pop(0) if rest and not rest[0].startswith("--") else None
     if len(rest) % 2:
-        raise UsageError(f"options are --key value pairs: {rest[-1]!r} has no value")
+        raise UsageError(f"options are --key value pairs: '{printable(rest[-1])}' has no value")
     options: dict[str, str] = {}
     for key, value in zip(rest[::2], rest[1::2], strict=True):
         if not key.startswith("--") or len(key) < 3:
-            raise UsageError(f"options are --key value pairs: expected --key, got {key!r}")
+            raise UsageError(
+                f"options are --key value pairs: expected --key, got '{printable(key)}'"
+            )
         options[key[2:]] = value
     return dataset, options
 
@@ -129,7 +134,7 @@ def sample_dataset(repo: Path, state: Path) -> Path:
     """The sample dataset in ``state/sample-dataset``, generated the first time."""
     out = state / "sample-dataset"
     if not (out / ".complete").is_file():
-        log(f"generating the sample dataset in {out}")
+        log(f"generating the sample dataset in {printable(out)}")
         shutil.rmtree(out, ignore_errors=True)
         subprocess.run(
             [sys.executable, str(repo / "scripts" / "make_sample_dataset.py"), str(out)],
@@ -141,10 +146,13 @@ def sample_dataset(repo: Path, state: Path) -> Path:
 
 
 def _tail(path: Path, lines: int = 20) -> str:
+    """The last ``lines`` lines of a log (UTF-8), each escaped with :func:`printable` (the job logs
+    record text: its ``Dead letter: ...`` lines); a carriage return is escaped too."""
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        text = path.read_bytes().decode("utf-8", "replace")
     except OSError:
-        return f"({path} unreadable)"
+        return f"({printable(path)} unreadable)"
+    return printable("\n".join(text.rstrip("\n").split("\n")[-lines:]), keep_newlines=True)
 
 
 class LocalS3:
@@ -156,15 +164,17 @@ class LocalS3:
         testkit = repo / "testkit" / "target"
         jar, cp_file = testkit / "stoker-testkit.jar", testkit / "runtime-classpath.txt"
         if not jar.is_file() or not cp_file.is_file():
-            raise DemoError(f"{jar} or {cp_file} is missing: build with mvn package")
+            raise DemoError(
+                f"{printable(jar)} or {printable(cp_file)} is missing: build with mvn package"
+            )
         basedir = state / "s3"
         shutil.rmtree(basedir, ignore_errors=True)
         self.log_file = state / "logs" / "s3proxy.log"
         self.err_file = state / "logs" / "s3proxy.err"
         self.target = f"s3://{BUCKET}/{S3_PREFIX}"
         log(
-            f"starting a local S3 server (S3Proxy) on 127.0.0.1:{port} and uploading {dataset} "
-            f"to {self.target}  (log: {self.log_file})"
+            f"starting a local S3 server (S3Proxy) on 127.0.0.1:{port} and uploading "
+            f"{printable(dataset)} to {self.target}  (log: {printable(self.log_file)})"
         )
         with self.err_file.open("w") as err:
             self.proc = subprocess.Popen(
@@ -209,13 +219,13 @@ class LocalS3:
                 self.stop()
                 raise DemoError(
                     f"the local S3 server did not answer within {timeout_s:.0f} s; "
-                    f"see {self.log_file}"
+                    f"see {printable(self.log_file)}"
                 ) from None
             if line is None:
                 self.proc.wait()
                 raise DemoError(
                     f"the local S3 server exited ({self.proc.returncode}) before serving:\n"
-                    f"{_tail(self.err_file)}\n(log: {self.log_file})"
+                    f"{_tail(self.err_file)}\n(log: {printable(self.log_file)})"
                 )
             if line.startswith("endpoint="):
                 return line.removeprefix("endpoint=")
@@ -242,7 +252,8 @@ def _stop(proc: subprocess.Popen[bytes] | None) -> None:
 
 
 def accounting_line(job_log: Path) -> str:
-    """The job's ``Run finished: ...`` accounting line from its log.
+    """The job's ``Run finished: ...`` accounting line from its log (escaped with
+    :func:`printable`).
 
     Raises:
         DemoError: the log has none (the job did not check its accounting).
@@ -250,12 +261,29 @@ def accounting_line(job_log: Path) -> str:
     try:
         text = job_log.read_text(errors="replace")
     except OSError as e:
-        raise DemoError(f"cannot read the job's log {job_log}: {e}") from e
-    for line in text.splitlines():
+        raise DemoError(f"cannot read the job's log: {printable(e)}") from e
+    for line in text.split("\n"):
         at = line.find(ACCOUNTING_MARK)
         if at >= 0:
-            return line[at:]
-    raise DemoError(f"the job's log {job_log} has no accounting line ({ACCOUNTING_MARK!r}...)")
+            return printable(line[at:].rstrip("\r"))
+    raise DemoError(
+        f"the job's log {printable(job_log)} has no accounting line ({ACCOUNTING_MARK!r}...)"
+    )
+
+
+def print_results(job_log: Path, job_dir: Path) -> None:
+    """What the demo prints on standard output once the trainer got every batch: the job's
+    accounting line (from ``job_log``) and the job's dead letters (under ``job_dir``, with
+    :func:`stoker.dead_letters.main`). Text from the job is escaped (:func:`printable`), and
+    standard output escapes what its encoding cannot encode (:func:`escape_unencodable_stdout`),
+    so no record makes it fail or takes over the terminal.
+
+    Raises:
+        DemoError: the log has no accounting line.
+    """
+    escape_unencodable_stdout()
+    print(f"[job] {accounting_line(job_log)}", flush=True)
+    print_dead_letters([str(job_dir / "dead-letters")])
 
 
 def job_command(
@@ -266,7 +294,9 @@ def job_command(
         os.environ.get("STOKER_CLASSPATH_FILE", repo / "job" / "target" / "runtime-classpath.txt")
     )
     if not jar.is_file() or not cp_file.is_file():
-        raise DemoError(f"{jar} or {cp_file} is missing: build with mvn package")
+        raise DemoError(
+            f"{printable(jar)} or {printable(cp_file)} is missing: build with mvn package"
+        )
     opens = shlex.split(
         os.environ.get("STOKER_JVM_OPENS", "--add-opens=java.base/java.nio=ALL-UNNAMED")
     )
@@ -299,7 +329,7 @@ def _supervise(
         if rc is not None and rc != 0:
             _stop(trainer)
             raise DemoError(
-                f"the job failed (exit {rc}); last lines of {job_log}:\n{_tail(job_log)}"
+                f"the job failed (exit {rc}); last lines of {printable(job_log)}:\n{_tail(job_log)}"
             )
         time.sleep(0.2)
     if trainer.returncode != 0:
@@ -308,10 +338,12 @@ def _supervise(
         rc = job.wait(timeout=120)
     except subprocess.TimeoutExpired:
         raise DemoError(
-            f"the job did not end within 120 s of the trainer's last batch; see {job_log}"
+            f"the job did not end within 120 s of the trainer's last batch; see {printable(job_log)}"
         ) from None
     if rc != 0:
-        raise DemoError(f"the job failed (exit {rc}); last lines of {job_log}:\n{_tail(job_log)}")
+        raise DemoError(
+            f"the job failed (exit {rc}); last lines of {printable(job_log)}:\n{_tail(job_log)}"
+        )
     return 0
 
 
@@ -327,7 +359,7 @@ def run(repo: Path, state: Path, tokenizer: Path, args: Sequence[str]) -> int:
         dataset = str(sample_dataset(repo, state))
     elif not dataset.startswith("s3://"):
         if not Path(dataset).is_dir():
-            raise UsageError(f"dataset directory {dataset!r} not found")
+            raise UsageError(f"dataset directory '{printable(dataset)}' not found")
         dataset = str(Path(dataset).resolve())
     shutil.rmtree(job_dir, ignore_errors=True)
 
@@ -347,9 +379,9 @@ def run(repo: Path, state: Path, tokenizer: Path, args: Sequence[str]) -> int:
                 "execution.checkpointing.dir": f"s3://{BUCKET}/checkpoints/{job_name}",
                 **options,
             }
-        log(f"dataset: {dataset}")
+        log(f"dataset: {printable(dataset)}")
         log(
-            f"starting the job on embedded Flink; web UI: http://127.0.0.1:{port}  (log: {job_log})"
+            f"starting the job on embedded Flink; web UI: http://127.0.0.1:{printable(port)}  (log: {printable(job_log)})"
         )
         job = subprocess.Popen(job_command(repo, tokenizer, dataset, options, job_log), env=env)
         if with_trainer:
@@ -373,20 +405,21 @@ def run(repo: Path, state: Path, tokenizer: Path, args: Sequence[str]) -> int:
             rc = job.wait()
             if rc != 0:
                 raise DemoError(
-                    f"the job failed (exit {rc}); last lines of {job_log}:\n{_tail(job_log)}"
+                    f"the job failed (exit {rc}); last lines of {printable(job_log)}:\n{_tail(job_log)}"
                 )
         if rc != 0:
-            log(f"the trainer did not get every batch (exit {rc}); the job's log: {job_log}")
+            log(
+                f"the trainer did not get every batch (exit {rc}); the job's log: {printable(job_log)}"
+            )
             return 1
-        print(f"[job] {accounting_line(job_log)}", flush=True)
-        print_dead_letters([str(job_dir / "dead-letters")])
+        print_results(job_log, job_dir)
         if with_trainer:
             world_size = int(options["stoker.dp-world-size"])
             micro_batch_size = int(options["stoker.micro-batch-size"])
             log(meaning(world_size, micro_batch_size, STEP_TIME_MS, os.cpu_count() or 1))
         else:
             log(
-                f"every batch is in {job_dir} (no trainer consumed them); look at them with "
+                f"every batch is in {printable(job_dir)} (no trainer consumed them); look at them with "
                 "notebooks/batch-viewer.ipynb"
             )
         return 0

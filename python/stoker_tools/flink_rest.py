@@ -8,12 +8,15 @@ checkpoints), over a transport of the subclass (a local port, or ``curl`` inside
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from stoker.printable import printable
 
 __all__ = ["JobRest", "flink_job_status"]
 
@@ -24,7 +27,8 @@ def _get_json(url: str, timeout_s: float) -> Any:
 
 
 def flink_job_status(rest: str, job_name: str | None = None, timeout_s: float = 2.0) -> str:
-    """One-line job status from the Flink REST API (best effort; never raises).
+    """One-line job status from the Flink REST API (best effort; never raises), escaped with
+    :func:`stoker.printable.printable` (the job's name and an error's text are the user's).
 
     Uses ``GET /jobs/overview`` to find the job (by name if given, else the first running
     one), then ``GET /jobs/<jid>``. Records read is the sum over subtasks of the JSONL source
@@ -49,9 +53,13 @@ def flink_job_status(rest: str, job_name: str | None = None, timeout_s: float = 
             records = (
                 _source_records_read(rest, job["jid"], vertices[0]["id"], timeout_s) or records
             )
-        return f"flink: {detail.get('name', job.get('name'))} {detail.get('state', job.get('state'))} records_read={records}"
+        return printable(
+            f"flink: {detail.get('name', job.get('name'))} "
+            f"{detail.get('state', job.get('state'))} records_read={records}"
+        )
     except (
         urllib.error.URLError,
+        http.client.HTTPException,
         OSError,
         ValueError,
         KeyError,
@@ -59,7 +67,7 @@ def flink_job_status(rest: str, job_name: str | None = None, timeout_s: float = 
         AttributeError,
         TypeError,
     ) as e:
-        return f"flink: unavailable at {rest} ({type(e).__name__}: {e})"
+        return printable(f"flink: unavailable at {rest} ({type(e).__name__}: {e})")
 
 
 def _source_records_read(rest: str, jid: str, vid: str, timeout_s: float) -> int | None:
@@ -92,28 +100,37 @@ class JobRest:
         return dict(self.rest(f"/jobs/{jid}/checkpoints"))
 
     def describe(self, jid: str) -> str:
-        """The job's state, each vertex's subtask states, its exceptions and the JobManager's log tail."""
+        """The job's state, each vertex's subtask states, its exceptions and the JobManager's log
+        tail; what comes from the job or its log is escaped with :func:`stoker.printable.printable`
+        (the log's and a stack trace's line breaks stay)."""
         lines = []
         try:
             job = self.job(jid)
-            lines.append(f"job {jid}: {job['state']}")
+            lines.append(f"job {jid}: {printable(job['state'])}")
             for v in job["vertices"]:
                 tasks = {k: n for k, n in v.get("tasks", {}).items() if n}
-                lines.append(f"  {v['name']} (p={v['parallelism']}): {v['status']} {tasks}")
+                lines.append(
+                    printable(f"  {v['name']} (p={v['parallelism']}): {v['status']} {tasks}")
+                )
             for e in (
                 self.rest(f"/jobs/{jid}/exceptions")
                 .get("exceptionHistory", {})
                 .get("entries", [])[:3]
             ):
                 lines.append(
-                    f"  exception on {e.get('taskName')}: {e.get('stacktrace', '')[:1500]}"
+                    printable(
+                        f"  exception on {e.get('taskName')}: {e.get('stacktrace', '')[:1500]}",
+                        keep_newlines=True,
+                    )
                 )
         except OSError as e:
-            lines.append(f"job {jid}: REST error {e}")
+            lines.append(f"job {jid}: REST error {printable(e)}")
         log = self.run_dir / "log" / "jobmanager.log"
         if log.is_file():
             lines.append("--- tail of jobmanager.log")
-            lines.extend(log.read_text(errors="replace").splitlines()[-40:])
+            text = log.read_bytes().decode("utf-8", "replace")
+            tail = text.rstrip("\n").split("\n")[-40:]
+            lines.append(printable("\n".join(tail), keep_newlines=True))
         return "\n".join(lines)
 
     def running(self, jid: str) -> bool:

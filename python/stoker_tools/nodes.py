@@ -14,7 +14,9 @@ For the multi-node end-to-end test (``python/tests/test_multinode.py``) and the 
 * :class:`S3Server` is the testkit's S3 server (S3Proxy) bound to a node's address.
 
 Failures raise :class:`HarnessError` (a script failed, a server did not come up) or
-:class:`RestError` (a REST call failed, an ``OSError``).
+:class:`RestError` (a REST call failed, an ``OSError``). The scripts' and the Flink CLI's output in
+their messages (which can quote a job's exceptions, i.e. record text) is escaped with
+:func:`stoker.printable.printable`, line breaks kept.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from stoker.printable import printable
 from stoker_tools.flink_rest import JobRest
 
 __all__ = [
@@ -86,7 +89,9 @@ class Nodes:
             timeout=120,
         )
         if proc.returncode != 0:
-            raise HarnessError(f"nodes.sh up failed:\n{proc.stderr[-3000:]}")
+            raise HarnessError(
+                f"nodes.sh up failed:\n{printable(proc.stderr[-3000:], keep_newlines=True)}"
+            )
         for line in proc.stdout.splitlines():
             name, address, _rate, _netns, port = line.split()[:5]
             self.address[name] = address
@@ -174,7 +179,8 @@ class NodeCluster(JobRest):
         if proc.returncode != 0:
             raise HarnessError(
                 f"nodes.sh exec {node} scripts/cluster.sh {' '.join(args[:3])} failed "
-                f"({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+                f"({proc.returncode}):\n{printable(proc.stdout[-3000:], keep_newlines=True)}\n"
+                f"{printable(proc.stderr[-3000:], keep_newlines=True)}"
             )
         return proc.stdout
 
@@ -212,7 +218,10 @@ class NodeCluster(JobRest):
             timeout=30,
         )
         if proc.returncode != 0:
-            raise HarnessError(f"cluster.sh kill-taskmanager {i} failed: {proc.stderr}")
+            raise HarnessError(
+                f"cluster.sh kill-taskmanager {i} failed: "
+                f"{printable(proc.stderr, keep_newlines=True)}"
+            )
 
     def stop(self) -> None:
         subprocess.run(
@@ -237,7 +246,9 @@ class NodeCluster(JobRest):
             timeout_s=30,
         )
         if proc.returncode != 0:
-            raise RestError(f"GET {path}: curl exit {proc.returncode} {proc.stderr.strip()}")
+            raise RestError(
+                f"GET {path}: curl exit {proc.returncode} {printable(proc.stderr.strip())}"
+            )
         return json.loads(proc.stdout)
 
     def tm_addresses(self) -> dict[str, str]:

@@ -20,7 +20,9 @@ consuming (and acknowledging) step S, as a trainer that is then restarted from i
 step S; the job idles at its prefetch bound meanwhile, and a resubmission with
 ``--stoker.resume-step S`` plus a new trainer with ``--start-step S+1`` continue the run. Exit
 code 0 only if every rank received every step from its start step to its last step
-(``num_steps - 1``, or S), in order; 1 otherwise; 2 on a bad manifest or arguments.
+(``num_steps - 1``, or S), in order; 1 otherwise; 2 on a bad manifest or arguments. Text from the
+job (its name, error messages naming its files) is printed escaped
+(:func:`stoker.printable.printable`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from typing import TextIO
 import numpy as np
 
 from stoker import Batch, BatchReader, Manifest
+from stoker.printable import escape_unencodable_stdout, printable
 
 from .flink_rest import flink_job_status
 
@@ -295,6 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    escape_unencodable_stdout()
     if args.start_step is not None and args.start_step < 0:
         print(f"error: --start-step must be >= 0, got {args.start_step}", file=sys.stderr)
         return 2
@@ -307,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         manifest: Manifest = probe.manifest
     except (TimeoutError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {printable(e)}", file=sys.stderr)
         return 2
     if args.ranks is not None:
         ranks = args.ranks
@@ -325,7 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if start < manifest.first_step:
         print(
             f"error: --start-step {start} is before first_step {manifest.first_step} of the job's "
-            f"generation {manifest.generation}: resubmit the job (from its savepoint) with "
+            f"generation {printable(manifest.generation)}: resubmit the job (from its savepoint) with "
             f"--stoker.resume-step {start - 1}",
             file=sys.stderr,
         )
@@ -338,7 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     stop = "" if args.stop_after_step is None else f" stop_after_step={args.stop_after_step}"
     print(
-        f"job={manifest.job_name!r} generation={manifest.generation} "
+        f"job='{printable(manifest.job_name)}' generation={printable(manifest.generation)} "
         f"world_size={manifest.world_size} num_steps={manifest.num_steps} start_step={start}"
         f"{stop} micro_batch_size={manifest.micro_batch_size} ranks={ranks}",
         flush=True,
@@ -417,7 +421,11 @@ def _run(
         total_el += res.elapsed_s
         complete = res.complete
         ok &= complete
-        status = "ok" if complete else f"INCOMPLETE ({res.error or 'fewer steps than expected'})"
+        status = (
+            "ok"
+            if complete
+            else f"INCOMPLETE ({printable(res.error or 'fewer steps than expected')})"
+        )
         expected = res.expected_steps
         span = (
             ""

@@ -26,7 +26,8 @@ JVM-wide (ImageIO's plugin registry; a JNI library, one class loader per JVM).
    threads, which outlive every job).
 
 While job 1 idles, every REST metric id of the README's "Watch" table (but the S3 fetch ones,
-which only a job reading S3 has) is read from its REST API. The measured numbers are printed
+which only a job reading S3 has) is read from its REST API, from the vertex the table names for
+its operator. The measured numbers are printed
 (``-s`` shows them).
 """
 
@@ -199,24 +200,28 @@ def _stop_with_savepoint(cluster: Cluster, jid: str) -> str:
     return m.group(1)
 
 
-def _readme_metric_ids() -> dict[str, list[str]]:
-    """README "Watch" table: operator -> REST metric ids (``<r>`` -> 0), S3-only ones left out."""
+def _readme_metric_ids() -> tuple[dict[str, list[str]], dict[str, str]]:
+    """README "Watch" table: operator -> REST metric ids (``<r>`` -> 0), S3-only ones left out,
+    and operator -> the start of the web UI vertex's name it gives (``...``: the name goes on)."""
     readme = (REPO_ROOT / "README.md").read_text()
-    table = readme[readme.index("| operator | REST metric id |") :].split("\n\n", 1)[0]
+    table = readme[readme.index("| operator | vertex in the web UI | REST metric id |") :]
     ids: dict[str, list[str]] = {}
-    for row in table.splitlines()[2:]:
+    vertices: dict[str, str] = {}
+    for row in table.split("\n\n", 1)[0].splitlines()[2:]:
         cells = [c.strip() for c in row.strip("|").split("|")]
-        operator, rest_ids = cells[0].strip("`"), cells[1].split("S3:", 1)[0]
+        operator, rest_ids = cells[0].strip("`"), cells[2].split("S3:", 1)[0]
+        vertices[operator] = cells[1].strip("`")
         for metric in re.findall(r"`([^`]+)`", rest_ids):
             ids.setdefault(operator, []).append(
                 metric.replace("<r>", "0").replace("<REASON>", "IMAGE_NOT_FOUND")
             )
-    return ids
+    return ids, vertices
 
 
 def _check_readme_metrics(cluster: Cluster, jid: str) -> None:
-    """Every REST metric id of the README's table (but S3's) exists on the running job."""
-    documented = _readme_metric_ids()
+    """Every REST metric id of the README's table (but S3's) exists on the running job, on the
+    vertex the table names."""
+    documented, vertices = _readme_metric_ids()
     assert set(documented) == {
         "arrow-shm-sink",
         "fetch-images",
@@ -226,6 +231,10 @@ def _check_readme_metrics(cluster: Cluster, jid: str) -> None:
     missing = {}
     for operator, ids in documented.items():
         vertex = cluster.vertex(jid, operator)
+        named = vertices[operator]
+        assert vertex["name"].startswith(named.removesuffix("...")), (
+            f"README: {operator}'s vertex is {named!r}; the job's is {vertex['name']!r}"
+        )
         base = f"/jobs/{jid}/vertices/{vertex['id']}/subtasks/metrics"
         have = _wait(
             f"the metrics of {operator}",

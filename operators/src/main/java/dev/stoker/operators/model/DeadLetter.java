@@ -25,8 +25,13 @@ public class DeadLetter {
         return new DeadLetter(ref, e.reason(), e.getMessage());
     }
 
+    /**
+     * The dead letter on one line for logs and exception messages, its record text (file, record
+     * id, message) escaped with {@link PrintableText}: a record can hold control characters, bidi
+     * overrides or lone surrogates, and a log line must not be able to carry them to a terminal.
+     */
     @Override
     public String toString() {
-        return ref + ": " + stage + "/" + reason + ": " + message;
+        return PrintableText.escape(ref + ": " + stage + "/" + reason + ": " + message);
     }
 }

@@ -18,7 +18,8 @@ final class StrictUtf8 {
 
     /**
      * Decodes {@code bytes} as they are: a U+FEFF is kept as a character (the source skips a UTF-8
-     * byte order mark only at the start of a file, see {@link ByteOrderMark}).
+     * byte order mark at the start of a file, see {@link ByteOrderMark}, and {@link
+     * SftRecordParser} one at the start of a line).
      *
      * @throws RejectedRecordException {@link RejectReason#INVALID_UTF8} naming the byte offset and
      *     the offending bytes
