@@ -4,6 +4,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.junit.jupiter.api.Assertions.assertTimeoutPreemptively;
 
+import dev.stoker.testkit.ExpectedFaultFilter;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -27,6 +28,16 @@ import org.junit.jupiter.api.io.TempDir;
  * every second a thousand times.
  */
 class PermanentFailureITCase {
+    /**
+     * Each source subtask fails to open on purpose (the tokenizer is gone): Flink warns per task.
+     */
+    @RegisterExtension
+    static final ExpectedFaultFilter.Expected TASKS_FAILING =
+            ExpectedFaultFilter.Expected.lines(
+                            "org.apache.flink.runtime.taskmanager.Task",
+                            "Source: jsonl-source -> .* switched from INITIALIZING to FAILED .*")
+                    .causedBy("java.nio.file.NoSuchFileException");
+
     @RegisterExtension
     static final MiniClusterExtension MINI_CLUSTER = MiniClusters.oneTaskManager(2);
 

@@ -42,6 +42,26 @@ import org.junit.jupiter.api.io.TempDir;
 class S3FaultsITCase {
     private static final String BUCKET = "sft-test";
 
+    /** The FAIL_OVER case fails a source task on purpose with a transient fetch failure. */
+    @RegisterExtension
+    static final ExpectedFaultFilter.Expected FAILOVER =
+            ExpectedFaultFilter.Expected.lines(
+                            "org.apache.flink.runtime.taskmanager.Task",
+                            "Source: jsonl-source -> .* switched from RUNNING to FAILED .*")
+                    .causedBy("dev.stoker.connectors.fetch.TransientFetchException");
+
+    /**
+     * GETs the job gives up on (fetch timeout, a failed-over task) are cancelled; the AWS SDK's
+     * Netty client then reports "Request cancelled" at the end of its channel pipeline.
+     */
+    @RegisterExtension
+    static final ExpectedFaultFilter.Expected CANCELLED_GETS =
+            ExpectedFaultFilter.Expected.lines(
+                            "io.netty.channel.DefaultChannelPipeline",
+                            "An exceptionCaught\\(\\) event was fired, and it reached at the tail of the"
+                                    + " pipeline\\..*")
+                    .causedBy("java.io.IOException");
+
     @RegisterExtension
     @Order(1)
     static final LocalS3Server S3 = new LocalS3Server();

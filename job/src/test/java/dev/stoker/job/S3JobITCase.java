@@ -311,7 +311,9 @@ class S3JobITCase {
     void theReadmesS3MetricIdsAreOnTheRunningJob(@InjectMiniCluster MiniCluster cluster)
             throws Exception {
         String readme = Files.readString(Path.of("..", "README.md"));
-        String table = readme.substring(readme.indexOf("| operator | REST metric id |"));
+        String table =
+                readme.substring(
+                        readme.indexOf("| operator | vertex in the web UI | REST metric id |"));
         table = table.substring(0, table.indexOf("\n\n"));
         List<String> documented = new ArrayList<>();
         Matcher m = Pattern.compile("`(fetch-images\\.s3\\.[^`]+)`").matcher(table);

@@ -4,6 +4,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import dev.stoker.testkit.ExpectedFaultFilter;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -17,6 +18,7 @@ import org.apache.flink.test.junit5.MiniClusterExtension;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.ExtendWith;
 import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -27,6 +29,7 @@ import org.junit.jupiter.params.provider.ValueSource;
  * checks the accounting: every record is either in exactly one batch or in the dead-letter output
  * with its file, line and reason.
  */
+@ExtendWith(ExpectedFaultFilter.DeadLettersExpected.class) // the escaping record, asserted
 class StokerJobITCase {
     private static final int WORLD_SIZE = 2;
     private static final int MICRO_BATCH_SIZE = 3;

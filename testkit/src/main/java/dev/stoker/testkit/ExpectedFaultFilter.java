@@ -1,5 +1,8 @@
 package dev.stoker.testkit;
 
+import java.util.List;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.regex.Pattern;
 import org.apache.logging.log4j.core.Filter;
 import org.apache.logging.log4j.core.LogEvent;
 import org.apache.logging.log4j.core.config.Node;
@@ -25,10 +28,19 @@ import org.junit.jupiter.api.extension.ExtensionContext;
  *       MiniCluster TaskManager);
  *   <li>it is a {@code Dead letter: ...} line of Stoker's dead-letter accounting while a test class
  *       that registers {@link DeadLettersExpected} runs: one that feeds bad records on purpose and
- *       asserts each dead letter it gets.
+ *       asserts each dead letter it gets;
+ *   <li>it matches an {@link Expected} line a running test class registered (logger, message
+ *       pattern and, optionally, an exception in the cause chain): a warning the test causes on
+ *       purpose, such as the failure of a task it makes fail.
  * </ul>
  *
- * Matched events get {@code onMatch} (default DENY), others {@code onMismatch} (default NEUTRAL).
+ * <p>Tests log to the console through this filter, and to {@code
+ * target/console-unexpected-<unit|it>.log} through it with WARN as the threshold; the build fails
+ * when that file exists (the root pom's enforcer execution {@code console-clean}), so a WARN or
+ * stack trace on the tests' console is always one no test expects.
+ *
+ * <p>Matched events get {@code onMatch} (default DENY), others {@code onMismatch} (default
+ * NEUTRAL).
  */
 @Plugin(
         name = "ExpectedFaults",
@@ -41,6 +53,7 @@ public final class ExpectedFaultFilter extends AbstractFilter {
             "dev.stoker.operators.accounting.DeadLetterAccounting";
     private static final int MAX_CAUSES = 32;
     private static volatile boolean deadLettersExpected;
+    private static final List<Expected> EXPECTED = new CopyOnWriteArrayList<>();
 
     private ExpectedFaultFilter(Result onMatch, Result onMismatch) {
         super(onMatch, onMismatch);
@@ -81,6 +94,11 @@ public final class ExpectedFaultFilter extends AbstractFilter {
                 && message.startsWith("Dead letter: ")) {
             return true;
         }
+        for (Expected e : EXPECTED) {
+            if (e.matches(logger, message, thrown)) {
+                return true;
+            }
+        }
         Throwable t = thrown;
         for (int i = 0; t != null && i < MAX_CAUSES; i++, t = t.getCause()) {
             if (FLINK_EXPECTED.equals(t.getClass().getName())
@@ -90,6 +108,69 @@ public final class ExpectedFaultFilter extends AbstractFilter {
             }
         }
         return false;
+    }
+
+    /**
+     * JUnit 5 extension ({@code @RegisterExtension static final ExpectedFaultFilter.Expected x =
+     * ExpectedFaultFilter.Expected.lines(...)}) for a test class that causes a WARN or ERROR on
+     * purpose: while the class runs, events of the logger whose whole message matches the pattern
+     * (and, with {@link #causedBy}, whose cause chain holds that exception class) are expected
+     * faults. Name the narrowest logger and message: anything else stays on the console.
+     */
+    public static final class Expected implements BeforeAllCallback, AfterAllCallback {
+        private final String logger;
+        private final Pattern message;
+        private final String cause;
+
+        private Expected(String logger, Pattern message, String cause) {
+            this.logger = logger;
+            this.message = message;
+            this.cause = cause;
+        }
+
+        /**
+         * @param logger the logger's full name (a class name)
+         * @param messageRegex a regular expression the whole formatted message must match
+         */
+        public static Expected lines(String logger, String messageRegex) {
+            return new Expected(logger, Pattern.compile(messageRegex, Pattern.DOTALL), null);
+        }
+
+        /**
+         * The same lines, only when an exception of class {@code className} (full name) is in the
+         * event's cause chain.
+         */
+        public Expected causedBy(String className) {
+            return new Expected(logger, message, className);
+        }
+
+        boolean matches(String eventLogger, String eventMessage, Throwable thrown) {
+            if (!logger.equals(eventLogger)
+                    || eventMessage == null
+                    || !message.matcher(eventMessage).matches()) {
+                return false;
+            }
+            if (cause == null) {
+                return true;
+            }
+            Throwable t = thrown;
+            for (int i = 0; t != null && i < MAX_CAUSES; i++, t = t.getCause()) {
+                if (cause.equals(t.getClass().getName())) {
+                    return true;
+                }
+            }
+            return false;
+        }
+
+        @Override
+        public void beforeAll(ExtensionContext context) {
+            EXPECTED.add(this);
+        }
+
+        @Override
+        public void afterAll(ExtensionContext context) {
+            EXPECTED.remove(this);
+        }
     }
 
     /**

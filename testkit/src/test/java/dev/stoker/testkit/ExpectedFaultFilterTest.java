@@ -72,4 +72,47 @@ class ExpectedFaultFilterTest {
         }
         assertThat(filter.filter(deadLetter)).isEqualTo(Result.NEUTRAL);
     }
+
+    @Test
+    void expectedLinesMatchLoggerMessageAndCauseOnlyWhileTheirClassRuns() {
+        ExpectedFaultFilter.Expected failover =
+                ExpectedFaultFilter.Expected.lines(
+                                "task", "Source: .* switched from RUNNING to FAILED.*")
+                        .causedBy(IllegalStateException.class.getName());
+        LogEvent expected =
+                event(
+                        "task",
+                        "Source: jsonl-source (1/2) switched from RUNNING to FAILED with cause:",
+                        new RuntimeException("wrapped", new IllegalStateException("on purpose")));
+        assertThat(filter.filter(expected)).isEqualTo(Result.NEUTRAL);
+        failover.beforeAll(null);
+        try {
+            assertThat(filter.filter(expected)).isEqualTo(Result.DENY);
+            // another cause, another logger or another message is a real one
+            assertThat(
+                            filter.filter(
+                                    event(
+                                            "task",
+                                            "Source: x switched from RUNNING to FAILED",
+                                            new RuntimeException("other"))))
+                    .isEqualTo(Result.NEUTRAL);
+            assertThat(
+                            filter.filter(
+                                    event(
+                                            "other",
+                                            "Source: x switched from RUNNING to FAILED",
+                                            new IllegalStateException())))
+                    .isEqualTo(Result.NEUTRAL);
+            assertThat(
+                            filter.filter(
+                                    event(
+                                            "task",
+                                            "Sink: x switched from RUNNING to FAILED",
+                                            new IllegalStateException())))
+                    .isEqualTo(Result.NEUTRAL);
+        } finally {
+            failover.afterAll(null);
+        }
+        assertThat(filter.filter(expected)).isEqualTo(Result.NEUTRAL);
+    }
 }

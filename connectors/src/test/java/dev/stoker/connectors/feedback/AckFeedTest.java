@@ -4,6 +4,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 import dev.stoker.connectors.protocol.ShmLayout;
+import dev.stoker.testkit.ExpectedFaultFilter;
 import java.io.IOException;
 import java.net.ServerSocket;
 import java.nio.charset.StandardCharsets;
@@ -11,6 +12,7 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.List;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.api.io.TempDir;
 
 /**
@@ -18,6 +20,14 @@ import org.junit.jupiter.api.io.TempDir;
  * ranks 2-3, each node with its own job directory (its own /dev/shm).
  */
 class AckFeedTest {
+    /** Node outages the tests cause: RemoteAckFeed warns once per node that stops answering. */
+    @RegisterExtension
+    static final ExpectedFaultFilter.Expected NODE_OUTAGES =
+            ExpectedFaultFilter.Expected.lines(
+                    "dev.stoker.connectors.feedback.RemoteAckFeed",
+                    "Acks of node \\d+ \\(.*\\) did not answer \\(.*\\); its ranks keep their last known"
+                            + " steps until it does");
+
     @TempDir Path node0;
     @TempDir Path node1;
 
