@@ -202,26 +202,14 @@ def _assert_nothing_raw(text: str) -> None:
 # ---------------------------------------------------------------------- the helper
 
 
+# The cases both languages check (PrintableTextTest reads the same file).
+PRINTABLE_CASES = json.loads(
+    (PYTHON_DIR.parent / "schema" / "printable-cases.json").read_text(encoding="utf-8")
+)["cases"]
+
+
 @pytest.mark.parametrize(
-    ("text", "shown"),
-    [
-        ("plain text, 中文, emoji 😀, é", "plain text, 中文, emoji 😀, é"),
-        ("lone \ud800 surrogate", r"lone \ud800 surrogate"),
-        ("\x1b[2J\x1b]0;title\x07", r"\x1b[2J\x1b]0;title\x07"),
-        ("nul \x00 del \x7f c1 \x85\x9b", r"nul \x00 del \x7f c1 \x85\x9b"),
-        ("tab\tline\nreturn\r", r"tab\tline\nreturn\r"),
-        (
-            "\u202aLRE \u202bRLE \u202cPDF \u202dLRO \u202eRLO",
-            r"\u202aLRE \u202bRLE \u202cPDF \u202dLRO \u202eRLO",
-        ),
-        ("\u2066LRI \u2067RLI \u2068FSI \u2069PDI", r"\u2066LRI \u2067RLI \u2068FSI \u2069PDI"),
-        (
-            "zero\u200bwidth, nbsp\xa0, sep\u2028, tag\U000e0041",
-            r"zero\u200bwidth, nbsp\xa0, sep\u2028, tag\U000e0041",
-        ),
-        ("a backslash \\ and a literal \\x1b", r"a backslash \\ and a literal \\x1b"),
-        (42, "42"),
-    ],
+    ("text", "shown"), [(c["text"], c["shown"]) for c in PRINTABLE_CASES] + [(42, "42")]
 )
 def test_printable_escapes_what_a_terminal_cannot_show(text, shown):
     assert printable(text) == shown

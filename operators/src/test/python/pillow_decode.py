@@ -31,13 +31,15 @@ see ``16bit``). Groups:
 * ``colourkey``: PNGs with a ``tRNS`` colour key, RGB and grey, 8 and 16 bits. Reference
   ``stoker rule`` for RGB: key-coloured pixels white (transformers' ``convert_to_rgb`` leaves
   them in the key colour; the script checks that it still does).
-* ``formats``: TIFF, PSD, ICO, CUR, TGA, PNM, PCX, QOI and JPEG 2000 variants (written here by
-  Pillow, or byte by byte where Pillow cannot write them), reference ``pillow``; where Stoker
+* ``formats``: TIFF, PSD, ICO, TGA, PNM, PCX, QOI and JPEG 2000 variants (written here by
+  Pillow, or byte by byte where Pillow cannot write them: PSD, plain and 16-bit PNM, an ICO with
+  two depths at one size), reference ``pillow``; where Stoker
   deliberately differs, ``stoker rule`` (PNM maxval above 255: ``round(v * 255 / maxval)``; a
   PSD merged image with alpha, which Photoshop stores matted over white: the layer's composite).
-* ``rejected``: files of formats Stoker recognises but does not decode (AVIF, HEIC, JPEG XL,
-  SGI, DDS, XBM, MSP, BLP, PFM, PDF, SVG); ``reference`` is the start of the reason that must
-  name it, ``rgb`` is empty.
+* ``rejected``: files of formats (and variants) Stoker recognises but does not decode (AVIF,
+  HEIC, JPEG XL, CUR, TGA grey+alpha and 1-bit, SGI, ICNS, DDS, XBM, XPM, EPS, MSP, BLP, Sun
+  raster, FITS, PFM, PDF, SVG); ``reference`` is the start of the reason that must name it,
+  ``rgb`` is empty.
 """
 
 from __future__ import annotations
@@ -367,6 +369,19 @@ def raw_pnm(magic: str, samples: np.ndarray, maxval: int) -> bytes:
     return f"{magic}\n{wd} {h}\n{maxval}\n".encode("ascii") + samples.astype(dtype).tobytes()
 
 
+def icon_file(entries: list[tuple[int, int, int, bytes]]) -> bytes:
+    """An ICO file of (width, height, bit count, PNG bytes) entries, in this order."""
+    directory, data = b"", b""
+    offset = 6 + 16 * len(entries)
+    for width, height, bits, png in entries:
+        directory += struct.pack(
+            "<BBBBHHII", width % 256, height % 256, 0, 0, 1, bits, len(png), offset
+        )
+        offset += len(png)
+        data += png
+    return struct.pack("<HHH", 0, 1, len(entries)) + directory + data
+
+
 def ico_to_cur(ico: bytes) -> bytes:
     """The same icons as a cursor file (type 2; planes and bit count become a hotspot of 0, 0)."""
     data = bytearray(ico)
@@ -378,7 +393,7 @@ def ico_to_cur(ico: bytes) -> bytes:
 
 def other_formats(w: Writer) -> None:
     """Every format besides JPEG/PNG/GIF/WebP/BMP that Stoker decodes, in the variants Pillow
-    writes (and hand-written PSD, plain PNM, 16-bit PNM and CUR files), group ``formats``."""
+    writes (and hand-written PSD, plain and 16-bit PNM and ICO files), group ``formats``."""
     base = base_image(61, 43, 7)
     rgba = with_alpha(base)
     grey = base.convert("L")
@@ -405,7 +420,13 @@ def other_formats(w: Writer) -> None:
     cases["ico_bmp_rgb.ico"] = saved(
         base.resize((32, 32)), "ICO", sizes=[(16, 16), (32, 32)], bitmap_format="bmp"
     )
-    cases["cur_bmp_rgba.cur"] = ico_to_cur(cases["ico_bmp_rgba.ico"])
+    cases["ico_same_size_two_depths.ico"] = icon_file(
+        [
+            (16, 16, 32, saved(Image.new("RGBA", (16, 16), (255, 0, 0, 255)), "PNG")),
+            (16, 16, 8, saved(Image.new("RGBA", (16, 16), (0, 0, 255, 255)), "PNG")),
+            (8, 8, 32, saved(Image.new("RGBA", (8, 8), (0, 255, 0, 255)), "PNG")),
+        ]
+    )
     cases["tga_rgb.tga"] = saved(base, "TGA")
     cases["tga_rgb_top_left.tga"] = saved(base, "TGA", orientation=1)
     cases["tga_rgba_rle.tga"] = saved(rgba, "TGA", compression="tga_rle")
@@ -427,6 +448,7 @@ def other_formats(w: Writer) -> None:
     cases["pcx_bilevel.pcx"] = saved(base.convert("1"), "PCX")
     cases["qoi_rgb.qoi"] = saved(base, "QOI")
     cases["qoi_rgba.qoi"] = saved(rgba, "QOI")
+    cases["qoi_no_end_marker.qoi"] = saved(base, "QOI")[:-8]
     cases["jp2_lossless.jp2"] = saved(base, "JPEG2000")
     cases["jp2_lossy.jp2"] = saved(
         base, "JPEG2000", irreversible=True, quality_mode="rates", quality_layers=[20]
@@ -494,6 +516,24 @@ def rejected_formats(w: Writer) -> None:
         "blp.blp": (saved(base.convert("P"), "BLP"), "BLP"),
         "pfm.pfm": (b"Pf\n40 30\n-1.0\n" + np.zeros(40 * 30, "<f4").tobytes(), "PFM"),
         "pdf.pdf": (b"%PDF-1.7\n" + b"\0" * 64, "PDF"),
+        "cursor.cur": (
+            ico_to_cur(saved(with_alpha(base).resize((32, 32)), "ICO", bitmap_format="bmp")),
+            "CUR",
+        ),
+        "tga_grey_alpha.tga": (saved(base.convert("LA"), "TGA"), "TGA (grey with alpha"),
+        "tga_1bit.tga": (saved(base.convert("1"), "TGA"), "TGA (1 bit"),
+        "eps.eps": (saved(base, "EPS"), "EPS"),
+        "icns.icns": (saved(base.resize((32, 32)), "ICNS"), "ICNS"),
+        "xpm.xpm": (b'/* XPM */\nstatic char *x[] = {\n"1 1 1 1",\n"a c #ff0000",\n"a"};\n', "XPM"),
+        "sun.ras": (
+            struct.pack(">8I", 0x59A66A95, 1, 1, 24, 3, 1, 0, 0) + b"\0\0\0\0",
+            "Sun raster",
+        ),
+        "fits.fits": (b"SIMPLE  =                    T" + b" " * 50 + b"END" + b" " * 77, "FITS"),
+        "svg_bom_doctype.svg": (
+            b'\xef\xbb\xbf<!DOCTYPE svg>\n<svg xmlns="http://www.w3.org/2000/svg"/>',
+            "SVG",
+        ),
         "svg.svg": (b'<?xml version="1.0"?>\n<svg xmlns="http://www.w3.org/2000/svg"/>', "SVG"),
     }
     for name, (data, expected) in sorted(cases.items()):

@@ -1,5 +1,6 @@
 package dev.stoker.job;
 
+import org.junit.jupiter.api.Order;
 import static org.assertj.core.api.Assertions.assertThat;
 
 import com.fasterxml.jackson.databind.JsonNode;
@@ -66,6 +67,7 @@ class ExactlyOnceITCase {
      * warns once per node until the restarted sinks answer again.
      */
     @RegisterExtension
+    @Order(0) // registered before, and removed after, the clusters and servers that log them
     static final ExpectedFaultFilter.Expected NODE_OUTAGES =
             ExpectedFaultFilter.Expected.lines(
                     "dev.stoker.connectors.feedback.RemoteAckFeed",

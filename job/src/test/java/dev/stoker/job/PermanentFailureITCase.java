@@ -1,5 +1,6 @@
 package dev.stoker.job;
 
+import org.junit.jupiter.api.Order;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.junit.jupiter.api.Assertions.assertTimeoutPreemptively;
@@ -32,6 +33,7 @@ class PermanentFailureITCase {
      * Each source subtask fails to open on purpose (the tokenizer is gone): Flink warns per task.
      */
     @RegisterExtension
+    @Order(0) // registered before, and removed after, the clusters and servers that log them
     static final ExpectedFaultFilter.Expected TASKS_FAILING =
             ExpectedFaultFilter.Expected.lines(
                             "org.apache.flink.runtime.taskmanager.Task",

@@ -44,6 +44,7 @@ class S3FaultsITCase {
 
     /** The FAIL_OVER case fails a source task on purpose with a transient fetch failure. */
     @RegisterExtension
+    @Order(0) // registered before, and removed after, the clusters and servers that log them
     static final ExpectedFaultFilter.Expected FAILOVER =
             ExpectedFaultFilter.Expected.lines(
                             "org.apache.flink.runtime.taskmanager.Task",
@@ -55,6 +56,7 @@ class S3FaultsITCase {
      * Netty client then reports "Request cancelled" at the end of its channel pipeline.
      */
     @RegisterExtension
+    @Order(0) // registered before, and removed after, the clusters and servers that log them
     static final ExpectedFaultFilter.Expected CANCELLED_GETS =
             ExpectedFaultFilter.Expected.lines(
                             "io.netty.channel.DefaultChannelPipeline",

@@ -115,7 +115,10 @@ public final class S3ImageFetchFunction
                 if (rejected.isTransient()) {
                     metrics.transientFailure();
                     if (transientFailures == TransientFailurePolicy.FAIL_OVER) {
-                        throw new TransientFetchException(dead.left().toString(), rejected);
+                        // the dead letter's text, escaped; the cause is the client's failure
+                        // (the rejection's own message repeats the record's image path raw)
+                        throw new TransientFetchException(
+                                dead.left().toString(), rejected.getCause());
                     }
                 }
                 return dead;

@@ -124,8 +124,21 @@ public final class JsonlLineReader implements Closeable {
         return new Line(lineNumber, offset, Arrays.copyOf(buffer, kept), length);
     }
 
+    /**
+     * Whether a line holds nothing but spaces, tabs and a carriage return, after a UTF-8 byte
+     * order mark at its start (a line of a concatenated file that held only the mark is blank
+     * too; the parser skips one that starts a record).
+     */
     private static boolean isBlank(byte[] bytes) {
-        for (byte x : bytes) {
+        int from =
+                bytes.length >= 3
+                                && bytes[0] == (byte) 0xEF
+                                && bytes[1] == (byte) 0xBB
+                                && bytes[2] == (byte) 0xBF
+                        ? 3
+                        : 0;
+        for (int i = from; i < bytes.length; i++) {
+            byte x = bytes[i];
             if (x != ' ' && x != '\t' && x != '\r') {
                 return false;
             }

@@ -1,5 +1,6 @@
 package dev.stoker.connectors.feedback;
 
+import org.junit.jupiter.api.Order;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
@@ -22,6 +23,7 @@ import org.junit.jupiter.api.io.TempDir;
 class AckFeedTest {
     /** Node outages the tests cause: RemoteAckFeed warns once per node that stops answering. */
     @RegisterExtension
+    @Order(0) // registered before, and removed after, the clusters and servers that log them
     static final ExpectedFaultFilter.Expected NODE_OUTAGES =
             ExpectedFaultFilter.Expected.lines(
                     "dev.stoker.connectors.feedback.RemoteAckFeed",

@@ -37,6 +37,21 @@ class JsonlLineReaderTest {
         assertThat(lines).extracting(l -> l.lineNumber).containsExactly(1L, 4L, 6L);
     }
 
+    /**
+     * Concatenated files written by Windows tools: a line that holds only a UTF-8 byte order mark
+     * (the start of an empty file) is blank; one that starts a record is the record's line.
+     */
+    @Test
+    void aLineOfOnlyAByteOrderMarkIsBlank() throws IOException {
+        byte[] data =
+                "{\"a\":1}\n\uFEFF\n\uFEFF \r\n\uFEFF{\"b\":2}\n".getBytes(StandardCharsets.UTF_8);
+        List<JsonlLineReader.Line> lines = readAll(data, 1024);
+        assertThat(lines)
+                .extracting(JsonlLineReaderTest::text)
+                .containsExactly("{\"a\":1}", "\uFEFF{\"b\":2}");
+        assertThat(lines).extracting(l -> l.lineNumber).containsExactly(1L, 4L);
+    }
+
     @Test
     void stripsOnlyTheFinalCarriageReturn() throws IOException {
         List<JsonlLineReader.Line> lines =

@@ -29,13 +29,13 @@ import org.w3c.dom.Node;
  *       palette, alpha, APNG's default image), GIF, WebP (lossy, lossless, alpha, animated) and
  *       BMP; and the other formats Pillow 12 opens that a Java library decodes as Pillow does: TIFF
  *       and BigTIFF (first page; raw, LZW, deflate, PackBits, JPEG, CCITT; RGB, grey, bilevel,
- *       palette, CMYK, alpha), PSD (the merged image), ICO and CUR (the largest icon, as Pillow
- *       picks it), TGA, PBM/PGM/PPM (plain and raw), PCX, QOI and JPEG 2000 (JP2 and codestream).
- *       PNG, GIF and BMP go through the JDK's ImageIO readers with the disk cache off; TIFF, PSD,
- *       ICO, CUR, TGA, PNM and PCX through TwelveMonkeys', JPEG 2000 through jai-imageio's JJ2000
- *       reader, QOI through qoi-java. Formats Stoker recognises but does not decode (AVIF, HEIC,
- *       JPEG XL, the rarer ones Pillow opens, PDF, SVG) are rejected naming the format ({@link
- *       RejectedFormats}).
+ *       palette, CMYK, alpha), PSD (the merged image), ICO (the icon Pillow picks, {@link
+ *       IconDirectory}), TGA, PBM/PGM/PPM (plain and raw), PCX, QOI and JPEG 2000 (JP2 and
+ *       codestream). PNG, GIF and BMP go through the JDK's ImageIO readers with the disk cache off;
+ *       TIFF, PSD, ICO, TGA, PNM and PCX through TwelveMonkeys', JPEG 2000 through jai-imageio's
+ *       JJ2000 reader, QOI through qoi-java. Formats Stoker recognises but does not decode (AVIF,
+ *       HEIC, JPEG XL, the rarer ones Pillow opens, PDF, SVG) are rejected naming the format
+ *       ({@link RejectedFormats}).
  *   <li>WebP: decoded with libwebp, Pillow's own decoder and version ({@link LibWebpDecoder}), when
  *       {@link LibWebpDecoder#available() its native library loads}; otherwise, and then with one
  *       WARN at start-up and the gauge {@code webpDecoderNative} = 0, with TwelveMonkeys' ImageIO
@@ -185,6 +185,12 @@ public final class ImageDecoder {
                             ? named + ", not decoded by Stoker (" + encoded.length + " bytes)"
                             : "not a supported image (" + describeStart(encoded) + ")");
         }
+        String variant = RejectedFormats.unsupportedVariant(format, encoded);
+        if (variant != null) {
+            throw new RejectedRecordException(
+                    RejectReason.UNSUPPORTED_IMAGE,
+                    variant + ", not decoded by Stoker (" + encoded.length + " bytes)");
+        }
         if (format == ImageFormat.QOI) {
             return decodeQoi(encoded, maxSourcePixels);
         }
@@ -216,8 +222,15 @@ public final class ImageDecoder {
                 canvasH = Math.max(1, (encoded[8] & 0xFF) | (encoded[9] & 0xFF) << 8);
                 checkPixels(format, canvasW, canvasH, maxSourcePixels);
             }
-            int index =
-                    format == ImageFormat.ICO || format == ImageFormat.CUR ? iconIndex(reader) : 0;
+            int index = 0;
+            if (format == ImageFormat.ICO) {
+                // the reader's sizes are the directory's (at most 256 x 256), not the stored
+                // image's
+                IconDirectory icons = IconDirectory.read(encoded);
+                index = icons.index;
+                size = " " + icons.width + "x" + icons.height;
+                checkPixels(format, icons.width, icons.height, maxSourcePixels);
+            }
             int w = reader.getWidth(index);
             int h = reader.getHeight(index);
             size = " " + w + "x" + h;
@@ -242,25 +255,9 @@ public final class ImageDecoder {
     }
 
     /**
-     * The icon of an ICO or CUR file that Pillow's {@code IcoImagePlugin} opens: the largest {@code
-     * width * height}, the first in the file among equals.
-     */
-    private static int iconIndex(ImageReader reader) throws IOException {
-        int best = 0;
-        long bestArea = -1;
-        for (int i = 0, n = reader.getNumImages(true); i < n; i++) {
-            long area = (long) reader.getWidth(i) * reader.getHeight(i);
-            if (area > bestArea) {
-                best = i;
-                bestArea = area;
-            }
-        }
-        return best;
-    }
-
-    /**
      * Decodes a QOI file with qoi-java (RGB or RGBA, 8 bits per channel; the colour-space byte is
-     * informational in QOI and ignored, as Pillow ignores it).
+     * informational in QOI and ignored, as Pillow ignores it). A file without QOI's 8-byte end
+     * marker decodes when its pixels are complete, as Pillow decodes it.
      */
     private static RgbImage decodeQoi(byte[] encoded, long maxSourcePixels)
             throws RejectedRecordException {
@@ -269,27 +266,44 @@ public final class ImageDecoder {
             if (encoded.length < 14) {
                 throw new IOException("header cut at " + encoded.length + " bytes");
             }
-            int w = (int) Math.min(Integer.MAX_VALUE, readUint32(encoded, 4));
-            int h = (int) Math.min(Integer.MAX_VALUE, readUint32(encoded, 8));
+            long w = readUint32(encoded, 4);
+            long h = readUint32(encoded, 8);
             size = " " + w + "x" + h;
             checkPixels(ImageFormat.QOI, w, h, maxSourcePixels);
-            QOIImage qoi = QOIUtil.readImage(new ByteArrayInputStream(encoded), 4);
+            boolean alpha = encoded[12] == 4;
+            QOIImage qoi =
+                    QOIUtil.readImage(new ByteArrayInputStream(withQoiEndMarker(encoded)), 4);
             byte[] rgba = qoi.getPixelData();
-            int[] argb = new int[w * h];
-            for (int i = 0, p = 0; i < argb.length; i++, p += 4) {
+            int pixels = Math.multiplyExact((int) w, (int) h);
+            int[] argb = new int[pixels];
+            for (int i = 0, p = 0; i < pixels; i++, p += 4) {
                 argb[i] =
                         (rgba[p + 3] & 0xFF) << 24
                                 | (rgba[p] & 0xFF) << 16
                                 | (rgba[p + 1] & 0xFF) << 8
                                 | rgba[p + 2] & 0xFF;
             }
-            byte[] out = new byte[w * h * 3];
-            RgbConverter.convertArgb(argb, w, h, qoi.getChannels() == 4, out, w, 0, 0);
-            return new RgbImage(w, h, out);
+            byte[] out = new byte[Math.multiplyExact(pixels, 3)];
+            RgbConverter.convertArgb(argb, (int) w, (int) h, alpha, out, (int) w, 0, 0);
+            return new RgbImage((int) w, (int) h, out);
         } catch (IOException | RuntimeException e) {
             throw new RejectedRecordException(
                     RejectReason.CORRUPT_IMAGE, "corrupt QOI" + size + ": " + e, e);
         }
+    }
+
+    /** QOI's end marker: seven 0x00 bytes and one 0x01. */
+    private static final byte[] QOI_END = {0, 0, 0, 0, 0, 0, 0, 1};
+
+    /** {@code qoi}, or a copy with the end marker appended when it lacks one. */
+    private static byte[] withQoiEndMarker(byte[] qoi) {
+        int n = qoi.length;
+        if (n >= 8 && Arrays.equals(qoi, n - 8, n, QOI_END, 0, 8)) {
+            return qoi;
+        }
+        byte[] ended = Arrays.copyOf(qoi, n + 8);
+        ended[n + 7] = 1;
+        return ended;
     }
 
     private static long readUint32(byte[] d, int p) {
@@ -411,9 +425,9 @@ public final class ImageDecoder {
      * @throws RejectedRecordException {@link RejectReason#IMAGE_TOO_MANY_PIXELS} when {@code w * h
      *     > maxSourcePixels}
      */
-    static void checkPixels(ImageFormat format, int w, int h, long maxSourcePixels)
+    static void checkPixels(ImageFormat format, long w, long h, long maxSourcePixels)
             throws RejectedRecordException {
-        if ((long) w * h > maxSourcePixels) {
+        if (w * h > maxSourcePixels) {
             throw new RejectedRecordException(
                     RejectReason.IMAGE_TOO_MANY_PIXELS,
                     "image too large: "
@@ -423,7 +437,7 @@ public final class ImageDecoder {
                             + "x"
                             + h
                             + " = "
-                            + (long) w * h
+                            + w * h
                             + " pixels > limit "
                             + maxSourcePixels);
         }

@@ -14,12 +14,10 @@ enum ImageFormat {
     BMP("BMP"),
     /** TIFF and BigTIFF, first page (TwelveMonkeys). */
     TIFF("TIFF"),
-    /** Photoshop PSD/PSB, the merged (composite) image (TwelveMonkeys). */
+    /** Photoshop PSD and PSB (which Pillow does not open), the merged image (TwelveMonkeys). */
     PSD("PSD"),
-    /** Windows icon, the entry Pillow picks (TwelveMonkeys). */
+    /** Windows icon, the entry Pillow picks (TwelveMonkeys; see {@link IconDirectory}). */
     ICO("ICO"),
-    /** Windows cursor, the entry Pillow picks (TwelveMonkeys). */
-    CUR("CUR"),
     /** Truevision TGA (TwelveMonkeys); it has no magic bytes, see {@link #looksLikeTga}. */
     TGA("TGA"),
     /** Netpbm PBM/PGM/PPM, plain and raw (P1-P6; TwelveMonkeys). */
@@ -78,7 +76,7 @@ enum ImageFormat {
             return ICO;
         }
         if (starts(d, 0, 0, 2, 0) && hasIconDirectory(d)) {
-            return CUR;
+            return null; // a cursor: RejectedFormats names it
         }
         if (d.length >= 3 && d[0] == 'P' && d[1] >= '1' && d[1] <= '6' && isSpace(d[2])) {
             return PNM;
@@ -105,7 +103,7 @@ enum ImageFormat {
      * first entry's reserved byte 0 and its data offset past the directory. A true-colour TGA
      * without ID or colour map starts with the same four bytes as a cursor, and then fails this.
      */
-    private static boolean hasIconDirectory(byte[] d) {
+    static boolean hasIconDirectory(byte[] d) {
         if (d.length < 22) {
             return false;
         }
@@ -119,11 +117,13 @@ enum ImageFormat {
     }
 
     /**
-     * A TGA header as Pillow's {@code TgaImagePlugin} validates it (TGA has no signature, so this
-     * is checked after every format that has one): colour-map type 0 or 1, image type 1-3 or 9-11
-     * (colour-mapped, true-colour, grey; raw or RLE), a colour map when the type is colour-mapped,
-     * pixel depth 1, 8, 16, 24 or 32, non-zero width and height, and no interleaving bits. Text
-     * never passes (its second byte would have to be 0 or 1).
+     * A TGA header, as Pillow's {@code TgaImagePlugin} validates it and a little stricter (TGA has
+     * no signature, so this is checked after every format that has one): colour-map type 0 or 1,
+     * image type 1-3 or 9-11 (colour-mapped, true-colour, grey; raw or RLE), a colour map when the
+     * type is colour-mapped (Pillow also opens a colour-mapped type without one, as grey), pixel
+     * depth 1, 8, 16, 24 or 32, non-zero width and height, and no interleaving bits (which Pillow
+     * ignores). ASCII text never passes (its second byte would have to be 0 or 1); UTF-16 text can,
+     * as it can for Pillow, and then fails to decode as a TGA.
      */
     static boolean looksLikeTga(byte[] d) {
         if (d.length < 18) {

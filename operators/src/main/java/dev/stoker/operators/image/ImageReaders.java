@@ -31,8 +31,8 @@ import javax.imageio.spi.ServiceRegistry;
  *   <li>PNG, GIF, BMP and the JDK's JPEG reader are taken from the registry, but only the JDK's own
  *       ({@code java.desktop}, boot class loader), whatever else another job registered;
  *   <li>TwelveMonkeys' JPEG reader (CMYK/YCCK, JPEGs libjpeg-turbo rejects), its WebP, TIFF, PSD,
- *       ICO, CUR, TGA, PNM and PCX readers, and jai-imageio's JPEG 2000 reader are created from
- *       their providers directly; the JPEG provider finds its delegate, the JDK's reader, in a
+ *       ICO, TGA, PNM and PCX readers, and jai-imageio's JPEG 2000 reader are created from their
+ *       providers directly; the JPEG provider finds its delegate, the JDK's reader, in a
  *       short-lived registry of this class's own (the TIFF reader looks up a JPEG reader for
  *       JPEG-compressed TIFF in the global registry, where it finds the JDK's);
  *   <li>the job jar carries no ImageIO service files (job/pom.xml's shade filter), so even a
@@ -97,8 +97,8 @@ final class ImageReaders {
 
     /**
      * A new reader for {@code format}: the JDK's for PNG, GIF and BMP; TwelveMonkeys' for JPEG,
-     * WebP, TIFF, PSD, ICO, CUR, TGA, PNM and PCX; jai-imageio's JJ2000 reader for JPEG 2000. QOI
-     * has no ImageIO reader ({@link ImageDecoder} decodes it with qoi-java).
+     * WebP, TIFF, PSD, ICO, TGA, PNM and PCX; jai-imageio's JJ2000 reader for JPEG 2000. QOI has no
+     * ImageIO reader ({@link ImageDecoder} decodes it with qoi-java).
      *
      * @return the reader; the caller disposes it
      * @throws IOException when the JDK has no reader for the format (a JRE without {@code
@@ -123,9 +123,6 @@ final class ImageReaders {
                         .createReaderInstance(null);
             case ICO:
                 return new com.twelvemonkeys.imageio.plugins.bmp.ICOImageReaderSpi()
-                        .createReaderInstance(null);
-            case CUR:
-                return new com.twelvemonkeys.imageio.plugins.bmp.CURImageReaderSpi()
                         .createReaderInstance(null);
             case TGA:
                 return new com.twelvemonkeys.imageio.plugins.tga.TGAImageReaderSpi()

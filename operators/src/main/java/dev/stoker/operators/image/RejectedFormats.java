@@ -5,13 +5,17 @@ import java.nio.charset.StandardCharsets;
 /**
  * Names the image formats Stoker recognises but does not decode, so that their reject reason says
  * which format and variant a file is ({@code UNSUPPORTED_IMAGE: AVIF (AV1, 10-bit 4:2:0) ...})
- * instead of only its first bytes.
+ * instead of only its first bytes; and the variants of decoded formats that are rejected ({@link
+ * #unsupportedVariant}). Formats it does not know (e.g. Pillow's IM, DCX, FLI, GBR, SPIDER, PCD)
+ * are {@code not a supported image} with their first bytes.
  *
  * <ul>
  *   <li>HEIF family (ISO BMFF {@code ftyp} box): AVIF ({@code avif}/{@code avis} brands, with the
  *       AV1 bit depth and chroma subsampling from the {@code av1C} box) and HEIC/HEIF. Pillow 12
  *       opens AVIF; no maintained Java AV1 decoder with natives on Maven Central exists. HEIC needs
  *       a Pillow plug-in too ({@code pillow-heif}).
+ *   <li>CUR (Windows cursors): Pillow's {@code CurImagePlugin} picks an entry and treats the AND
+ *       mask and alpha in its own way (by entry position), which TwelveMonkeys' reader does not.
  *   <li>JPEG XL (Pillow needs a plug-in).
  *   <li>Formats Pillow opens that are rare in training data: SGI, ICNS, DDS, XBM, XPM, EPS, BLP,
  *       Sun raster, MSP, FITS, PFM (floating point).
@@ -26,6 +30,10 @@ final class RejectedFormats {
      * Stoker does not decode it; {@code null} when the bytes are not a known format.
      */
     static String describe(byte[] d) {
+        if (ImageFormat.starts(d, 0, 0, 2, 0) && ImageFormat.hasIconDirectory(d)) {
+            return "CUR (Windows cursor: Pillow picks its entry and ignores its AND mask in its own"
+                    + " way, which no Java reader reproduces)";
+        }
         String heif = heif(d);
         if (heif != null) {
             return heif;
@@ -43,7 +51,8 @@ final class RejectedFormats {
         if (ImageFormat.starts(d, 'D', 'D', 'S', ' ')) {
             return "DDS";
         }
-        if (ImageFormat.starts(d, 'B', 'L', 'P')) {
+        if (ImageFormat.starts(d, 'B', 'L', 'P', '1')
+                || ImageFormat.starts(d, 'B', 'L', 'P', '2')) {
             return "BLP";
         }
         if (ImageFormat.starts(d, 0x59, 0xA6, 0x6A, 0x95)) {
@@ -53,7 +62,10 @@ final class RejectedFormats {
                 || ImageFormat.starts(d, 'L', 'i', 'n', 'S')) {
             return "MSP";
         }
-        if (ImageFormat.starts(d, 'P', 'f') || ImageFormat.starts(d, 'P', 'F')) {
+        if (d.length >= 3
+                && d[0] == 'P'
+                && (d[1] == 'f' || d[1] == 'F')
+                && (d[2] == ' ' || d[2] == '\n' || d[2] == '\r' || d[2] == '\t')) {
             return "PFM (floating-point Netpbm)";
         }
         if (ImageFormat.starts(d, 0xC5, 0xD0, 0xD3, 0xC6)
@@ -73,9 +85,32 @@ final class RejectedFormats {
         if (head.startsWith("/* XPM */")) {
             return "XPM";
         }
-        String start = head.stripLeading();
-        if (start.startsWith("<svg") || start.startsWith("<?xml") && head.contains("<svg")) {
+        String start =
+                (head.startsWith("\u00EF\u00BB\u00BF") ? head.substring(3) : head).stripLeading();
+        if (start.startsWith("<svg")
+                || (start.startsWith("<?xml") || start.startsWith("<!DOCTYPE svg"))
+                        && head.contains("<svg")) {
             return "SVG (vector graphics, not a raster image)";
+        }
+        return null;
+    }
+
+    /**
+     * The variant of a file of a decoded {@code format} that Stoker rejects, because no Java reader
+     * decodes it as Pillow does; {@code null} for every other file. TGA: grey with alpha (16-bit
+     * grey, which TwelveMonkeys reads as one 16-bit sample) and 1-bit images (which it does not
+     * read).
+     */
+    static String unsupportedVariant(ImageFormat format, byte[] d) {
+        if (format == ImageFormat.TGA) {
+            int imageType = d[2] & 0xFF;
+            int depth = d[16] & 0xFF;
+            if ((imageType == 3 || imageType == 11) && depth == 16) {
+                return "TGA (grey with alpha, 16 bits per pixel)";
+            }
+            if (depth == 1) {
+                return "TGA (1 bit per pixel)";
+            }
         }
         return null;
     }

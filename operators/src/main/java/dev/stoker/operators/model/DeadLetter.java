@@ -26,12 +26,13 @@ public class DeadLetter {
     }
 
     /**
-     * The dead letter on one line for logs and exception messages, its record text (file, record
-     * id, message) escaped with {@link PrintableText}: a record can hold control characters, bidi
-     * overrides or lone surrogates, and a log line must not be able to carry them to a terminal.
+     * The dead letter on one line for logs and exception messages, its record text (file and record
+     * id by {@link RecordRef#toString}, the message) escaped with {@link PrintableText}: a record
+     * can hold control characters, bidi overrides or lone surrogates, and a log line must not be
+     * able to carry them to a terminal.
      */
     @Override
     public String toString() {
-        return PrintableText.escape(ref + ": " + stage + "/" + reason + ": " + message);
+        return ref + ": " + stage + "/" + reason + ": " + PrintableText.escape(message);
     }
 }

@@ -14,7 +14,10 @@ package dev.stoker.operators.model;
  * &#92;UNNNNNNNN</code> above; and the backslash itself as <code>&#92;&#92;</code>, so every
  * backslash in the result starts an escape and the original text can be read back. Letters of any
  * script, symbols and emoji (valid surrogate pairs) are kept. The result never moves the cursor,
- * changes a terminal's state, reorders the line or breaks it.
+ * changes a terminal's state, reorders the line or breaks it. Which code points are unassigned
+ * follows the runtime's Unicode version (Java 17: Unicode 13; Python 3.11: 14), so a character
+ * added since is escaped here and kept by Python. The cases both check are in {@code
+ * schema/printable-cases.json}.
  */
 public final class PrintableText {
     private PrintableText() {}

@@ -39,9 +39,16 @@ public class RecordRef {
     }
 
     /** {@code file:line} followed by {@code (id=...)} when the id is known. */
+    /**
+     * {@code file:line (id=...)} for logs and exception messages, the file name and record id
+     * escaped with {@link PrintableText} (they come from the data).
+     */
     @Override
     public String toString() {
-        return file + ":" + line + (recordId == null ? "" : " (id=" + recordId + ")");
+        return PrintableText.escape(file)
+                + ":"
+                + line
+                + (recordId == null ? "" : " (id=" + PrintableText.escape(recordId) + ")");
     }
 
     @Override

@@ -195,22 +195,57 @@ class ImageDecoderTest {
     }
 
     /**
-     * The bomb guard reads the header of every format added for Pillow's set (here QOI, TIFF, TGA
-     * and PNM headers of 60000x60000) before any pixel buffer exists.
+     * The bomb guard reads the header of every format added for Pillow's set (headers of
+     * 60000x60000) before any pixel buffer exists; for an ICO that is the stored PNG's or BMP's
+     * header, not the directory's sizes (which stop at 256).
      */
     @ParameterizedTest
-    @ValueSource(strings = {"QOI", "TIFF", "TGA", "PNM"})
-    void bombsInTheOtherFormatsAreRejectedFromTheHeader(String format) {
-        byte[] bomb = bombHeader(format, 60000, 60000);
+    @ValueSource(strings = {"QOI", "TIFF", "TGA", "PNM", "PSD", "PCX", "JPEG 2000", "ICO"})
+    void bombsInTheOtherFormatsAreRejectedFromTheHeader(String format) throws Exception {
+        // PSD allows at most 30000 per side (PSB more)
+        int side = format.equals("PSD") ? 20000 : 60000;
+        byte[] bomb =
+                format.equals("JPEG 2000") ? jpeg2000Bomb(side) : bombHeader(format, side, side);
         long start = System.nanoTime();
         assertThatThrownBy(() -> decoder.decode(bomb, LIMIT))
                 .isInstanceOfSatisfying(
                         RejectedRecordException.class,
                         e -> {
-                            assertThat(e.reason()).isEqualTo(RejectReason.IMAGE_TOO_MANY_PIXELS);
-                            assertThat(e.getMessage()).contains(format + " 60000x60000");
+                            assertThat(e.reason())
+                                    .as(e.getMessage())
+                                    .isEqualTo(RejectReason.IMAGE_TOO_MANY_PIXELS);
+                            assertThat(e.getMessage()).contains(format + " " + side + "x" + side);
                         });
         assertThat((System.nanoTime() - start) / 1_000_000).as("ms to reject").isLessThan(2000);
+    }
+
+    /**
+     * The small JP2 of the fuzz seeds with its image header box ({@code ihdr}) and codestream (SIZ:
+     * image and tile size) saying {@code side x side}.
+     */
+    private byte[] jpeg2000Bomb(int side) throws java.io.IOException {
+        byte[] d;
+        try (var in =
+                getClass()
+                        .getResourceAsStream(
+                                "ImageDecodeFuzzTestInputs/process/formats-lossless.jp2")) {
+            d = in.readAllBytes();
+        }
+        java.nio.ByteBuffer b = java.nio.ByteBuffer.wrap(d);
+        for (int i = 0; i + 4 < d.length; i++) {
+            if (d[i] == 'i' && d[i + 1] == 'h' && d[i + 2] == 'd' && d[i + 3] == 'r') {
+                b.putInt(i + 4, side).putInt(i + 8, side);
+            }
+            if (d[i] == (byte) 0xFF && d[i + 1] == 0x51) {
+                // SIZ: marker, Lsiz, Rsiz, Xsiz, Ysiz, XOsiz, YOsiz, XTsiz, YTsiz
+                b.putInt(i + 6, side)
+                        .putInt(i + 10, side)
+                        .putInt(i + 22, side)
+                        .putInt(i + 26, side);
+                break;
+            }
+        }
+        return d;
     }
 
     /** A header of {@code format} announcing a {@code w x h} 8-bit RGB image, with no pixels. */
@@ -242,6 +277,29 @@ class ImageDecoderTest {
                         .put(new byte[] {0, 0, 2})
                         .put(new byte[9]);
                 b.putShort((short) w).putShort((short) h).put((byte) 24).put((byte) 0x20);
+                break;
+            case "PSD":
+                b.put(new byte[] {'8', 'B', 'P', 'S', 0, 1, 0, 0, 0, 0, 0, 0, 0, 3});
+                b.putInt(h).putInt(w).putShort((short) 8).putShort((short) 3);
+                b.putInt(0).putInt(0).putInt(0).putShort((short) 0);
+                break;
+            case "PCX":
+                // version 5, RLE, 8 bits, window 0..w-1 x 0..h-1, 3 planes, 128-byte header
+                b.order(java.nio.ByteOrder.LITTLE_ENDIAN).put(new byte[] {10, 5, 1, 8});
+                b.putShort((short) 0).putShort((short) 0);
+                b.putShort((short) (w - 1)).putShort((short) (h - 1));
+                b.position(65).put((byte) 3).putShort((short) w).putShort((short) 1);
+                b.position(128);
+                break;
+            case "ICO":
+                // one 16x16 entry whose PNG says w x h (the directory's sizes stop at 256)
+                b.order(java.nio.ByteOrder.LITTLE_ENDIAN).put(new byte[] {0, 0, 1, 0, 1, 0});
+                b.put(new byte[] {16, 16, 0, 0}).putShort((short) 1).putShort((short) 32);
+                b.putInt(64).putInt(22);
+                b.order(java.nio.ByteOrder.BIG_ENDIAN);
+                b.put(new byte[] {(byte) 0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A});
+                b.putInt(13).put(new byte[] {'I', 'H', 'D', 'R'}).putInt(w).putInt(h);
+                b.put(new byte[] {8, 6, 0, 0, 0}).putInt(0);
                 break;
             default:
                 b.put(("P6\n" + w + " " + h + "\n255\n").getBytes(StandardCharsets.US_ASCII));

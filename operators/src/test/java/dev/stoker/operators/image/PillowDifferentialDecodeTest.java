@@ -41,12 +41,12 @@ import org.junit.jupiter.api.io.TempDir;
  *       computed by the script from the known samples, or from Pillow's own {@code I;16} array,
  *       exactly; 16-bit colour PNGs of {@code shared/data}, where Pillow keeps only the high byte
  *       {@code v >> 8}, within one level of Pillow.
- *   <li>The other formats Pillow opens ({@code formats}: TIFF, PSD, ICO, CUR, TGA, PNM, PCX, QOI,
- *       JPEG 2000) and PNG colour keys ({@code colourkey}): identical to Pillow, or to Stoker's
+ *   <li>The other formats Pillow opens ({@code formats}: TIFF, PSD, ICO, TGA, PNM, PCX, QOI, JPEG
+ *       2000) and PNG colour keys ({@code colourkey}): identical to Pillow, or to Stoker's
  *       documented rule where it deliberately differs (reference {@code stoker rule}).
  *   <li>The named {@link #EXCEPTIONS} (CMYK JPEG, lossy JPEG 2000), within their bound.
- *   <li>Files of formats Stoker does not decode ({@code rejected}: AVIF, HEIC, ...): rejected as
- *       {@code UNSUPPORTED_IMAGE} with a reason that names the format.
+ *   <li>Files of formats Stoker does not decode ({@code rejected}: AVIF, HEIC, CUR, ...): rejected
+ *       as {@code UNSUPPORTED_IMAGE} with a reason that names the format.
  * </ul>
  *
  * <p>Needs libjpeg-turbo (the JPEG decoder whose output is Pillow's; {@code ./stoker} installs it),
