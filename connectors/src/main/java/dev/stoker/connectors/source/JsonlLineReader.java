@@ -125,9 +125,9 @@ public final class JsonlLineReader implements Closeable {
     }
 
     /**
-     * Whether a line holds nothing but spaces, tabs and a carriage return, after a UTF-8 byte
-     * order mark at its start (a line of a concatenated file that held only the mark is blank
-     * too; the parser skips one that starts a record).
+     * Whether a line holds nothing but spaces, tabs and a carriage return, after a UTF-8 byte order
+     * mark at its start (a line of a concatenated file that held only the mark is blank too; the
+     * parser skips one that starts a record).
      */
     private static boolean isBlank(byte[] bytes) {
         int from =
