@@ -115,4 +115,33 @@ class ExpectedFaultFilterTest {
         }
         assertThat(filter.filter(expected)).isEqualTo(Result.NEUTRAL);
     }
+
+    @Test
+    void theLocalS3ServersListingRaceIsExpectedAsS3ProxyAndJettyLogIt() {
+        java.nio.file.FileSystemException race =
+                new java.nio.file.FileSystemException(
+                        "/tmp/s3/sft/checkpoints/chk-2/_metadata-1: Unable to get size of extended"
+                                + " attribute 'user.content-md5': No data available");
+        assertThat(
+                        filter.filter(
+                                event(
+                                        "org.gaul.s3proxy.nio2blob.AbstractNio2BlobStore",
+                                        "unexpected exception",
+                                        race)))
+                .isEqualTo(Result.DENY);
+        assertThat(
+                        filter.filter(
+                                event(
+                                        "org.gaul.shaded.org.eclipse.jetty.server.HttpChannel",
+                                        "handleException /sft " + race,
+                                        null)))
+                .isEqualTo(Result.DENY);
+        assertThat(
+                        filter.filter(
+                                event(
+                                        "org.gaul.s3proxy.nio2blob.AbstractNio2BlobStore",
+                                        "unexpected exception",
+                                        new java.nio.file.FileSystemException("disk full"))))
+                .isEqualTo(Result.NEUTRAL);
+    }
 }
