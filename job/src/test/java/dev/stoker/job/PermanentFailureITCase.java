@@ -35,10 +35,7 @@ class PermanentFailureITCase {
     @RegisterExtension
     @Order(0) // registered before, and removed after, the clusters and servers that log them
     static final ExpectedFaultFilter.Expected TASKS_FAILING =
-            ExpectedFaultFilter.Expected.lines(
-                            "org.apache.flink.runtime.taskmanager.Task",
-                            "Source: jsonl-source -> .* switched from INITIALIZING to FAILED .*")
-                    .causedBy("java.nio.file.NoSuchFileException");
+            ExpectedFaultFilter.Expected.sourceTaskFailures("java.nio.file.NoSuchFileException");
 
     @RegisterExtension
     static final MiniClusterExtension MINI_CLUSTER = MiniClusters.oneTaskManager(2);

@@ -46,10 +46,8 @@ class S3FaultsITCase {
     @RegisterExtension
     @Order(0) // registered before, and removed after, the clusters and servers that log them
     static final ExpectedFaultFilter.Expected FAILOVER =
-            ExpectedFaultFilter.Expected.lines(
-                            "org.apache.flink.runtime.taskmanager.Task",
-                            "Source: jsonl-source -> .* switched from RUNNING to FAILED .*")
-                    .causedBy("dev.stoker.connectors.fetch.TransientFetchException");
+            ExpectedFaultFilter.Expected.sourceTaskFailures(
+                    "dev.stoker.connectors.fetch.TransientFetchException");
 
     /**
      * GETs the job gives up on (fetch timeout, a failed-over task) are cancelled; the AWS SDK's

@@ -2,6 +2,7 @@ package dev.stoker.testkit;
 
 import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.function.Predicate;
 import java.util.regex.Pattern;
 import org.apache.logging.log4j.core.Filter;
 import org.apache.logging.log4j.core.LogEvent;
@@ -97,9 +98,7 @@ public final class ExpectedFaultFilter extends AbstractFilter {
     }
 
     static boolean isExpected(String logger, String message, Throwable thrown) {
-        if (message != null
-                && (message.contains(FaultInjectingBlobStore.INJECTED)
-                        || message.contains(S3PROXY_LIST_RACE))) {
+        if (isKnownFault(message)) {
             return true;
         }
         if (deadLettersExpected
@@ -113,12 +112,26 @@ public final class ExpectedFaultFilter extends AbstractFilter {
                 return true;
             }
         }
+        return anyCause(
+                thrown,
+                t -> FLINK_EXPECTED.equals(t.getClass().getName()) || isKnownFault(t.getMessage()));
+    }
+
+    /** An injected fault of the local S3 server, or its listing race. */
+    private static boolean isKnownFault(String message) {
+        return message != null
+                && (message.contains(FaultInjectingBlobStore.INJECTED)
+                        || message.contains(S3PROXY_LIST_RACE));
+    }
+
+    /**
+     * Whether {@code thrown} or one of its first {@value #MAX_CAUSES} causes satisfies {@code
+     * test}.
+     */
+    private static boolean anyCause(Throwable thrown, Predicate<Throwable> test) {
         Throwable t = thrown;
         for (int i = 0; t != null && i < MAX_CAUSES; i++, t = t.getCause()) {
-            if (FLINK_EXPECTED.equals(t.getClass().getName())
-                    || (t.getMessage() != null
-                            && (t.getMessage().contains(FaultInjectingBlobStore.INJECTED)
-                                    || t.getMessage().contains(S3PROXY_LIST_RACE)))) {
+            if (test.test(t)) {
                 return true;
             }
         }
@@ -152,6 +165,29 @@ public final class ExpectedFaultFilter extends AbstractFilter {
         }
 
         /**
+         * Flink's warning that a task of the job's source chain ({@code Source: jsonl-source ->
+         * ...}) failed, with its stack trace, when {@code causeClass} (full name) is in its cause
+         * chain: for a test that fails a task on purpose.
+         */
+        public static Expected sourceTaskFailures(String causeClass) {
+            return lines(
+                            "org.apache.flink.runtime.taskmanager.Task",
+                            "Source: jsonl-source -> .* switched from \\w+ to FAILED .*")
+                    .causedBy(causeClass);
+        }
+
+        /**
+         * RemoteAckFeed's warning, once per GPU node, that a node's ack server stopped answering:
+         * for a test that stops ack servers (or the TaskManager that runs them) on purpose.
+         */
+        public static Expected ackServersNotAnswering() {
+            return lines(
+                    "dev.stoker.connectors.feedback.RemoteAckFeed",
+                    "Acks of node \\d+ \\(.*\\) did not answer \\(.*\\); its ranks keep their last known"
+                            + " steps until it does");
+        }
+
+        /**
          * The same lines, only when an exception of class {@code className} (full name) is in the
          * event's cause chain.
          */
@@ -165,16 +201,7 @@ public final class ExpectedFaultFilter extends AbstractFilter {
                     || !message.matcher(eventMessage).matches()) {
                 return false;
             }
-            if (cause == null) {
-                return true;
-            }
-            Throwable t = thrown;
-            for (int i = 0; t != null && i < MAX_CAUSES; i++, t = t.getCause()) {
-                if (cause.equals(t.getClass().getName())) {
-                    return true;
-                }
-            }
-            return false;
+            return cause == null || anyCause(thrown, t -> cause.equals(t.getClass().getName()));
         }
 
         @Override

@@ -25,10 +25,7 @@ class AckFeedTest {
     @RegisterExtension
     @Order(0) // registered before, and removed after, the clusters and servers that log them
     static final ExpectedFaultFilter.Expected NODE_OUTAGES =
-            ExpectedFaultFilter.Expected.lines(
-                    "dev.stoker.connectors.feedback.RemoteAckFeed",
-                    "Acks of node \\d+ \\(.*\\) did not answer \\(.*\\); its ranks keep their last known"
-                            + " steps until it does");
+            ExpectedFaultFilter.Expected.ackServersNotAnswering();
 
     @TempDir Path node0;
     @TempDir Path node1;

@@ -76,6 +76,9 @@ import org.w3c.dom.Node;
 public final class ImageDecoder {
     private static final String GIF_IMAGE_FORMAT = "javax_imageio_gif_image_1.0";
 
+    /** QOI's end marker: seven 0x00 bytes and one 0x01. */
+    private static final byte[] QOI_END = {0, 0, 0, 0, 0, 0, 0, 1};
+
     /** The DCT scale denominators libjpeg-turbo's SIMD code covers, largest first. */
     private static final int[] DCT_DENOMINATORS = {8, 4, 2};
 
@@ -291,9 +294,6 @@ public final class ImageDecoder {
                     RejectReason.CORRUPT_IMAGE, "corrupt QOI" + size + ": " + e, e);
         }
     }
-
-    /** QOI's end marker: seven 0x00 bytes and one 0x01. */
-    private static final byte[] QOI_END = {0, 0, 0, 0, 0, 0, 0, 1};
 
     /** {@code qoi}, or a copy with the end marker appended when it lacks one. */
     private static byte[] withQoiEndMarker(byte[] qoi) {

@@ -2,9 +2,11 @@ package dev.stoker.operators.image;
 
 import java.io.IOException;
 import java.util.Arrays;
+import java.util.EnumMap;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Locale;
+import java.util.Map;
 import javax.imageio.ImageIO;
 import javax.imageio.ImageReader;
 import javax.imageio.spi.IIORegistry;
@@ -66,6 +68,27 @@ final class ImageReaders {
         TWELVE_MONKEYS_JPEG = jdkJpeg == null ? null : twelveMonkeys;
     }
 
+    /** The plug-ins' reader providers (stateless, created once), by format. */
+    private static final Map<ImageFormat, ImageReaderSpi> PLUGINS =
+            new EnumMap<>(
+                    Map.of(
+                            ImageFormat.WEBP,
+                            new com.twelvemonkeys.imageio.plugins.webp.WebPImageReaderSpi(),
+                            ImageFormat.TIFF,
+                            new com.twelvemonkeys.imageio.plugins.tiff.TIFFImageReaderSpi(),
+                            ImageFormat.PSD,
+                            new com.twelvemonkeys.imageio.plugins.psd.PSDImageReaderSpi(),
+                            ImageFormat.ICO,
+                            new com.twelvemonkeys.imageio.plugins.bmp.ICOImageReaderSpi(),
+                            ImageFormat.TGA,
+                            new com.twelvemonkeys.imageio.plugins.tga.TGAImageReaderSpi(),
+                            ImageFormat.PNM,
+                            new com.twelvemonkeys.imageio.plugins.pnm.PNMImageReaderSpi(),
+                            ImageFormat.PCX,
+                            new com.twelvemonkeys.imageio.plugins.pcx.PCXImageReaderSpi(),
+                            ImageFormat.JPEG2000,
+                            new com.github.jaiimageio.jpeg2000.impl.J2KImageReaderSpi()));
+
     private ImageReaders() {}
 
     /**
@@ -107,35 +130,11 @@ final class ImageReaders {
      */
     static ImageReader create(ImageFormat format) throws IOException {
         switch (format) {
-            case WEBP:
-                return new com.twelvemonkeys.imageio.plugins.webp.WebPImageReaderSpi()
-                        .createReaderInstance(null);
             case JPEG:
                 if (TWELVE_MONKEYS_JPEG == null) {
                     throw new IOException("the JDK has no ImageIO JPEG reader");
                 }
                 return TWELVE_MONKEYS_JPEG.createReaderInstance(null);
-            case TIFF:
-                return new com.twelvemonkeys.imageio.plugins.tiff.TIFFImageReaderSpi()
-                        .createReaderInstance(null);
-            case PSD:
-                return new com.twelvemonkeys.imageio.plugins.psd.PSDImageReaderSpi()
-                        .createReaderInstance(null);
-            case ICO:
-                return new com.twelvemonkeys.imageio.plugins.bmp.ICOImageReaderSpi()
-                        .createReaderInstance(null);
-            case TGA:
-                return new com.twelvemonkeys.imageio.plugins.tga.TGAImageReaderSpi()
-                        .createReaderInstance(null);
-            case PNM:
-                return new com.twelvemonkeys.imageio.plugins.pnm.PNMImageReaderSpi()
-                        .createReaderInstance(null);
-            case PCX:
-                return new com.twelvemonkeys.imageio.plugins.pcx.PCXImageReaderSpi()
-                        .createReaderInstance(null);
-            case JPEG2000:
-                return new com.github.jaiimageio.jpeg2000.impl.J2KImageReaderSpi()
-                        .createReaderInstance(null);
             case PNG:
             case GIF:
             case BMP:
@@ -145,7 +144,11 @@ final class ImageReaders {
                 }
                 return jdk.createReaderInstance(null);
             default:
-                throw new IllegalArgumentException("no ImageIO reader for " + format);
+                ImageReaderSpi plugin = PLUGINS.get(format);
+                if (plugin == null) {
+                    throw new IllegalArgumentException("no ImageIO reader for " + format);
+                }
+                return plugin.createReaderInstance(null);
         }
     }
 

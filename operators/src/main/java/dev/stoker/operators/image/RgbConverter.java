@@ -71,10 +71,7 @@ final class RgbConverter {
                 && ((type == ColorSpace.TYPE_GRAY && colours == 1)
                         || (type == ColorSpace.TYPE_RGB && colours == 3))) {
             int bands = raster.getNumBands();
-            int[] max = new int[bands];
-            for (int b = 0; b < bands; b++) {
-                max[b] = (1 << cm.getComponentSize(b)) - 1;
-            }
+            int[] max = sampleMaxima(cm, bands);
             boolean alpha = cm.hasAlpha();
             int[] px = new int[w * bands];
             for (int y = 0; y < h; y++) {
@@ -91,10 +88,7 @@ final class RgbConverter {
             }
         } else if (integral && type == ColorSpace.TYPE_CMYK && colours == 4) {
             int bands = raster.getNumBands();
-            int[] max = new int[bands];
-            for (int b = 0; b < bands; b++) {
-                max[b] = (1 << cm.getComponentSize(b)) - 1;
-            }
+            int[] max = sampleMaxima(cm, bands);
             boolean alpha = cm.hasAlpha();
             int[] px = new int[w * bands];
             for (int y = 0; y < h; y++) {
@@ -175,6 +169,15 @@ final class RgbConverter {
             return v;
         }
         return (v * 255 + max / 2) / max;
+    }
+
+    /** The largest value of each band's samples, {@code 2^bits - 1}. */
+    private static int[] sampleMaxima(ColorModel cm, int bands) {
+        int[] max = new int[bands];
+        for (int b = 0; b < bands; b++) {
+            max[b] = (1 << cm.getComponentSize(b)) - 1;
+        }
+        return max;
     }
 
     /** Pillow's {@code MULDIV255(a, b)}: {@code a * b / 255} rounded, in integer arithmetic. */
