@@ -35,12 +35,12 @@ import org.junit.jupiter.params.provider.EnumSource;
  * {@value #MAX_TOLERANCE} per image, in normalised units) and the distance to {@code
  * Qwen2VLImageProcessorPil} (the "slow" Pillow backend, reported and held to the same tolerance).
  *
- * <p>{@code parity/pixels.arrow} holds each reference's resized uint8 RGB image (PNG, the slow one
- * as {@code slow - fast + 128}) at {@code max_pixels = min(preset, 200704)}: the golden script
- * checked that the processors' {@code pixel_values} are exactly {@code patchify((u8 / 255 - mean) /
- * std)} of it, and {@link #patchifyReproducesTheReferencePixelValues} checks here that {@link
- * Patchifier} is that function, against full reference {@code pixel_values} in {@code
- * parity/pixel_values.arrow}.
+ * <p>The generated {@code pixels.arrow} ({@link Goldens}) holds each reference's resized uint8 RGB
+ * image (PNG, the slow one as {@code slow - fast + 128}) at {@code max_pixels = min(preset,
+ * 200704)}: the golden script checked that the processors' {@code pixel_values} are exactly {@code
+ * patchify((u8 / 255 - mean) / std)} of it, and {@link #patchifyReproducesTheReferencePixelValues}
+ * checks here that {@link Patchifier} is that function, against full reference {@code pixel_values}
+ * in {@code pixel_values.arrow}.
  */
 class HfPixelParityTest {
     static final double MEAN_TOLERANCE = 0.02;

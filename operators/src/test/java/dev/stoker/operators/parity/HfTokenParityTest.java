@@ -34,9 +34,10 @@ import org.junit.jupiter.params.provider.EnumSource;
 /**
  * Token parity with Hugging Face for every record of the three shared sample datasets and every
  * preset, at the preset's default pixel bounds: Stoker's parser, image sizing ({@link
- * QwenImageProcessor#targetSize}) and {@link SampleTokenizer} against {@code parity/tokens.arrow},
- * which {@code scripts/golden/make_golden.py} made with the transformers 5.23.0 processors ({@code
- * Qwen2VLProcessor}, {@code Qwen2_5_VLProcessor}, {@code Qwen3VLProcessor}).
+ * QwenImageProcessor#targetSize}) and {@link SampleTokenizer} against the generated {@code
+ * tokens.arrow} ({@link Goldens}), which {@code scripts/golden/make_golden.py} made with the
+ * transformers 5.23.0 processors ({@code Qwen2VLProcessor}, {@code Qwen2_5_VLProcessor}, {@code
+ * Qwen3VLProcessor}).
  *
  * <p>Exact equality of {@code image_grid_thw}, the number of {@code <|image_pad|>} tokens per
  * image, {@code input_ids}, and the label mask (labels equal the ids where trained, -100
