@@ -18,7 +18,9 @@ import java.util.Arrays;
  *
  * <p>Read from the start of a file ({@link #fromStartOfFile}), it looks for a {@link
  * ByteOrderMark}: a UTF-8 BOM is skipped (the first line's offset is then 3); any other is reported
- * by {@link #byteOrderMark()} and not interpreted.
+ * by {@link #byteOrderMark()} and not interpreted. A UTF-8 BOM that starts a line inside the file
+ * (JSONL files written by Windows tools and concatenated) is skipped the same way, one per line:
+ * the line's offset is past it, and a line of only the mark is blank.
  */
 public final class JsonlLineReader implements Closeable {
 
@@ -121,24 +123,20 @@ public final class JsonlLineReader implements Closeable {
             kept--;
             length--;
         }
-        return new Line(lineNumber, offset, Arrays.copyOf(buffer, kept), length);
+        int from = startsWithUtf8Mark(buffer, kept) ? ByteOrderMark.UTF_8.length() : 0;
+        return new Line(
+                lineNumber, offset + from, Arrays.copyOfRange(buffer, from, kept), length - from);
     }
 
-    /**
-     * Whether a line holds nothing but spaces, tabs and a carriage return, after a UTF-8 byte order
-     * mark at its start (a line of a concatenated file that held only the mark is blank too; the
-     * parser skips one that starts a record).
-     */
+    private static boolean startsWithUtf8Mark(byte[] bytes, int length) {
+        return length >= 3
+                && bytes[0] == (byte) 0xEF
+                && bytes[1] == (byte) 0xBB
+                && bytes[2] == (byte) 0xBF;
+    }
+
     private static boolean isBlank(byte[] bytes) {
-        int from =
-                bytes.length >= 3
-                                && bytes[0] == (byte) 0xEF
-                                && bytes[1] == (byte) 0xBB
-                                && bytes[2] == (byte) 0xBF
-                        ? 3
-                        : 0;
-        for (int i = from; i < bytes.length; i++) {
-            byte x = bytes[i];
+        for (byte x : bytes) {
             if (x != ' ' && x != '\t' && x != '\r') {
                 return false;
             }

@@ -38,18 +38,25 @@ class JsonlLineReaderTest {
     }
 
     /**
-     * Concatenated files written by Windows tools: a line that holds only a UTF-8 byte order mark
-     * (the start of an empty file) is blank; one that starts a record is the record's line.
+     * Concatenated files written by Windows tools: a UTF-8 byte order mark that starts a line
+     * inside the file is skipped like the one at the start of a file (the record parses as if it
+     * were not there; before issue 34 it was a MALFORMED_JSON dead letter), a line that holds only
+     * the mark (the start of an empty file) is blank; only one per line, and a U+FEFF inside a
+     * value stays text.
      */
     @Test
-    void aLineOfOnlyAByteOrderMarkIsBlank() throws IOException {
+    void aByteOrderMarkStartingALineInsideTheFileIsSkipped() throws IOException {
         byte[] data =
-                "{\"a\":1}\n\uFEFF\n\uFEFF \r\n\uFEFF{\"b\":2}\n".getBytes(StandardCharsets.UTF_8);
+                "{\"a\":1}\n\uFEFF\n\uFEFF \r\n\uFEFF{\"b\":\"\uFEFFx\"}\n\uFEFF\uFEFF{}\n"
+                        .getBytes(StandardCharsets.UTF_8);
         List<JsonlLineReader.Line> lines = readAll(data, 1024);
         assertThat(lines)
                 .extracting(JsonlLineReaderTest::text)
-                .containsExactly("{\"a\":1}", "\uFEFF{\"b\":2}");
-        assertThat(lines).extracting(l -> l.lineNumber).containsExactly(1L, 4L);
+                .containsExactly("{\"a\":1}", "{\"b\":\"\uFEFFx\"}", "\uFEFF{}");
+        assertThat(lines).extracting(l -> l.lineNumber).containsExactly(1L, 4L, 5L);
+        // offsets point past the mark: line 4 starts at byte 8 + 4 + 6 = 18, its record at 21
+        assertThat(lines.get(1).offset).isEqualTo(21);
+        assertThat(lines.get(1).originalLength).isEqualTo(lines.get(1).bytes.length);
     }
 
     @Test

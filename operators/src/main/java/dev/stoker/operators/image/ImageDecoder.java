@@ -182,17 +182,15 @@ public final class ImageDecoder {
         ImageFormat format = ImageFormat.sniff(encoded);
         if (format == null) {
             String named = RejectedFormats.describe(encoded);
-            throw new RejectedRecordException(
-                    RejectReason.UNSUPPORTED_IMAGE,
-                    named != null
-                            ? named + ", not decoded by Stoker (" + encoded.length + " bytes)"
-                            : "not a supported image (" + describeStart(encoded) + ")");
+            throw named != null
+                    ? notDecoded(named, encoded)
+                    : new RejectedRecordException(
+                            RejectReason.UNSUPPORTED_IMAGE,
+                            "not a supported image (" + describeStart(encoded) + ")");
         }
         String variant = RejectedFormats.unsupportedVariant(format, encoded);
         if (variant != null) {
-            throw new RejectedRecordException(
-                    RejectReason.UNSUPPORTED_IMAGE,
-                    variant + ", not decoded by Stoker (" + encoded.length + " bytes)");
+            throw notDecoded(variant, encoded);
         }
         if (format == ImageFormat.QOI) {
             return decodeQoi(encoded, maxSourcePixels);
@@ -255,6 +253,13 @@ public final class ImageDecoder {
         } finally {
             reader.dispose();
         }
+    }
+
+    /** UNSUPPORTED_IMAGE for a format (or variant) {@link RejectedFormats} names. */
+    private static RejectedRecordException notDecoded(String format, byte[] encoded) {
+        return new RejectedRecordException(
+                RejectReason.UNSUPPORTED_IMAGE,
+                format + ", not decoded by Stoker (" + encoded.length + " bytes)");
     }
 
     /**

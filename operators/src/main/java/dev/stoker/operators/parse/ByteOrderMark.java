@@ -5,8 +5,9 @@ package dev.stoker.operators.parse;
  * source (how a JSONL file is cut into records) and the parser (how a record is rejected) share.
  *
  * <p>Only UTF-8 JSONL is read. A UTF-8 BOM ({@code EF BB BF}) at the start of a file is skipped, as
- * the JSON loader of Hugging Face {@code datasets} does; a file that starts with a UTF-16 or UTF-32
- * BOM is one record, rejected as a whole ({@link
+ * the JSON loader of Hugging Face {@code datasets} does, and so is one at the start of a line
+ * inside a file (concatenated files; the source's line reader skips both); a file that starts with
+ * a UTF-16 or UTF-32 BOM is one record, rejected as a whole ({@link
  * dev.stoker.operators.model.RejectReason#UNSUPPORTED_ENCODING}). Files without a BOM are taken as
  * UTF-8 (a BOM-less UTF-16 file fails as invalid UTF-8 or malformed JSON, line by line).
  */

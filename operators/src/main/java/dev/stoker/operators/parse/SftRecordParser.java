@@ -22,14 +22,13 @@ import java.io.Serializable;
  * which the source lists as one record for the whole file ({@link
  * RejectReason#UNSUPPORTED_ENCODING}, see {@link ByteOrderMark}); reject a line the source cut
  * ({@link RejectReason#LINE_TOO_LONG}); decode strict UTF-8 ({@link RejectReason#INVALID_UTF8} with
- * the byte offset; the source has already skipped a UTF-8 BOM at the start of a file, and one at
- * the start of a line inside a file is skipped here); parse JSON with Jackson ({@link
- * RejectReason#MALFORMED_JSON} with Jackson's message and column: syntax errors, unescaped control
- * characters, duplicate keys, trailing content); reject lone surrogate escapes such as {@code
- * \ud800} ({@link RejectReason#INVALID_RECORD}, "invalid Unicode scalar"); read the LLaVA, messages
- * or LLaMA-Factory/ShareGPT layout ({@link RecordFormats}); check placeholders against images
- * ({@link RejectReason#PLACEHOLDER_MISMATCH}), image paths ({@link RejectReason#UNSAFE_PATH}) and
- * conversation structure ({@link ConversationRules}).
+ * the byte offset; the source has already skipped a UTF-8 BOM at the start of a file or of a line);
+ * parse JSON with Jackson ({@link RejectReason#MALFORMED_JSON} with Jackson's message and column:
+ * syntax errors, unescaped control characters, duplicate keys, trailing content); reject lone
+ * surrogate escapes such as {@code \ud800} ({@link RejectReason#INVALID_RECORD}, "invalid Unicode
+ * scalar"); read the LLaVA, messages or LLaMA-Factory/ShareGPT layout ({@link RecordFormats});
+ * check placeholders against images ({@link RejectReason#PLACEHOLDER_MISMATCH}), image paths
+ * ({@link RejectReason#UNSAFE_PATH}) and conversation structure ({@link ConversationRules}).
  *
  * <p>Jackson's default maximum string length (20,000,000 chars) is lifted: the only record size
  * limit is the source's configured maximum line length, reported as {@code LINE_TOO_LONG}.
@@ -73,7 +72,7 @@ public class SftRecordParser implements Serializable {
                                 + line.bytes.length
                                 + " bytes");
             }
-            JsonNode root = readJson(withoutByteOrderMark(StrictUtf8.decode(line.bytes)));
+            JsonNode root = readJson(StrictUtf8.decode(line.bytes));
             ref = withId(ref, root);
             UnicodeScalars.check(root);
             ConversationBuilder builder;
@@ -121,16 +120,6 @@ public class SftRecordParser implements Serializable {
                                     + "); JSONL must be UTF-8, so the whole file is skipped as"
                                     + " this one record: re-encode it as UTF-8"));
         }
-    }
-
-    /**
-     * {@code text} without one leading U+FEFF: a UTF-8 byte order mark that starts a line inside a
-     * file (JSONL files written by Windows tools and concatenated) is skipped as the source skips
-     * it at the start of a file. JSON allows nothing but whitespace before a value, so the mark has
-     * no other meaning there.
-     */
-    private static String withoutByteOrderMark(String text) {
-        return text.startsWith("\uFEFF") ? text.substring(1) : text;
     }
 
     private static String size(long bytes) {

@@ -18,8 +18,7 @@ final class StrictUtf8 {
 
     /**
      * Decodes {@code bytes} as they are: a U+FEFF is kept as a character (the source skips a UTF-8
-     * byte order mark at the start of a file, see {@link ByteOrderMark}, and {@link
-     * SftRecordParser} one at the start of a line).
+     * byte order mark at the start of a file or of a line, see {@link ByteOrderMark}).
      *
      * @throws RejectedRecordException {@link RejectReason#INVALID_UTF8} naming the byte offset and
      *     the offending bytes
