@@ -13,10 +13,10 @@ import com.tngtech.archunit.junit.ArchTest;
 import com.tngtech.archunit.lang.ArchRule;
 
 /**
- * Layering of the main code (README "Architecture rules"): {@code operators} (domain) <- {@code
- * connectors} (I/O) <- {@code job} (wiring); inside connectors, the source and the shared-memory
- * sink both depend on the batch protocol ({@code connectors.protocol}) and not on each other. Lives
- * in the job module because its test classpath holds all three modules' classes.
+ * Layering of the main code (docs/development.md, "Architecture rules"): {@code operators} (domain)
+ * <- {@code connectors} (I/O) <- {@code job} (wiring); inside connectors, the source and the
+ * shared-memory sink both depend on the batch protocol ({@code connectors.protocol}) and not on
+ * each other. Lives in the job module because its test classpath holds all three modules' classes.
  */
 @AnalyzeClasses(packages = "dev.stoker", importOptions = ImportOption.DoNotIncludeTests.class)
 class ArchitectureTest {

@@ -18,9 +18,7 @@ import java.util.Map;
 import java.util.Set;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.MemorySize;
-import org.apache.flink.test.junit5.MiniClusterExtension;
 import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
 import org.junit.jupiter.api.extension.RegisterExtension;
@@ -40,20 +38,12 @@ class BadInputsITCase {
     private static final int WORLD_SIZE = 2;
     private static final int MICRO_BATCH_SIZE = 3;
 
-    @RegisterExtension
-    static final MiniClusterExtension MINI_CLUSTER = MiniClusters.oneTaskManager(2);
+    @RegisterExtension static final JobTestCluster CLUSTER = JobTestCluster.local(2);
 
-    private Path outputRoot;
     private Outcome outcome;
 
-    @BeforeEach
-    void createOutput() throws IOException {
-        outputRoot = JobRun.createOutputRoot();
-    }
-
     @AfterEach
-    void deleteOutputAndCheckEveryDeadLetterWasAsserted() throws IOException {
-        JobRun.deleteOutputRoot(outputRoot);
+    void checkEveryDeadLetterWasAsserted() {
         if (outcome != null) {
             assertThat(outcome.checkedDead)
                     .as("dead letters the test asserted")
@@ -393,7 +383,8 @@ class BadInputsITCase {
 
     private Outcome run(String name, Configuration conf) throws Exception {
         Path root = SharedData.dataDir().resolve("bad-inputs").resolve(name);
-        JobRun.Result result = JobRun.run(root, outputRoot, WORLD_SIZE, MICRO_BATCH_SIZE, conf);
+        JobRun.Result result =
+                JobRun.run(root, CLUSTER.outputRoot(), WORLD_SIZE, MICRO_BATCH_SIZE, conf);
         result.assertAccounted();
         outcome = new Outcome(result);
         outcome.assertEveryDeadLetterNamesItsRecord();

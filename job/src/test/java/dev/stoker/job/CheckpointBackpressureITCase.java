@@ -18,11 +18,7 @@ import org.apache.flink.core.execution.JobClient;
 import org.apache.flink.runtime.minicluster.MiniCluster;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.test.junit5.InjectMiniCluster;
-import org.apache.flink.test.junit5.MiniClusterExtension;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeAll;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Order;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.RegisterExtension;
@@ -48,37 +44,16 @@ class CheckpointBackpressureITCase {
 
     @RegisterExtension
     @Order(1)
-    static final LocalS3Server S3 = new LocalS3Server();
+    static final JobTestCluster CLUSTER = JobTestCluster.withS3(2);
 
-    @RegisterExtension
-    @Order(2)
-    static final MiniClusterExtension MINI_CLUSTER = MiniClusters.oneTaskManager(2);
-
-    private Path outputRoot;
+    private static final LocalS3Server S3 = CLUSTER.s3();
 
     @BeforeAll
     static void uploadCase() throws IOException {
         S3.createBucket(BUCKET);
-        S3FileSystems.use(S3);
         Path local = SharedData.dataDir().resolve("bad-inputs/checkpoint-backpressure");
         S3.uploadDirectory(local, BUCKET, "case");
         S3.faults().setFaults(new Faults(200, 0, 0, "case/images/.*"));
-    }
-
-    @AfterAll
-    static void resetFileSystems() {
-        S3.faults().setFaults(Faults.NONE);
-        S3FileSystems.reset();
-    }
-
-    @BeforeEach
-    void createOutput() throws IOException {
-        outputRoot = JobRun.createOutputRoot();
-    }
-
-    @AfterEach
-    void deleteOutput() throws IOException {
-        JobRun.deleteOutputRoot(outputRoot);
     }
 
     @Test
@@ -86,8 +61,11 @@ class CheckpointBackpressureITCase {
             throws Exception {
         Configuration conf =
                 JobConfigs.config(
-                        "s3://" + BUCKET + "/case", outputRoot, WORLD_SIZE, MICRO_BATCH_SIZE);
-        conf.addAll(S3FileSystems.config(S3));
+                        "s3://" + BUCKET + "/case",
+                        CLUSTER.outputRoot(),
+                        WORLD_SIZE,
+                        MICRO_BATCH_SIZE);
+        conf.addAll(CLUSTER.s3Config());
         conf.set(StokerOptions.JOB_NAME, "backpressure");
         // 1400x1400 would stay 1400x1400 (12 MB of pixel values per sample, 750 MB per step);
         // the case is about checkpoints, so keep the batches small
@@ -102,7 +80,7 @@ class CheckpointBackpressureITCase {
         long numSteps = planned.plan.numSteps();
         assertThat(numSteps).isEqualTo((RECORDS + 63) / 64);
 
-        Path jobDir = outputRoot.resolve("backpressure");
+        Path jobDir = CLUSTER.outputRoot().resolve("backpressure");
         try (TrainerSim trainer =
                 new TrainerSim(jobDir, WORLD_SIZE, 0, numSteps - 1, STEP_MILLIS)) {
             JobClient job = env.executeAsync("checkpoint-backpressure");

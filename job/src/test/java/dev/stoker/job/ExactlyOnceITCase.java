@@ -26,10 +26,8 @@ import org.apache.flink.core.execution.JobClient;
 import org.apache.flink.core.execution.SavepointFormatType;
 import org.apache.flink.runtime.client.JobStatusMessage;
 import org.apache.flink.runtime.minicluster.MiniCluster;
-import org.apache.flink.runtime.testutils.MiniClusterResourceConfiguration;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.test.junit5.InjectMiniCluster;
-import org.apache.flink.test.junit5.MiniClusterExtension;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.BeforeEach;
@@ -72,13 +70,7 @@ class ExactlyOnceITCase {
             ExpectedFaultFilter.Expected.ackServersNotAnswering();
 
     @RegisterExtension
-    static final MiniClusterExtension MINI_CLUSTER =
-            new MiniClusterExtension(
-                    new MiniClusterResourceConfiguration.Builder()
-                            .setConfiguration(clusterConfig())
-                            .setNumberTaskManagers(1)
-                            .setNumberSlotsPerTaskManager(4)
-                            .build());
+    static final JobTestCluster CLUSTER = JobTestCluster.local(4, clusterConfig());
 
     @TempDir static Path datasetRoot;
 
@@ -102,8 +94,6 @@ class ExactlyOnceITCase {
     private static final int PACKING_MAX_TOKENS = 256;
 
     private static long numSteps;
-
-    private Path outputRoot;
 
     /**
      * Three JSONL files of small generated images; a few records are bad (dead letters, so their
@@ -146,24 +136,22 @@ class ExactlyOnceITCase {
     private static MiniCluster miniCluster;
 
     @BeforeEach
-    void createOutput(@InjectMiniCluster MiniCluster cluster) throws Exception {
+    void keepCluster(@InjectMiniCluster MiniCluster cluster) {
         miniCluster = cluster;
-        outputRoot = JobRun.createOutputRoot();
     }
 
     @AfterEach
-    void cancelJobsAndDeleteOutput() throws Exception {
+    void cancelJobs() throws Exception {
         // a test that failed half-way must not leave its job holding the cluster's slots
         for (JobStatusMessage job : miniCluster.listJobs().get()) {
             if (!job.getJobState().isGloballyTerminalState()) {
                 miniCluster.cancelJob(job.getJobId()).get();
             }
         }
-        JobRun.deleteOutputRoot(outputRoot);
     }
 
     private Path jobDir() {
-        return outputRoot.resolve("exactly-once");
+        return CLUSTER.outputRoot().resolve("exactly-once");
     }
 
     /** The uninterrupted run of this mode, run once per mode. */
@@ -193,7 +181,7 @@ class ExactlyOnceITCase {
         conf.set(
                 StokerOptions.TOKENIZER_PATH,
                 SharedData.dataDir().resolve("tokenizers/qwen3").toString());
-        conf.set(StokerOptions.OUTPUT_ROOT, outputRoot.toString());
+        conf.set(StokerOptions.OUTPUT_ROOT, CLUSTER.outputRoot().toString());
         conf.set(StokerOptions.JOB_NAME, "exactly-once");
         conf.set(StokerOptions.DP_WORLD_SIZE, WORLD_SIZE);
         conf.set(StokerOptions.MICRO_BATCH_SIZE, MICRO_BATCH_SIZE);
@@ -203,7 +191,7 @@ class ExactlyOnceITCase {
         conf.set(StokerOptions.FETCH_CAPACITY, 4);
         conf.set(
                 CheckpointingOptions.CHECKPOINTS_DIRECTORY,
-                outputRoot.resolve("checkpoints").toUri().toString());
+                CLUSTER.outputRoot().resolve("checkpoints").toUri().toString());
         // as flink-conf/config.yaml: RocksDB with incremental checkpoints
         conf.set(StateBackendOptions.STATE_BACKEND, "rocksdb");
         conf.set(CheckpointingOptions.INCREMENTAL_CHECKPOINTS, true);
@@ -238,8 +226,7 @@ class ExactlyOnceITCase {
             LOG.info("Uninterrupted run: {} batches consumed", out.size());
             return out;
         } finally {
-            JobRun.deleteOutputRoot(outputRoot);
-            outputRoot = JobRun.createOutputRoot();
+            CLUSTER.freshOutputRoot();
         }
     }
 
@@ -441,7 +428,7 @@ class ExactlyOnceITCase {
         String path =
                 job.stopWithSavepoint(
                                 false,
-                                outputRoot.resolve("savepoints").toUri().toString(),
+                                CLUSTER.outputRoot().resolve("savepoints").toUri().toString(),
                                 SavepointFormatType.CANONICAL)
                         .get();
         awaitStatus(job, JobStatus.FINISHED);

@@ -4,7 +4,6 @@ import static org.assertj.core.api.Assertions.assertThat;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import dev.stoker.testkit.ExpectedFaultFilter;
-import java.io.IOException;
 import java.nio.charset.Charset;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -15,9 +14,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.stream.Collectors;
 import org.apache.flink.configuration.Configuration;
-import org.apache.flink.test.junit5.MiniClusterExtension;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
 import org.junit.jupiter.api.extension.RegisterExtension;
@@ -44,22 +40,9 @@ class JsonlEncodingITCase {
 
     private static final String NFC_IMAGE = Normalizer.normalize(NFD_IMAGE, Normalizer.Form.NFC);
 
-    @RegisterExtension
-    static final MiniClusterExtension MINI_CLUSTER = MiniClusters.oneTaskManager(2);
+    @RegisterExtension static final JobTestCluster CLUSTER = JobTestCluster.local(2);
 
     @TempDir Path dataset;
-
-    private Path outputRoot;
-
-    @BeforeEach
-    void createOutput() throws IOException {
-        outputRoot = JobRun.createOutputRoot();
-    }
-
-    @AfterEach
-    void deleteOutput() throws IOException {
-        JobRun.deleteOutputRoot(outputRoot);
-    }
 
     private static String record(String id, String image) {
         return "{\"id\": \""
@@ -112,7 +95,12 @@ class JsonlEncodingITCase {
         }
 
         JobRun.Result run =
-                JobRun.run(dataset, outputRoot, WORLD_SIZE, MICRO_BATCH_SIZE, new Configuration());
+                JobRun.run(
+                        dataset,
+                        CLUSTER.outputRoot(),
+                        WORLD_SIZE,
+                        MICRO_BATCH_SIZE,
+                        new Configuration());
         run.assertAccounted();
 
         // 5 + 3 UTF-8 records, and one record per UTF-16/32 file

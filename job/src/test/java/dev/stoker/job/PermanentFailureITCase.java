@@ -15,7 +15,6 @@ import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.RestartStrategyOptions;
 import org.apache.flink.runtime.execution.SuppressRestartsException;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
-import org.apache.flink.test.junit5.MiniClusterExtension;
 import org.apache.flink.util.ExceptionUtils;
 import org.junit.jupiter.api.Order;
 import org.junit.jupiter.api.Test;
@@ -37,8 +36,7 @@ class PermanentFailureITCase {
     static final ExpectedFaultFilter.Expected TASKS_FAILING =
             ExpectedFaultFilter.Expected.sourceTaskFailures("java.nio.file.NoSuchFileException");
 
-    @RegisterExtension
-    static final MiniClusterExtension MINI_CLUSTER = MiniClusters.oneTaskManager(2);
+    @RegisterExtension static final JobTestCluster CLUSTER = JobTestCluster.local(2);
 
     @Test
     void aTokenizerMissingOnTheTaskManagerFailsTheJobWithoutRestarts(@TempDir Path dir)

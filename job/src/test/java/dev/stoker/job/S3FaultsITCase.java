@@ -8,7 +8,6 @@ import dev.stoker.testkit.ExpectedFaultFilter;
 import dev.stoker.testkit.FaultInjectingBlobStore;
 import dev.stoker.testkit.FaultInjectingBlobStore.Body;
 import dev.stoker.testkit.LocalS3Server;
-import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -20,11 +19,8 @@ import java.util.Map;
 import java.util.Set;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.RestartStrategyOptions;
-import org.apache.flink.test.junit5.MiniClusterExtension;
-import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeAll;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Order;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
@@ -64,38 +60,18 @@ class S3FaultsITCase {
 
     @RegisterExtension
     @Order(1)
-    static final LocalS3Server S3 = new LocalS3Server();
+    static final JobTestCluster CLUSTER = JobTestCluster.withS3(2);
 
-    @RegisterExtension
-    @Order(2)
-    static final MiniClusterExtension MINI_CLUSTER = MiniClusters.oneTaskManager(2);
-
-    private Path outputRoot;
+    private static final LocalS3Server S3 = CLUSTER.s3();
 
     @BeforeAll
-    static void initializeS3FileSystem() {
+    static void createBucket() {
         S3.createBucket(BUCKET);
-        S3FileSystems.use(S3);
-    }
-
-    @AfterAll
-    static void resetFileSystems() {
-        S3FileSystems.reset();
-    }
-
-    private static Configuration s3Config() {
-        return S3FileSystems.config(S3);
-    }
-
-    @BeforeEach
-    void createOutput() throws IOException {
-        outputRoot = JobRun.createOutputRoot();
     }
 
     @AfterEach
-    void deleteOutputAndFaults() throws IOException {
+    void clearFaults() {
         S3.faults().clearAnswers();
-        JobRun.deleteOutputRoot(outputRoot);
     }
 
     /**
@@ -117,11 +93,12 @@ class S3FaultsITCase {
         faults.bodyAlways(BUCKET, images + "img_002.jpg", Body.trickle(10));
         faults.bodyNext(BUCKET, images + "img_003.jpg", Body.firstByteAfter(3_000));
 
-        Configuration options = s3Config();
+        Configuration options = CLUSTER.s3Config();
         options.set(StokerOptions.FETCH_TIMEOUT, Duration.ofSeconds(5));
         options.set(StokerOptions.FETCH_CAPACITY, 16);
         long start = System.nanoTime();
-        JobRun.Result run = JobRun.run("s3://" + BUCKET + "/" + prefix, outputRoot, 2, 4, options);
+        JobRun.Result run =
+                JobRun.run("s3://" + BUCKET + "/" + prefix, CLUSTER.outputRoot(), 2, 4, options);
         Duration took = Duration.ofNanos(System.nanoTime() - start);
         run.assertAccounted();
 
@@ -213,7 +190,7 @@ class S3FaultsITCase {
         long errorsBefore = faults.injectedErrors();
         long getsBefore = faults.gets();
 
-        Configuration options = s3Config();
+        Configuration options = CLUSTER.s3Config();
         options.set(StokerOptions.MAX_PIXELS, 3136L * 4);
         // 10 attempts: a GET fails 10 times in a row at 10% with probability 1e-10, not 1e-5
         options.set(StokerOptions.S3_MAX_ATTEMPTS, 10);
@@ -221,7 +198,7 @@ class S3FaultsITCase {
         long start = System.nanoTime();
         JobRun.Result run;
         try {
-            run = JobRun.run("s3://" + BUCKET + "/" + prefix, outputRoot, 2, 8, options);
+            run = JobRun.run("s3://" + BUCKET + "/" + prefix, CLUSTER.outputRoot(), 2, 8, options);
         } finally {
             faults.setFaults(FaultInjectingBlobStore.Faults.NONE);
         }
@@ -289,7 +266,7 @@ class S3FaultsITCase {
         faults.answerAlways(BUCKET, prefix + "/images/img_006.jpg", 404);
         long errorsBefore = faults.injectedErrors();
 
-        Configuration options = s3Config();
+        Configuration options = CLUSTER.s3Config();
         options.set(StokerOptions.FETCH_TRANSIENT_FAILURES, TransientFailurePolicy.FAIL_OVER);
         options.set(StokerOptions.S3_MAX_ATTEMPTS, 2);
         options.set(StokerOptions.FETCH_CAPACITY, 1);
@@ -297,7 +274,8 @@ class S3FaultsITCase {
         options.set(RestartStrategyOptions.RESTART_STRATEGY_FIXED_DELAY_ATTEMPTS, 5);
         options.set(
                 RestartStrategyOptions.RESTART_STRATEGY_FIXED_DELAY_DELAY, Duration.ofMillis(100));
-        JobRun.Result run = JobRun.run("s3://" + BUCKET + "/" + prefix, outputRoot, 2, 4, options);
+        JobRun.Result run =
+                JobRun.run("s3://" + BUCKET + "/" + prefix, CLUSTER.outputRoot(), 2, 4, options);
         run.assertAccounted();
 
         assertThat(faults.injectedErrors() - errorsBefore)
@@ -345,7 +323,12 @@ class S3FaultsITCase {
         long getsBefore = faults.gets();
 
         JobRun.Result run =
-                JobRun.run("s3://" + BUCKET + "/" + prefix, outputRoot, 2, 4, s3Config());
+                JobRun.run(
+                        "s3://" + BUCKET + "/" + prefix,
+                        CLUSTER.outputRoot(),
+                        2,
+                        4,
+                        CLUSTER.s3Config());
         run.assertAccounted();
 
         Map<Long, String> records = StokerJobITCase.readRecords(local.resolve("train.jsonl"));

@@ -28,11 +28,7 @@ import org.apache.flink.core.execution.JobClient;
 import org.apache.flink.runtime.minicluster.MiniCluster;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.test.junit5.InjectMiniCluster;
-import org.apache.flink.test.junit5.MiniClusterExtension;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeAll;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Order;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
@@ -55,13 +51,10 @@ class S3JobITCase {
 
     @RegisterExtension
     @Order(1)
-    static final LocalS3Server S3 = new LocalS3Server();
+    static final JobTestCluster CLUSTER = JobTestCluster.withS3(2);
 
-    @RegisterExtension
-    @Order(2)
-    static final MiniClusterExtension MINI_CLUSTER = MiniClusters.oneTaskManager(2);
+    private static final LocalS3Server S3 = CLUSTER.s3();
 
-    private Path outputRoot;
     private final Set<String> checkpointsSeen = ConcurrentHashMap.newKeySet();
 
     /** Annotations apart from the images: {@code split/annotations/} and {@code split/media/}. */
@@ -72,7 +65,7 @@ class S3JobITCase {
     @TempDir static Path split;
 
     @BeforeAll
-    static void uploadAndInitializeS3FileSystem() throws IOException {
+    static void upload() throws IOException {
         Path local = SharedData.dataDir().resolve(DATASET);
         S3.uploadDirectory(local, BUCKET, "complete");
         S3.uploadDirectory(local, BUCKET, "missing-images");
@@ -80,26 +73,6 @@ class S3JobITCase {
         StokerJobITCase.writeAnnotationsWithEscape(split);
         S3.uploadDirectory(split.resolve("annotations"), BUCKET, SPLIT_ANNOTATIONS);
         S3.uploadDirectory(local.resolve("images"), BUCKET, "split/media/images");
-        S3FileSystems.use(S3);
-    }
-
-    @AfterAll
-    static void resetFileSystems() {
-        S3FileSystems.reset();
-    }
-
-    private static Configuration s3Config() {
-        return S3FileSystems.config(S3);
-    }
-
-    @BeforeEach
-    void createOutput() throws IOException {
-        outputRoot = JobRun.createOutputRoot();
-    }
-
-    @AfterEach
-    void deleteOutput() throws IOException {
-        JobRun.deleteOutputRoot(outputRoot);
     }
 
     /**
@@ -111,7 +84,7 @@ class S3JobITCase {
     }
 
     private JobRun.Result runJob(String prefix, Configuration options) throws Exception {
-        Configuration extra = s3Config();
+        Configuration extra = CLUSTER.s3Config();
         extra.addAll(options);
         extra.set(StokerOptions.MAX_PIXELS, 1003520L);
         extra.set(
@@ -139,7 +112,7 @@ class S3JobITCase {
             run =
                     JobRun.run(
                             "s3://" + BUCKET + "/" + prefix,
-                            outputRoot,
+                            CLUSTER.outputRoot(),
                             WORLD_SIZE,
                             MICRO_BATCH_SIZE,
                             extra);
@@ -303,14 +276,15 @@ class S3JobITCase {
      * UNSAFE_PATH} before any request, although an object exists where it points.
      */
     /**
-     * The README's "Watch" table names REST metric ids for a job reading S3 ({@code
-     * fetch-images.s3.*}); the running job reports each of them. (The cluster test checks the
-     * table's other ids.) The job idles at its prefetch bound (no trainer) until cancelled.
+     * The operator guide's "Watch" table (docs/operator-guide.md) names REST metric ids for a job
+     * reading S3 ({@code fetch-images.s3.*}); the running job reports each of them. (The cluster
+     * test checks the table's other ids.) The job idles at its prefetch bound (no trainer) until
+     * cancelled.
      */
     @Test
     void theReadmesS3MetricIdsAreOnTheRunningJob(@InjectMiniCluster MiniCluster cluster)
             throws Exception {
-        String readme = Files.readString(Path.of("..", "README.md"));
+        String readme = Files.readString(Path.of("..", "docs", "operator-guide.md"));
         String table =
                 readme.substring(
                         readme.indexOf("| operator | vertex in the web UI | REST metric id |"));
@@ -323,8 +297,9 @@ class S3JobITCase {
         assertThat(documented).isNotEmpty();
 
         Configuration conf =
-                JobConfigs.config("s3://" + BUCKET + "/complete", outputRoot, WORLD_SIZE, 2);
-        conf.addAll(s3Config());
+                JobConfigs.config(
+                        "s3://" + BUCKET + "/complete", CLUSTER.outputRoot(), WORLD_SIZE, 2);
+        conf.addAll(CLUSTER.s3Config());
         conf.set(StokerOptions.PREFETCH_DEPTH, 1);
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment();
         env.setParallelism(2);
@@ -375,14 +350,14 @@ class S3JobITCase {
     /** Mixed schemes work: local JSONL with an {@code s3://} image root. */
     @Test
     void localJsonlWithAnS3ImageRoot() throws Exception {
-        Configuration extra = s3Config();
+        Configuration extra = CLUSTER.s3Config();
         extra.set(StokerOptions.MAX_PIXELS, 1003520L);
         extra.set(StokerOptions.IMAGE_ROOT, SPLIT_IMAGE_ROOT);
         long getsBefore = S3.faults().gets();
         JobRun.Result run =
                 JobRun.run(
                         split.resolve("annotations"),
-                        outputRoot,
+                        CLUSTER.outputRoot(),
                         WORLD_SIZE,
                         MICRO_BATCH_SIZE,
                         extra);

@@ -17,11 +17,7 @@ import org.apache.flink.core.execution.SavepointFormatType;
 import org.apache.flink.runtime.minicluster.MiniCluster;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.test.junit5.InjectMiniCluster;
-import org.apache.flink.test.junit5.MiniClusterExtension;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeAll;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Order;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.RegisterExtension;
@@ -39,42 +35,22 @@ class S3SavepointITCase {
 
     @RegisterExtension
     @Order(1)
-    static final LocalS3Server S3 = new LocalS3Server();
+    static final JobTestCluster CLUSTER = JobTestCluster.withS3(2);
 
-    @RegisterExtension
-    @Order(2)
-    static final MiniClusterExtension MINI_CLUSTER = MiniClusters.oneTaskManager(2);
-
-    private Path outputRoot;
+    private static final LocalS3Server S3 = CLUSTER.s3();
 
     @BeforeAll
     static void upload() throws IOException {
         S3.uploadDirectory(SharedData.dataDir().resolve("llava-style"), BUCKET, "data");
-        S3FileSystems.use(S3);
-    }
-
-    @AfterAll
-    static void resetFileSystems() {
-        S3FileSystems.reset();
-    }
-
-    @BeforeEach
-    void createOutput() throws IOException {
-        outputRoot = JobRun.createOutputRoot();
-    }
-
-    @AfterEach
-    void deleteOutput() throws IOException {
-        JobRun.deleteOutputRoot(outputRoot);
     }
 
     private Configuration config() {
-        Configuration conf = S3FileSystems.config(S3);
+        Configuration conf = CLUSTER.s3Config();
         conf.set(StokerOptions.DATASET_PATH, "s3://" + BUCKET + "/data");
         conf.set(
                 StokerOptions.TOKENIZER_PATH,
                 SharedData.dataDir().resolve("tokenizers/qwen3").toString());
-        conf.set(StokerOptions.OUTPUT_ROOT, outputRoot.toString());
+        conf.set(StokerOptions.OUTPUT_ROOT, CLUSTER.outputRoot().toString());
         conf.set(StokerOptions.JOB_NAME, "s3-savepoint");
         conf.set(StokerOptions.DP_WORLD_SIZE, WORLD_SIZE);
         conf.set(StokerOptions.MICRO_BATCH_SIZE, 2);
@@ -96,7 +72,7 @@ class S3SavepointITCase {
             throws Exception {
         long steps = (38 + 3) / 4; // 38 llava-style records, 2 ranks x 2 samples
         long stopAt = 3;
-        Path jobDir = outputRoot.resolve("s3-savepoint");
+        Path jobDir = CLUSTER.outputRoot().resolve("s3-savepoint");
         List<TrainerSim.Consumed> all = new ArrayList<>();
 
         JobClient first = submit(config());

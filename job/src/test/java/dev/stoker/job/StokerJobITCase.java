@@ -14,9 +14,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import org.apache.flink.configuration.Configuration;
-import org.apache.flink.test.junit5.MiniClusterExtension;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
 import org.junit.jupiter.api.extension.RegisterExtension;
@@ -35,20 +32,7 @@ class StokerJobITCase {
     private static final int MICRO_BATCH_SIZE = 3;
     private static final ObjectMapper JSON = new ObjectMapper();
 
-    @RegisterExtension
-    static final MiniClusterExtension MINI_CLUSTER = MiniClusters.oneTaskManager(2);
-
-    private Path outputRoot;
-
-    @BeforeEach
-    void createOutput() throws IOException {
-        outputRoot = JobRun.createOutputRoot();
-    }
-
-    @AfterEach
-    void deleteOutput() throws IOException {
-        JobRun.deleteOutputRoot(outputRoot);
-    }
+    @RegisterExtension static final JobTestCluster CLUSTER = JobTestCluster.local(2);
 
     @ParameterizedTest
     @ValueSource(strings = {"llava-style", "qwen-messages", "llamafactory-sharegpt"})
@@ -56,7 +40,8 @@ class StokerJobITCase {
         Path root = SharedData.dataDir().resolve(dataset);
         Configuration conf = new Configuration();
         conf.set(StokerOptions.MAX_PIXELS, 1003520L); // the common 1280-token fine-tuning setting
-        JobRun.Result run = JobRun.run(root, outputRoot, WORLD_SIZE, MICRO_BATCH_SIZE, conf);
+        JobRun.Result run =
+                JobRun.run(root, CLUSTER.outputRoot(), WORLD_SIZE, MICRO_BATCH_SIZE, conf);
         Path jobDir = run.jobDir();
 
         Map<Long, String> recordImages = readRecords(root.resolve("train.jsonl"));
@@ -102,7 +87,12 @@ class StokerJobITCase {
         conf.set(StokerOptions.MAX_PIXELS, 1003520L);
         conf.set(StokerOptions.IMAGE_ROOT, SharedData.dataDir().resolve("llava-style").toString());
         JobRun.Result run =
-                JobRun.run(annotations.getParent(), outputRoot, WORLD_SIZE, MICRO_BATCH_SIZE, conf);
+                JobRun.run(
+                        annotations.getParent(),
+                        CLUSTER.outputRoot(),
+                        WORLD_SIZE,
+                        MICRO_BATCH_SIZE,
+                        conf);
         run.assertAccounted();
         assertImageRootOutcome(run, annotations);
     }

@@ -21,10 +21,10 @@ import java.util.Optional;
 import java.util.Set;
 
 /**
- * Test tiers (README "Architecture rules"): unit tests are {@code *Test} (surefire) and start no
- * Flink cluster; tests that run a MiniCluster or a real server are {@code *ITCase} (failsafe).
- * Checks the test classes of all three modules (their {@code target/test-classes}, built earlier in
- * the reactor).
+ * Test tiers (docs/development.md, "Architecture rules"): unit tests are {@code *Test} (surefire)
+ * and start no Flink cluster; tests that run a MiniCluster or a real server are {@code *ITCase}
+ * (failsafe). Checks the test classes of all three modules (their {@code target/test-classes},
+ * built earlier in the reactor).
  */
 @AnalyzeClasses(locations = TestTiersTest.AllModulesTestClasses.class)
 class TestTiersTest {
