@@ -11,7 +11,7 @@ ranks with ``torch.distributed`` (gloo on CPU, NCCL on CUDA) once per optimizer 
 Needs torch and transformers beside ``stoker`` (the model venv ``.stoker/model-venv`` that
 ``./stoker test`` builds has them). On CPU, with a tiny randomly initialised model of the job's
 ``stoker.model.preset`` (2 layers, the real vocabulary, special-token ids and patch geometry;
-nothing downloaded), against a job for 2 DP ranks on the local cluster (README, operator guide)::
+nothing downloaded), against a job for 2 DP ranks on the local cluster (docs/operator-guide.md)::
 
     ./stoker cluster start
     ./stoker flink run -d job/target/stoker-job.jar --stoker.job-name my-job \\

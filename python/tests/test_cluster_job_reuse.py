@@ -25,9 +25,9 @@ JVM-wide (ImageIO's plugin registry; a JNI library, one class loader per JVM).
    trainer gauges of the sink read ``ack.json`` on the TaskManager's ``flink-metrics-N``
    threads, which outlive every job).
 
-While job 1 idles, every REST metric id of the README's "Watch" table (but the S3 fetch ones,
-which only a job reading S3 has) is read from its REST API, from the vertex the table names for
-its operator. The measured numbers are printed
+While job 1 idles, every REST metric id of the operator guide's "Watch" table (but the S3 fetch
+ones, which only a job reading S3 has) is read from its REST API, from the vertex the table names
+for its operator. The measured numbers are printed
 (``-s`` shows them).
 """
 
@@ -201,9 +201,10 @@ def _stop_with_savepoint(cluster: Cluster, jid: str) -> str:
 
 
 def _readme_metric_ids() -> tuple[dict[str, list[str]], dict[str, str]]:
-    """README "Watch" table: operator -> REST metric ids (``<r>`` -> 0), S3-only ones left out,
-    and operator -> the start of the web UI vertex's name it gives (``...``: the name goes on)."""
-    readme = (REPO_ROOT / "README.md").read_text()
+    """docs/operator-guide.md "Watch" table: operator -> REST metric ids (``<r>`` -> 0), S3-only
+    ones left out, and operator -> the start of the web UI vertex's name it gives (``...``: the
+    name goes on)."""
+    readme = (REPO_ROOT / "docs" / "operator-guide.md").read_text()
     table = readme[readme.index("| operator | vertex in the web UI | REST metric id |") :]
     ids: dict[str, list[str]] = {}
     vertices: dict[str, str] = {}
@@ -219,8 +220,8 @@ def _readme_metric_ids() -> tuple[dict[str, list[str]], dict[str, str]]:
 
 
 def _check_readme_metrics(cluster: Cluster, jid: str) -> None:
-    """Every REST metric id of the README's table (but S3's) exists on the running job, on the
-    vertex the table names."""
+    """Every REST metric id of the operator guide's table (but S3's) exists on the running job, on
+    the vertex the table names."""
     documented, vertices = _readme_metric_ids()
     assert set(documented) == {
         "arrow-shm-sink",
@@ -233,7 +234,7 @@ def _check_readme_metrics(cluster: Cluster, jid: str) -> None:
         vertex = cluster.vertex(jid, operator)
         named = vertices[operator]
         assert vertex["name"].startswith(named.removesuffix("...")), (
-            f"README: {operator}'s vertex is {named!r}; the job's is {vertex['name']!r}"
+            f"operator guide: {operator}'s vertex is {named!r}; the job's is {vertex['name']!r}"
         )
         base = f"/jobs/{jid}/vertices/{vertex['id']}/subtasks/metrics"
         have = _wait(
@@ -247,7 +248,7 @@ def _check_readme_metrics(cluster: Cluster, jid: str) -> None:
             ),
         )
         missing.update({i: operator for i in ids if i not in have})
-    assert missing == {}, f"README metric ids the job does not report: {missing}"
+    assert missing == {}, f"operator guide metric ids the job does not report: {missing}"
 
 
 def _no_restarts(cluster: Cluster, jid: str) -> None:

@@ -23,9 +23,12 @@ public final class StokerOptions {
                     .stringType()
                     .noDefaultValue()
                     .withDescription(
-                            "Dataset root (any Flink filesystem URI or local path). JSONL files are found"
-                                    + " under it; image paths in records resolve relative to it unless"
-                                    + " stoker.image.root is set.");
+                            "Dataset root: a local directory, any Flink filesystem URI, or s3://bucket/prefix"
+                                    + " (listed and read through Flink's S3 filesystem plugin). The JSONL files"
+                                    + " under it (stoker.dataset.glob) are read as UTF-8 (byte order marks and"
+                                    + " other encodings: docs/data-guide.md); image paths in records resolve"
+                                    + " relative to it unless stoker.image.root is set. A relative local path is"
+                                    + " made absolute against the working directory of flink run.");
 
     public static final ConfigOption<String> IMAGE_ROOT =
             ConfigOptions.key("stoker.image.root")
@@ -36,18 +39,24 @@ public final class StokerOptions {
                                     + " filesystem URI, or s3://bucket/prefix (fetched with the S3 client"
                                     + " of the stoker.s3.* options, whatever the dataset's scheme)."
                                     + " Default: the dataset root. A path that leaves it (absolute, a URL"
-                                    + " scheme, '..' above it, a symbolic link out of it) is dead-lettered"
-                                    + " UNSAFE_PATH before any request. Paths are used as written (no Unicode"
-                                    + " normalization: NFC and NFD spellings are different names). Checked at"
-                                    + " start-up: a valid URI, a bucket for s3://, an existing directory"
-                                    + " otherwise.");
+                                    + " scheme, a backslash, '..' above it, a symbolic link out of it) is"
+                                    + " dead-lettered UNSAFE_PATH before any request. Paths are used as written"
+                                    + " (no Unicode normalization: NFC and NFD spellings are different names)."
+                                    + " Checked at start-up, where an invalid URI, an s3:// without a bucket or a"
+                                    + " local root that is not an existing directory stops the job with a message"
+                                    + " naming the option and value. A local root must exist at the same path on"
+                                    + " every TaskManager.");
 
     public static final ConfigOption<String> DATASET_GLOB =
             ConfigOptions.key("stoker.dataset.glob")
                     .stringType()
                     .defaultValue("*.jsonl")
                     .withDescription(
-                            "File-name glob of the JSONL files under the dataset root (searched recursively).");
+                            "Which files under the dataset root are JSONL: a glob (Java PathMatcher syntax:"
+                                    + " *, ?, [...], {a,b}) matched against each file's name, not its path, in"
+                                    + " every directory under the root (e.g. train-*.jsonl, *.{jsonl,json}). The"
+                                    + " matching files are read sorted by path and are part of the dataset"
+                                    + " fingerprint. None matching stops the job at start-up, naming the glob.");
 
     public static final ConfigOption<String> TOKENIZER_PATH =
             ConfigOptions.key("stoker.tokenizer.path")
@@ -55,7 +64,10 @@ public final class StokerOptions {
                     .noDefaultValue()
                     .withDescription(
                             "Directory holding the model's Hugging Face tokenizer.json (read on every"
-                                    + " TaskManager; never fetched from a hub).");
+                                    + " TaskManager; never fetched from a hub). It must load when the job is"
+                                    + " submitted; a relative path is made absolute against the working"
+                                    + " directory of flink run. ./stoker demo puts Qwen's in"
+                                    + " .stoker/tokenizers/qwen3/.");
 
     public static final ConfigOption<String> JOB_NAME =
             ConfigOptions.key("stoker.job-name")
@@ -69,7 +81,10 @@ public final class StokerOptions {
                     .stringType()
                     .defaultValue("/dev/shm/stoker")
                     .withDescription(
-                            "Node-local directory the sink writes batches under, as <root>/<job-name>/rank-<r>/.");
+                            "Node-local directory the sink writes batches under, as"
+                                    + " <root>/<job-name>/gen-<stamp>/rank-<r>/ (a new generation per"
+                                    + " submission, named in <root>/<job-name>/manifest.json;"
+                                    + " docs/batch-protocol.md). A local path (file: URIs only).");
 
     public static final ConfigOption<PixelDtype> PIXEL_DTYPE =
             ConfigOptions.key("stoker.image.pixel-dtype")
@@ -81,9 +96,10 @@ public final class StokerOptions {
                                     + " uint16 bits with metadata stoker.pixel_dtype=bfloat16, which the Python"
                                     + " reader returns as torch.bfloat16), or UINT8 (a quarter of the bytes: the"
                                     + " resized RGB samples in the same patch rows, not normalised, metadata"
-                                    + " stoker.pixel_dtype=uint8; the Python reader's to_torch() normalises them"
-                                    + " on the trainer's device to the FLOAT32 values bit for bit, or to"
-                                    + " BFLOAT16's; docs/batch-protocol.md).");
+                                    + " stoker.pixel_dtype=uint8; the Python reader's to_torch(device) and"
+                                    + " StokerDataset(device=...) normalise them on the trainer's device to the"
+                                    + " FLOAT32 values bit for bit, or to BFLOAT16's with"
+                                    + " pixel_dtype=torch.bfloat16; docs/batch-protocol.md).");
 
     public static final ConfigOption<Boolean> PACKING_ENABLED =
             ConfigOptions.key("stoker.packing.enabled")
@@ -91,8 +107,9 @@ public final class StokerOptions {
                     .defaultValue(false)
                     .withDescription(
                             "Pack each step's samples into rows of at most stoker.packing.max-tokens tokens"
-                                    + " (no sample split) and spread them over the DP ranks by tokens, so ranks"
-                                    + " get equal work and rows little padding. A packed batch carries each"
+                                    + " (no sample split) and spread them over the DP ranks by tokens (any two"
+                                    + " ranks differ by at most one sample's tokens), so ranks get equal work and"
+                                    + " rows little padding. A packed batch carries each"
                                     + " sample's own M-RoPE position_ids and cu_seqlens; its attention_mask must not"
                                     + " reach the model and the model's cache must be off (the reader's to_torch()"
                                     + " leaves the mask out and sets use_cache=False). The step's W*B"
@@ -221,14 +238,17 @@ public final class StokerOptions {
                     .memoryType()
                     .defaultValue(MemorySize.ofMebiBytes(64))
                     .withDescription(
-                            "Largest image object accepted; larger ones are dead-lettered before reading.");
+                            "Largest image object accepted; a larger one is dead-lettered IMAGE_TOO_LARGE,"
+                                    + " from its size before reading (files) or after at most this many bytes"
+                                    + " (an s3:// GET asks for the range bytes=0-<this>).");
 
     public static final ConfigOption<MemorySize> MAX_LINE_LENGTH =
             ConfigOptions.key("stoker.source.max-line-length")
                     .memoryType()
                     .defaultValue(MemorySize.ofMebiBytes(8))
                     .withDescription(
-                            "Longest JSONL line accepted; longer records are dead-lettered (LINE_TOO_LONG).");
+                            "Longest JSONL line accepted; a longer record is dead-lettered LINE_TOO_LONG"
+                                    + " (\"record larger than <limit>\") while only that much of it is read.");
 
     // ---- Model preset and its overrides (see ModelOptions and docs/parity.md) ----
 
@@ -243,7 +263,8 @@ public final class StokerOptions {
                                     + " patch x merge), min/max pixels, image mean/std and the chat template"
                                     + " (qwen2-vl and qwen2.5-vl insert the default system prompt 'You are a"
                                     + " helpful assistant.', qwen3-vl none). Each stoker.image.* and"
-                                    + " stoker.template.* option below overrides its preset value.");
+                                    + " stoker.template.* option, and stoker.max-seq-len, overrides its preset"
+                                    + " value (values and their sources: docs/parity.md).");
 
     public static final ConfigOption<Integer> PATCH_SIZE =
             ConfigOptions.key("stoker.image.patch-size")
@@ -326,11 +347,12 @@ public final class StokerOptions {
                     .defaultValue(SequenceLengthPolicy.DROP)
                     .withDescription(
                             "What a sample longer than stoker.max-seq-len becomes: DROP (dead-lettered"
-                                    + " SEQUENCE_TOO_LONG with its length and the limit; the slot is back-filled)"
-                                    + " or TRUNCATE (input_ids and labels cut at the limit, never inside an"
-                                    + " image: a cut in an image block moves before its <|vision_start|>, and"
-                                    + " that image and all later ones are left out; SEQUENCE_TOO_LONG if no"
-                                    + " trained token is left).");
+                                    + " SEQUENCE_TOO_LONG, 'sequence of N tokens > max-seq-len M'; the slot is"
+                                    + " back-filled) or TRUNCATE (input_ids and labels cut at the limit, which"
+                                    + " drops the text of the last turns, never inside an image: a cut in an"
+                                    + " image block moves before its <|vision_start|>, and that image and all"
+                                    + " later ones leave the sample, pixels and grids with them;"
+                                    + " SEQUENCE_TOO_LONG if no trained token is left).");
 
     public static final ConfigOption<Long> MAX_SOURCE_PIXELS =
             ConfigOptions.key("stoker.image.max-source-pixels")
@@ -338,7 +360,8 @@ public final class StokerOptions {
                     .defaultValue(178956970L)
                     .withDescription(
                             "Largest decoded image (width x height, read from the header before decoding);"
-                                    + " larger ones are dead-lettered as decompression bombs.");
+                                    + " larger ones are dead-lettered as decompression bombs"
+                                    + " (IMAGE_TOO_MANY_PIXELS).");
 
     public static final ConfigOption<Boolean> DCT_DOWNSCALE =
             ConfigOptions.key("stoker.image.dct-downscale")
@@ -350,7 +373,8 @@ public final class StokerOptions {
                                     + " computed from the full size as before) and resize from there. Needs"
                                     + " libjpeg-turbo. Faster for photos much larger than the target, but it"
                                     + " changes pixels: they no longer match the Hugging Face processor"
-                                    + " (measured distance in docs/parity.md). Off: Pillow-exact decoding.");
+                                    + " (mean 0.85, max 56 levels, PSNR 40 dB at 1/2; docs/parity.md). Off:"
+                                    + " Pillow-exact decoding.");
     // ---- S3 (image fetch from s3:// dataset roots; the JSONL and checkpoints go through Flink's
     // S3 plugin) ----
 
@@ -419,7 +443,9 @@ public final class StokerOptions {
                     .withDescription(
                             "Attempts per image GET, the first included. Throttling (503 SlowDown), 5xx,"
                                     + " connection errors and attempt timeouts are retried with exponential backoff"
-                                    + " and full jitter; 403 and 404 never are.");
+                                    + " and full jitter (the AWS SDK's standard retry strategy, delays"
+                                    + " stoker.s3.retry-base-delay and stoker.s3.retry-max-delay); 403 and 404"
+                                    + " never are.");
 
     public static final ConfigOption<Duration> S3_ATTEMPT_TIMEOUT =
             ConfigOptions.key("stoker.s3.attempt-timeout")
@@ -493,7 +519,8 @@ public final class StokerOptions {
                                     + " to tokenize, the dead-letter sink) in slot sharing group 'cpu' request"
                                     + " the external resource stoker-cpu, node n's sink in group 'edge-<n>'"
                                     + " requests stoker-node-<n>, so it runs only on the edge TaskManager that"
-                                    + " declares it; needs the default scheduler (the adaptive one ignores the"
+                                    + " declares it (external-resources: stoker-node-<n>, amount = its ranks);"
+                                    + " needs the default scheduler (the adaptive one ignores the"
                                     + " requests) and the slot profiles stoker.topology.*-slot.*.");
 
     public static final ConfigOption<List<String>> TOPOLOGY_ACK_ADDRESSES =
