@@ -53,7 +53,7 @@ WORLD_SIZE = 2
 MICRO_BATCH = 2
 # RECORDS, PREFETCH_DEPTH, STOP_AFTER and SLOW_STEP_MS can be changed through the environment, and
 # STOKER_E2E_KILL_WHEN_PREFETCHED=1 kills the TaskManager only once every rank has PREFETCH_DEPTH
-# batches written ahead: the measurement of a prefetch that covers the recovery (README "Failures
+# batches written ahead: the measurement of a prefetch that covers the recovery (docs/operator-guide.md "Failures
 # and recovery"), e.g. STOKER_E2E_RECORDS=120 STOKER_E2E_PREFETCH_DEPTH=6 STOKER_E2E_STOP_AFTER=20
 # STOKER_E2E_STEP_MS=3000 STOKER_E2E_KILL_WHEN_PREFETCHED=1.
 RECORDS = int(os.environ.get("STOKER_E2E_RECORDS", "64"))
@@ -67,12 +67,17 @@ STOP_AFTER = int(os.environ.get("STOKER_E2E_STOP_AFTER", "9"))
 SLOW_STEP_MS = int(os.environ.get("STOKER_E2E_STEP_MS", "1000"))
 KILL_WHEN_PREFETCHED = os.environ.get("STOKER_E2E_KILL_WHEN_PREFETCHED") == "1"
 SINK = "arrow-shm-sink__Writer"
-# The longest the trainer may wait for a batch after the TaskManager kill. With the recovery
-# settings of flink-conf/config.yaml (a killed TaskManager declared lost after 2 heartbeats of 1 s,
-# the first restart 3 s after the failure) the sources ran again 8-10 s after the kill on the
-# 2-core box (most of it their chain's initialization) and the trainer waited 7.7 s and 9.4 s in
-# two runs; 15 s leaves room for a loaded box. Flink's defaults: 26.7 s (README).
-STALL_LIMIT_S = 15.0
+# The recovery settings of flink-conf/config.yaml (a killed TaskManager declared lost after 2
+# heartbeats of 1 s, the first restart 3 s after the failure): the cluster must run with them. How
+# long the trainer then waits for a batch after the kill is printed, not asserted (a timing on a
+# loaded 2-core box is a benchmark's business): 7.7-9.4 s measured with these settings, 26.7 s with
+# Flink's defaults (docs/operator-guide.md, "Failures").
+RECOVERY_SETTINGS = {
+    "heartbeat.interval": "1s",
+    "heartbeat.timeout": "10s",
+    "restart-strategy.type": "exponential-delay",
+    "restart-strategy.exponential-delay.initial-backoff": "3s",
+}
 
 
 def _free_port() -> int:
@@ -508,10 +513,8 @@ def _workflow(
         f"{stall_s:.1f}s (prefetch depth {PREFETCH_DEPTH} x {SLOW_STEP_MS} ms per step)",
         file=sys.stderr,
     )
-    assert stall_s <= STALL_LIMIT_S, (
-        f"the trainer waited {stall_s:.1f}s for a batch after the TaskManager kill "
-        f"(job running again after {recovery_s:.1f}s)"
-    )
+    config = {e["key"]: e["value"] for e in cluster.rest("/jobmanager/config")}
+    assert {k: config.get(k) for k in RECOVERY_SETTINGS} == RECOVERY_SETTINGS
     assert [_consumed(d) for d in rank_dirs] == [STOP_AFTER] * WORLD_SIZE
     # with the trainer down the job runs up to its prefetch bound and no further
     bound = STOP_AFTER + PREFETCH_DEPTH
@@ -604,7 +607,7 @@ def _savepoint(cluster: Cluster, jid: str) -> str:
 
 
 def _check_metrics(cluster: Cluster, jid: str) -> None:
-    """The tuning metrics of the README's operator guide, through the REST API.
+    """The tuning metrics of the operator guide (docs/operator-guide.md), through the REST API.
 
     Called while the trainer is down after ``STOP_AFTER`` and the job idles at its prefetch
     bound, so the per-rank gauges have known values.
