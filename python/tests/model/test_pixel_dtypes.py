@@ -1,10 +1,12 @@
-"""A UINT8 job's pixels normalized by torch (``Batch.to_torch``, ``StokerDataset``) are bit for
-bit the FLOAT32 job's ``pixel_values`` over the same data, and with ``torch.bfloat16`` the
-BFLOAT16 job's bits: the trainer's device does the sink's arithmetic, in the sink's order.
+"""The three ``stoker.image.pixel-dtype`` layouts of the real job over the same data agree. A
+UINT8 job's batches hold uint8 views of the file; the reader's float32 from them is bit for bit
+the FLOAT32 job's ``pixel_values`` and its bfloat16 rounding the BFLOAT16 job's bits, on the
+numpy path (``Batch.pixel_values_float32``) and normalized by torch (``Batch.to_torch``,
+``StokerDataset``): the trainer's device does the sink's arithmetic, in the sink's order.
 
-The references are the other jobs' files (the Java sink normalised those pixels itself).
-Runs in the model venv (torch), as the real-model tier; the numpy path is
-``tests/test_pixel_dtypes.py``.
+The references are the other jobs' files: the Java sink normalised those pixels itself
+(``Patchifier``, checked against Hugging Face's processor in HfPixelParityTest). The three jobs
+run once for both paths. Runs in the model venv (torch), as the real-model tier.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import MODEL_INPUT_NAMES, SHARED, run_pixel_dtype_jobs
+from conftest import MODEL_INPUT_NAMES, PATCH_DIM, SHARED, bf16_rne, run_pixel_dtype_jobs
 
 from stoker import Batch, BatchReader
 from stoker.torch import StokerDataset
@@ -62,6 +64,48 @@ def assert_pixels_are_the_jobs(ours: torch.Tensor, reference: Batch) -> None:
     assert np.array_equal(got, want), (
         f"step {reference.step}: {np.count_nonzero(got != want)} of {want.size} values differ"
     )
+
+
+def test_uint8_batches_hold_uint8_views_of_the_file(jobs) -> None:
+    u8: list[Batch] = jobs["UINT8"]
+    assert u8, "the job wrote no batch"
+    for b in u8:
+        assert b.pixel_dtype == "uint8" and b.metadata["stoker.pixel_dtype"] == "uint8"
+        assert b.pixel_values.dtype == np.uint8 and b.pixel_values.shape[1] == PATCH_DIM
+        assert b.pixel_values.shape[0] == int(np.prod(b.image_grid_thw, axis=1).sum())
+        lo, size = b.mapping_range
+        if b.pixel_values.size:
+            assert lo <= b.pixel_values.ctypes.data < lo + size  # no copy
+        assert not b.pixel_values.flags.writeable
+    assert sum(b.pixel_values.shape[0] for b in u8) > 0
+
+
+def test_the_three_jobs_wrote_the_same_samples(jobs) -> None:
+    f32, bf16, u8 = (jobs[d] for d in DTYPES)
+    assert [b.step for b in f32] == [b.step for b in bf16] == [b.step for b in u8]
+    for a, b, c in zip(f32, bf16, u8, strict=True):
+        assert a.sample_index.tolist() == b.sample_index.tolist() == c.sample_index.tolist()
+        assert np.array_equal(a.input_ids, c.input_ids) and np.array_equal(b.input_ids, c.input_ids)
+        assert np.array_equal(a.image_grid_thw, c.image_grid_thw)
+        assert a.pixel_values.shape == b.pixel_values.shape == c.pixel_values.shape
+        # a quarter of the float32 bytes
+        assert c.pixel_values.nbytes * 4 == a.pixel_values.nbytes
+
+
+def test_float32_from_uint8_is_the_float32_jobs_bit_for_bit(jobs) -> None:
+    for a, c in zip(jobs["FLOAT32"], jobs["UINT8"], strict=True):
+        ours = c.pixel_values_float32()
+        assert ours.dtype == np.float32 and ours.shape == a.pixel_values.shape
+        assert np.array_equal(ours.view(np.uint32), a.pixel_values.view(np.uint32)), (
+            f"step {c.step}: {np.count_nonzero(ours.view(np.uint32) != a.pixel_values.view(np.uint32))}"
+            " values differ"
+        )
+
+
+def test_bfloat16_from_uint8_is_the_bfloat16_jobs_bit_for_bit(jobs) -> None:
+    for b, c in zip(jobs["BFLOAT16"], jobs["UINT8"], strict=True):
+        assert b.pixel_values.dtype == np.uint16
+        assert np.array_equal(bf16_rne(c.pixel_values_float32()), b.pixel_values), f"step {c.step}"
 
 
 @pytest.mark.parametrize("device", [None, "cpu"])
