@@ -179,8 +179,25 @@ def check_wire_bytes(
             f"step into the node); those samples' uint8 pixels and int64 tokens: {payload} bytes "
             f"({wire / payload:.4f}x)"
         )
-        assert payload <= wire <= payload * WIRE_OVERHEAD, lines[-1]
+        if not payload <= wire <= payload * WIRE_OVERHEAD:
+            pytest.fail(f"{lines[-1]}\n{_byte_metrics(cluster, jid, vertex)}")
     return "bytes on the wire:\n  " + "\n  ".join(lines)
+
+
+def _byte_metrics(cluster: NodeCluster, jid: str, vertex: dict[str, Any]) -> str:
+    """For a failed wire check: each subtask's byte and record counters (every metric of the
+    vertex whose name has ``Bytes`` or ``Records``), as the JobManager's metric store has them."""
+    base = f"/jobs/{jid}/vertices/{vertex['id']}/subtasks"
+    names = sorted(
+        m["id"]
+        for m in cluster.rest(f"{base}/metrics")
+        if "Bytes" in m["id"] or "Records" in m["id"]
+    )
+    out = [f"{vertex['name']} byte and record metrics per subtask:"]
+    for i in range(int(vertex["parallelism"])):
+        got = cluster.rest(f"{base}/{i}/metrics?get={','.join(names)}") if names else []
+        out.append(f"  #{i}: " + ", ".join(f"{m['id']}={m['value']}" for m in got))
+    return "\n".join(out)
 
 
 class BoundSampler(threading.Thread):
