@@ -154,7 +154,7 @@ class OptionsReferenceTest {
      * The option's value type, from the field's generic type, as Flink's documentation names it.
      */
     private static String type(Field field) {
-        Type value = ((ParameterizedType) field.getGenericType()).getActualTypeArguments()[0];
+        Type value = valueType(field);
         if (value instanceof ParameterizedType list) {
             return "List&lt;"
                     + ((Class<?>) list.getActualTypeArguments()[0]).getSimpleName()
@@ -164,8 +164,13 @@ class OptionsReferenceTest {
         return clazz.isEnum() ? "Enum" : clazz.getSimpleName();
     }
 
+    /** {@code T} of the field's {@code ConfigOption<T>}. */
+    private static Type valueType(Field field) {
+        return ((ParameterizedType) field.getGenericType()).getActualTypeArguments()[0];
+    }
+
     private static String enumValues(Field field) {
-        Type value = ((ParameterizedType) field.getGenericType()).getActualTypeArguments()[0];
+        Type value = valueType(field);
         if (!(value instanceof Class<?> clazz) || !clazz.isEnum()) {
             return "";
         }
