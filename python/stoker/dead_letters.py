@@ -1,10 +1,12 @@
 r"""Summarise Stoker's dead-letter output.
 
 The job writes one JSON object per rejected record (``dead-letters-*.jsonl`` part files, see
-``DeadLetterJsonEncoder`` in the Java connectors) with the keys ``file``, ``line``,
-``sample_index``, ``record_id``, ``stage``, ``reason`` and ``message``.
+``DeadLetterJsonEncoder`` in the Java connectors) with the keys ``source`` (the record's mixture
+source), ``file``, ``line``, ``sample_index``, ``record_id``, ``stage``, ``reason`` and
+``message``.
 
-Usage: ``python -m stoker.dead_letters DIR [--show N]``: the count per stage and reason, then the
+Usage: ``python -m stoker.dead_letters DIR [--show N]``: the count per source (when the dead
+letters name one), then per stage and reason, then the
 first N dead letters (default 10), one a line. Every text from the job (file names, record ids,
 reasons, messages) is printed through :func:`stoker.printable.printable`: a lone surrogate, a
 control character (``\x1b``), a bidi override (``\u202e``) or a line break in a message is shown
@@ -71,9 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as e:
         print(f"error: {printable(e)}", file=sys.stderr)
         return 2
+    sources = Counter(str(d["source"]) for d in letters if d.get("source") is not None)
     reasons = Counter(f"{d.get('stage')}/{d.get('reason')}" for d in letters)
     print(
         f"dead letters: {len(letters)}"
+        + "".join(f"\n  source {printable(k)}: {v}" for k, v in sorted(sources.items()))
         + "".join(f"\n  {printable(k)}: {v}" for k, v in sorted(reasons.items()))
     )
     for d in letters[: args.show]:

@@ -287,8 +287,10 @@ def print_results(job_log: Path, job_dir: Path) -> None:
 
 
 def job_command(
-    repo: Path, tokenizer: Path, dataset: str, options: dict[str, str], job_log: Path
+    repo: Path, tokenizer: Path, dataset: str | None, options: dict[str, str], job_log: Path
 ) -> list[str]:
+    """The embedded job's command line over ``dataset`` (``stoker.dataset.path``; ``None`` when
+    ``options`` name a ``stoker.mixture.path`` instead)."""
     jar = Path(os.environ.get("STOKER_JAR", repo / "job" / "target" / "stoker-job.jar"))
     cp_file = Path(
         os.environ.get("STOKER_CLASSPATH_FILE", repo / "job" / "target" / "runtime-classpath.txt")
@@ -301,7 +303,7 @@ def job_command(
         os.environ.get("STOKER_JVM_OPENS", "--add-opens=java.base/java.nio=ALL-UNNAMED")
     )
     merged = {
-        "stoker.dataset.path": dataset,
+        **({"stoker.dataset.path": dataset} if dataset is not None else {}),
         "stoker.tokenizer.path": str(tokenizer),
         "rest.address": "127.0.0.1",
         "rest.bind-address": "127.0.0.1",

@@ -3,8 +3,10 @@
 Issue 21, "Done when" 1 and 2, on simulated nodes (``scripts/nodes.sh``: a network namespace with
 its own address, ``tc`` rate and ``/dev/shm`` per node; docs/multi-node.md):
 
-* node ``s3``: the testkit's S3 server (S3Proxy) bound to that node's address, holding the
-  generated dataset and its images; node ``ref``: the single-node reference run;
+* node ``s3``: the testkit's S3 server (S3Proxy) bound to that node's address, holding a
+  three-source mixture (``mixture.yaml`` and one generated dataset with its images per source:
+  one down-sampled, one up-sampled, one with its own pixel budget; issue 35); node ``ref``: the
+  single-node reference run;
 * ``cpu0``: the JobManager and a CPU TaskManager; ``cpu1``: a CPU TaskManager (both declare
   ``stoker-cpu``); ``gpu0``/``gpu1``: one edge TaskManager each (``stoker-node-<n>``, 2 slots) and
   two simulated trainers, one per rank, reading that node's ``/dev/shm``;
@@ -13,7 +15,7 @@ its own address, ``tc`` rate and ``/dev/shm`` per node; docs/multi-node.md):
   talks to the REST API and the Flink CLI through ``nodes.sh exec cpu0``.
 
 1. The reference: the job on embedded Flink in node ``ref`` (one machine, today's single-node
-   layout) with the same dataset, seed and W = 4, and one trainer reading all 4 ranks there.
+   layout) with the same mixture, seed and W = 4, and one trainer reading all 4 ranks there.
 2. The multi-node run (``stoker.topology.nodes 2``, ``placement EDGE``, the edge sinks' ack
    addresses), with slow trainers that stop after step ``STOP_AFTER``. The subtask placement is
    read back from the REST API: every sink of node n on the TaskManager at gpu<n>'s address, no
@@ -76,7 +78,13 @@ GPU_NODES = 2
 RANKS_PER_NODE = 2
 WORLD_SIZE = GPU_NODES * RANKS_PER_NODE
 MICRO_BATCH = 2
-RECORDS = 144
+#: the mixture's sources: (name, records generated, the spec's share and settings)
+SOURCES = (
+    ("chat", 64, "count: 40"),  # down-sampled
+    ("ocr", 48, "repeat: 1.5"),  # up-sampled to 72
+    ("charts", 32, "max_pixels: 100352"),  # once, with its own pixel budget
+)
+RECORDS = 40 + 72 + 32  # per epoch
 NUM_STEPS = -(-RECORDS // (WORLD_SIZE * MICRO_BATCH))  # 18
 PREFETCH_DEPTH = 3
 STOP_AFTER = 13
@@ -91,6 +99,7 @@ ACK_PORT = 7070
 S3_PORT = 9000
 BUCKET = "stoker-mn"
 DATASET_URI = f"s3://{BUCKET}/dataset"
+MIXTURE_URI = f"{DATASET_URI}/mixture.yaml"
 SINK_PREFIX = "arrow-shm-sink-node-"
 #: states of a subtask that is (or was, FINISHED) on its TaskManager
 PLACED = ("DEPLOYING", "INITIALIZING", "RUNNING", "FINISHED")
@@ -293,9 +302,9 @@ def _trainer(
 
 
 def _job_options(s3_endpoint: str) -> dict[str, str]:
-    """The options every run shares: the dataset on S3, the shape, the prefetch depth."""
+    """The options every run shares: the mixture on S3, the shape, the prefetch depth."""
     return {
-        "stoker.dataset.path": DATASET_URI,
+        "stoker.mixture.path": MIXTURE_URI,
         "stoker.tokenizer.path": str(SHARED / "tokenizers" / "qwen3"),
         "stoker.job-name": JOB_NAME,
         "stoker.dp-world-size": str(WORLD_SIZE),
@@ -349,9 +358,7 @@ def reference_run(
         base / "reference-job.out",
     )
     options = {**_job_options(s3_endpoint), "stoker.output.root": "/dev/shm/stoker-ref"}
-    cmd = job_command(
-        REPO_ROOT, SHARED / "tokenizers" / "qwen3", options.pop("stoker.dataset.path"), options, log
-    )
+    cmd = job_command(REPO_ROOT, SHARED / "tokenizers" / "qwen3", None, options, log)
     with out.open("w") as f:
         job = nodes.popen(
             "ref",
@@ -410,6 +417,16 @@ def _checkpoints_between(cluster: NodeCluster, jid: str, t0_ms: int, t1_ms: int)
     )
 
 
+def write_mixture(dataset: Path) -> None:
+    """One generated dataset per source under ``dataset`` and the spec beside them
+    (``mixture.yaml``, relative paths: on S3 they resolve under ``DATASET_URI``)."""
+    lines = ["sources:"]
+    for name, records, share in SOURCES:
+        generate_records(dataset / name, records)
+        lines += [f"  - name: {name}", f"    path: {name}", f"    {share}"]
+    (dataset / "mixture.yaml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
 @pytest.fixture
 def base() -> Iterator[Path]:
     d = Path(tempfile.mkdtemp(prefix="stoker-multinode-"))
@@ -434,7 +451,7 @@ def test_multinode_feed_survives_failures_and_rescale(base: Path) -> None:
     try:
         nodes.up({n: RATE for n in ("cpu0", "cpu1", "gpu0", "gpu1", "s3", "ref")})
         dataset = base / "dataset"
-        generate_records(dataset, RECORDS)
+        write_mixture(dataset)
         s3 = S3Server(nodes, dataset, DATASET_URI, base / "s3", base / "s3proxy.err", port=S3_PORT)
         s3_env = {**S3_CREDENTIALS}
         phases("nodes up, dataset on S3")

@@ -2,12 +2,15 @@ package dev.stoker.job;
 
 import dev.stoker.operators.accounting.Accounting;
 import dev.stoker.operators.batch.BatchPlan;
+import dev.stoker.operators.batch.MixtureOrder;
+import java.util.StringJoiner;
 import org.apache.flink.api.common.JobExecutionResult;
 
 /**
  * Checks the accounting invariant of a finished run from the job's accumulators: {@code
- * samplesEmitted + deadLetters = recordsRead = records of the steps the run produced}. Valid for a
- * run without failover (Flink keeps the accumulators of the last attempt only).
+ * samplesEmitted + deadLetters = recordsRead = records of the steps the run produced}, in total and
+ * for each mixture source. Valid for a run without failover (Flink keeps the accumulators of the
+ * last attempt only).
  */
 final class AccountingCheck {
     private AccountingCheck() {}
@@ -25,6 +28,35 @@ final class AccountingCheck {
             throw new IllegalStateException("Accounting invariant violated: " + summary);
         }
         return summary;
+    }
+
+    /**
+     * The invariant per mixture source for a whole run (from step 0): each source's records read
+     * are {@code epochs * C_s} (its per-epoch count) and its samples + dead letters are its records
+     * read.
+     *
+     * @return one summary per source, e.g. {@code "ocr: planned=40, read=40, samples=39, dead
+     *     letters=1"}, joined by {@code "; "}
+     * @throws IllegalStateException naming the source and counts if the invariant does not hold
+     */
+    static String verifySources(JobExecutionResult result, BatchPlan plan, MixtureOrder order) {
+        StringJoiner all = new StringJoiner("; ");
+        for (int s = 0; s < order.numSources(); s++) {
+            String name = order.name(s);
+            long planned = plan.epochs() * order.countPerEpoch(s);
+            long read = count(result, Accounting.ofSource(Accounting.RECORDS_READ, name));
+            long emitted = count(result, Accounting.ofSource(Accounting.SAMPLES_EMITTED, name));
+            long dead = count(result, Accounting.ofSource(Accounting.DEAD_LETTERS, name));
+            String line =
+                    String.format(
+                            "%s: planned=%d, read=%d, samples=%d, dead letters=%d",
+                            name, planned, read, emitted, dead);
+            if (read != planned || emitted + dead != read) {
+                throw new IllegalStateException("Accounting invariant violated for source " + line);
+            }
+            all.add(line);
+        }
+        return all.toString();
     }
 
     /**

@@ -2,6 +2,7 @@ package dev.stoker.job;
 
 import dev.stoker.connectors.fetch.S3ImageStore;
 import dev.stoker.connectors.source.DatasetListing;
+import dev.stoker.operators.model.RecordRef;
 import dev.stoker.operators.tokenize.ChatTokenizer;
 import java.io.IOException;
 import java.net.URI;
@@ -21,16 +22,17 @@ import org.apache.flink.configuration.IllegalConfigurationException;
  *
  * <ul>
  *   <li>Local paths: the TaskManagers run in other working directories than {@code flink run}, so a
- *       relative {@link StokerOptions#DATASET_PATH}, {@link StokerOptions#TOKENIZER_PATH}, {@link
+ *       relative {@link StokerOptions#DATASET_PATH}, {@link StokerOptions#MIXTURE_PATH}, {@link
+ *       StokerOptions#INDEX_CACHE}, {@link StokerOptions#TOKENIZER_PATH}, {@link
  *       StokerOptions#OUTPUT_ROOT} or {@link StokerOptions#DEAD_LETTER_PATH} is made absolute
  *       against the client's working directory (and the job's configuration shows the absolute
  *       path). The tokenizer and the output root are read and written with local file APIs on every
  *       TaskManager: a URI other than {@code file:} is rejected for them. ({@link
  *       StokerOptions#IMAGE_ROOT} is made absolute by {@link StokerConfig#imageRoot}.)
- *   <li>The tokenizer loads ({@link ChatTokenizer#open}) and the dataset lists ({@link
- *       DatasetListing#scan}).
- *   <li>S3: when images are read from S3 (the image root, or the dataset root without one), one
- *       listing with the job's {@code stoker.s3.*} settings must succeed.
+ *   <li>The tokenizer loads ({@link ChatTokenizer#open}) and every source of the mixture lists
+ *       ({@link DatasetListing#scan}, in {@link MixturePlan#of}).
+ *   <li>S3: when images are read from S3 (each source's image root, or its dataset root without
+ *       one), one listing per root with the job's {@code stoker.s3.*} settings must succeed.
  * </ul>
  *
  * <p>The same path must exist on every TaskManager; a tokenizer present for the client but missing
@@ -49,7 +51,11 @@ final class StartupChecks {
      */
     static void absolutizePaths(Configuration conf) {
         for (ConfigOption<String> option :
-                List.of(StokerOptions.DATASET_PATH, StokerOptions.DEAD_LETTER_PATH)) {
+                List.of(
+                        StokerOptions.DATASET_PATH,
+                        StokerOptions.MIXTURE_PATH,
+                        StokerOptions.INDEX_CACHE,
+                        StokerOptions.DEAD_LETTER_PATH)) {
             conf.getOptional(option)
                     .filter(v -> !URI_SCHEME.matcher(v).find())
                     .ifPresent(v -> conf.set(option, absolute(option, v)));
@@ -77,46 +83,63 @@ final class StartupChecks {
     }
 
     /**
-     * Lists the dataset.
+     * When images come from S3, lists each source's image root once with the job's S3 settings.
      *
-     * @throws IllegalConfigurationException naming {@link StokerOptions#DATASET_PATH}, its value
-     *     and why it does not list
+     * @throws IllegalConfigurationException naming the option (and source) the image root comes
+     *     from, its value and the S3 error
      */
-    static DatasetListing listDataset(Configuration conf) {
-        String root = conf.get(StokerOptions.DATASET_PATH);
-        try {
-            return DatasetListing.scan(
-                    new org.apache.flink.core.fs.Path(root),
-                    conf.get(StokerOptions.DATASET_GLOB),
-                    (int) conf.get(StokerOptions.MAX_LINE_LENGTH).getBytes());
-        } catch (IOException | RuntimeException e) {
-            throw bad(StokerOptions.DATASET_PATH, root, "cannot be listed: " + e);
+    static void checkS3(Configuration conf, MixturePlan mixture) {
+        java.util.Set<String> checked = new java.util.HashSet<>();
+        for (int s = 0; s < mixture.order.numSources(); s++) {
+            String root = mixture.rootOf(s);
+            if (!S3ImageStore.isS3(root) || !checked.add(root)) {
+                continue;
+            }
+            try {
+                S3ImageStore.checkReachable(root, StokerPipeline.s3Settings(conf));
+            } catch (IOException | RuntimeException e) {
+                throw new IllegalConfigurationException(
+                        whereRootComesFrom(conf, mixture.spec, mixture.spec.sources.get(s))
+                                + " is not reachable with the stoker.s3.* settings: "
+                                + e.getMessage());
+            }
         }
     }
 
-    /**
-     * When images come from S3, lists their root once with the job's S3 settings.
-     *
-     * @param imageRoot the effective image root ({@link StokerConfig#imageRoot})
-     * @throws IllegalConfigurationException naming the option the image root comes from, its value
-     *     and the S3 error
-     */
-    static void checkS3(Configuration conf, String imageRoot) {
-        if (!S3ImageStore.isS3(imageRoot)) {
-            return;
+    /** The option (and source and field) an image root comes from, and its value. */
+    private static String whereRootComesFrom(
+            Configuration conf, MixtureSpec spec, MixtureSpec.Source source) {
+        if (source.imageRoot != null) {
+            return "--"
+                    + StokerOptions.MIXTURE_PATH.key()
+                    + " '"
+                    + spec.location
+                    + "': source '"
+                    + source.name
+                    + "' image_root '"
+                    + source.imageRoot
+                    + "'";
         }
-        try {
-            S3ImageStore.checkReachable(imageRoot, StokerPipeline.s3Settings(conf));
-        } catch (IOException | RuntimeException e) {
-            ConfigOption<String> option =
-                    conf.contains(StokerOptions.IMAGE_ROOT)
-                            ? StokerOptions.IMAGE_ROOT
-                            : StokerOptions.DATASET_PATH;
-            throw bad(
-                    option,
-                    conf.get(option),
-                    "is not reachable with the stoker.s3.* settings: " + e.getMessage());
+        if (conf.contains(StokerOptions.IMAGE_ROOT)) {
+            return "--"
+                    + StokerOptions.IMAGE_ROOT.key()
+                    + " '"
+                    + conf.get(StokerOptions.IMAGE_ROOT)
+                    + "'";
         }
+        if (source.name.equals(RecordRef.SINGLE_SOURCE)
+                && !conf.contains(StokerOptions.MIXTURE_PATH)) {
+            return "--" + StokerOptions.DATASET_PATH.key() + " '" + source.path + "'";
+        }
+        return "--"
+                + StokerOptions.MIXTURE_PATH.key()
+                + " '"
+                + spec.location
+                + "': source '"
+                + source.name
+                + "' path '"
+                + source.path
+                + "'";
     }
 
     private static String localPath(ConfigOption<String> option, String value) {

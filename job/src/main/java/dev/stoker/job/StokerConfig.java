@@ -51,7 +51,15 @@ final class StokerConfig {
             throw new IllegalConfigurationException(
                     "Unknown Stoker option(s): " + unknown + "; known: " + known);
         }
-        require(conf, StokerOptions.DATASET_PATH);
+        if (conf.contains(StokerOptions.MIXTURE_PATH)
+                == conf.contains(StokerOptions.DATASET_PATH)) {
+            throw new IllegalConfigurationException(
+                    "Set exactly one of --"
+                            + StokerOptions.MIXTURE_PATH.key()
+                            + " (a mixture of datasets) and --"
+                            + StokerOptions.DATASET_PATH.key()
+                            + " (one dataset)");
+        }
         require(conf, StokerOptions.TOKENIZER_PATH);
         positive(conf, StokerOptions.DP_WORLD_SIZE);
         positive(conf, StokerOptions.MICRO_BATCH_SIZE);
@@ -68,6 +76,7 @@ final class StokerConfig {
                             + " must be >= -1, got "
                             + conf.get(StokerOptions.RESUME_STEP));
         }
+        positive(conf, StokerOptions.LISTING_THREADS);
         positive(conf, StokerOptions.FETCH_CAPACITY);
         positive(conf, StokerOptions.FETCH_THREADS);
         positive(conf, StokerOptions.S3_MAX_ATTEMPTS);
@@ -106,7 +115,16 @@ final class StokerConfig {
      *     not fit a row)
      */
     static int packingMaxTokens(Configuration conf) {
-        int maxSeqLen = ModelOptions.maxSeqLen(conf);
+        return packingMaxTokens(conf, ModelOptions.maxSeqLen(conf));
+    }
+
+    /**
+     * Tokens per packed row: {@link StokerOptions#PACKING_MAX_TOKENS}, or {@code maxSeqLen}, the
+     * longest maximum sequence length of any source.
+     *
+     * @throws IllegalConfigurationException if it is below {@code maxSeqLen}
+     */
+    static int packingMaxTokens(Configuration conf, int maxSeqLen) {
         int maxTokens = conf.getOptional(StokerOptions.PACKING_MAX_TOKENS).orElse(maxSeqLen);
         if (maxTokens < maxSeqLen) {
             throw new IllegalConfigurationException(
@@ -160,21 +178,39 @@ final class StokerConfig {
      */
     static void checkImageRoot(Configuration conf) {
         Optional<String> value = conf.getOptional(StokerOptions.IMAGE_ROOT);
-        if (value.isEmpty() || S3ImageStore.isS3(value.get())) {
-            return;
-        }
-        Path root = new Path(URI.create(imageRootUri(value.get())));
-        try {
-            FileSystem fs = root.getFileSystem();
-            if (!fs.exists(root) || !fs.getFileStatus(root).isDir()) {
-                throw badImageRoot(value.get(), "is not an existing directory");
-            }
-        } catch (IOException e) {
-            throw badImageRoot(value.get(), "cannot be read: " + e.getMessage());
+        if (value.isPresent()) {
+            checkImageRootDirectory(imageRootUri(value.get()), value.get());
         }
     }
 
-    private static String imageRootUri(String value) {
+    /**
+     * Checks that the image root {@code uri} (as {@link #imageRootUri} made it from {@code value})
+     * is a directory its filesystem can read; does nothing for S3 (prefixes are not objects).
+     *
+     * @throws IllegalConfigurationException naming the value
+     */
+    static void checkImageRootDirectory(String uri, String value) {
+        if (S3ImageStore.isS3(uri)) {
+            return;
+        }
+        Path root = new Path(URI.create(uri));
+        try {
+            FileSystem fs = root.getFileSystem();
+            if (!fs.exists(root) || !fs.getFileStatus(root).isDir()) {
+                throw badImageRoot(value, "is not an existing directory");
+            }
+        } catch (IOException e) {
+            throw badImageRoot(value, "cannot be read: " + e.getMessage());
+        }
+    }
+
+    /**
+     * An image root as an absolute URI: a local path made an absolute {@code file:} URI.
+     *
+     * @throws IllegalConfigurationException naming the value when it is empty, not a valid URI or
+     *     path, opaque, with a query or fragment, or an S3 URI without a bucket
+     */
+    static String imageRootUri(String value) {
         if (value.isBlank()) {
             throw badImageRoot(value, "is empty");
         }

@@ -6,9 +6,9 @@ import dev.stoker.connectors.protocol.ShmLayout;
 import dev.stoker.connectors.shm.ArrowBatchSink;
 import dev.stoker.connectors.shm.BatchOutput;
 import dev.stoker.connectors.shm.PackedBatchSink;
-import dev.stoker.connectors.source.DatasetListing;
 import dev.stoker.connectors.source.PrefetchGate;
 import dev.stoker.operators.batch.BatchPlan;
+import dev.stoker.operators.batch.MixtureOrder;
 import dev.stoker.operators.image.QwenVisionConfig;
 import java.nio.file.Path;
 import org.apache.flink.api.common.JobExecutionResult;
@@ -56,6 +56,9 @@ public final class StokerJob {
                 LOG.info(
                         "Run finished: {}",
                         AccountingCheck.verify(result, planned.plan, planned.firstStep));
+                LOG.info(
+                        "Per source: {}",
+                        AccountingCheck.verifySources(result, planned.plan, planned.order));
             }
         }
     }
@@ -95,8 +98,9 @@ public final class StokerJob {
 
     /**
      * Checks the configuration ({@link StartupChecks}: local paths made absolute, tokenizer loads,
-     * dataset lists, S3 answers), scans the dataset, plans this submission's generation, then adds
-     * the pipeline and its production sinks to {@code env}.
+     * every source lists, S3 answers), reads the mixture spec and lists its sources ({@link
+     * MixturePlan}), plans this submission's generation, then adds the pipeline and its production
+     * sinks to {@code env}.
      *
      * @return the batch plan and generation, so callers can check what the run must produce
      */
@@ -108,22 +112,34 @@ public final class StokerJob {
         env.configure(conf);
         env.getConfig().enableObjectReuse();
         JobParameters.publish(env, conf);
-        DatasetListing listing = StartupChecks.listDataset(conf);
         StokerConfig.checkImageRoot(conf);
-        StartupChecks.checkS3(conf, StokerConfig.imageRoot(conf, listing.root()));
+        MixturePlan mixture = MixturePlan.of(conf, MixtureSpec.of(conf));
+        StartupChecks.checkS3(conf, mixture);
         BatchPlan plan =
                 new BatchPlan(
-                        listing.numRecords(),
+                        mixture.order.recordsPerEpoch(),
                         conf.get(StokerOptions.DP_WORLD_SIZE),
                         conf.get(StokerOptions.MICRO_BATCH_SIZE),
                         conf.get(StokerOptions.EPOCHS));
         Generation generation = Generation.plan(conf, env.getConfiguration());
         long padTokenId = StartupChecks.tokenizerPadId(conf);
+        boolean packing = conf.get(StokerOptions.PACKING_ENABLED);
+        int packingMaxTokens =
+                packing ? StokerConfig.packingMaxTokens(conf, mixture.longestMaxSeqLen()) : 0;
+        for (int s = 0; s < mixture.order.numSources(); s++) {
+            LOG.info(
+                    "Source '{}': {}, {} files, {} records, {} per epoch, images under {}",
+                    mixture.order.name(s),
+                    mixture.listings.get(s).root(),
+                    mixture.listings.get(s).files().size(),
+                    mixture.order.records(s),
+                    mixture.order.countPerEpoch(s),
+                    mixture.rootOf(s));
+        }
         LOG.info(
-                "Dataset {}: {} files, images under {}; {}; generation {} produces steps {} .. {}",
-                listing.root(),
-                listing.files().size(),
-                StokerConfig.imageRoot(conf, listing.root()),
+                "Mixture {} ({}): {}; generation {} produces steps {} .. {}",
+                mixture.spec.location,
+                mixture.fingerprint,
                 plan,
                 generation.stamp,
                 generation.firstStep(),
@@ -138,7 +154,7 @@ public final class StokerJob {
                         conf.get(StokerOptions.PREFETCH_DEPTH),
                         generation.firstStep());
         StokerPipeline.Outputs outputs =
-                StokerPipeline.build(env, conf, listing, plan, gate, topology);
+                StokerPipeline.build(env, conf, mixture, plan, gate, topology, packingMaxTokens);
         QwenVisionConfig vision = StokerPipeline.visionConfig(conf);
         Manifest manifest =
                 new Manifest(
@@ -150,12 +166,9 @@ public final class StokerJob {
                                 ? conf.get(StokerOptions.SHUFFLE_SEED)
                                 : null,
                         vision,
-                        listing.fingerprint(),
+                        mixture.fingerprint,
                         ModelOptions.preset(conf).key(),
-                        conf.get(StokerOptions.PACKING_ENABLED)
-                                ? StokerConfig.packingMaxTokens(conf)
-                                : null);
-        boolean packing = conf.get(StokerOptions.PACKING_ENABLED);
+                        packing ? packingMaxTokens : null);
         int sinks = topology.perNodeSinks() ? topology.nodes : 1;
         for (int node = 0; node < sinks; node++) {
             BatchOutput output =
@@ -170,9 +183,7 @@ public final class StokerJob {
             DataStreamSink<?> sink =
                     packing
                             ? outputs.packedOfNode(node)
-                                    .sinkTo(
-                                            new PackedBatchSink(
-                                                    output, StokerConfig.packingMaxTokens(conf)))
+                                    .sinkTo(new PackedBatchSink(output, packingMaxTokens))
                             : outputs.slotsOfNode(node).sinkTo(new ArrowBatchSink(output, plan));
             sink.name(topology.sinkName(node)).uid(topology.sinkName(node));
             if (topology.perNodeSinks()) {
@@ -187,16 +198,21 @@ public final class StokerJob {
                 .sinkTo(DeadLetterSinks.jsonl(StokerConfig.deadLetterDir(conf)))
                 .name("dead-letter-sink")
                 .uid("dead-letter-sink");
-        return new Planned(plan, generation.firstStep());
+        return new Planned(plan, mixture.order, generation.firstStep());
     }
 
-    /** What a built job will produce: its plan and the first step of its generation. */
+    /**
+     * What a built job will produce: its plan, the mixture's order and the first step of its
+     * generation.
+     */
     public static final class Planned {
         public final BatchPlan plan;
+        public final MixtureOrder order;
         public final long firstStep;
 
-        Planned(BatchPlan plan, long firstStep) {
+        Planned(BatchPlan plan, MixtureOrder order, long firstStep) {
             this.plan = plan;
+            this.order = order;
             this.firstStep = firstStep;
         }
     }

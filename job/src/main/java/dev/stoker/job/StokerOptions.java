@@ -23,12 +23,29 @@ public final class StokerOptions {
                     .stringType()
                     .noDefaultValue()
                     .withDescription(
-                            "Dataset root: a local directory, any Flink filesystem URI, or s3://bucket/prefix"
-                                    + " (listed and read through Flink's S3 filesystem plugin). The JSONL files"
+                            "Dataset root of a one-dataset run (several datasets: stoker.mixture.path; set"
+                                    + " exactly one of the two): a local directory, any Flink filesystem URI, or"
+                                    + " s3://bucket/prefix (listed and read through Flink's S3 filesystem"
+                                    + " plugin). The JSONL files"
                                     + " under it (stoker.dataset.glob) are read as UTF-8 (byte order marks and"
                                     + " other encodings: docs/data-guide.md); image paths in records resolve"
                                     + " relative to it unless stoker.image.root is set. A relative local path is"
                                     + " made absolute against the working directory of flink run.");
+
+    public static final ConfigOption<String> MIXTURE_PATH =
+            ConfigOptions.key("stoker.mixture.path")
+                    .stringType()
+                    .noDefaultValue()
+                    .withDescription(
+                            "A mixture spec (YAML; a local path or any Flink filesystem URI such as"
+                                    + " s3://bucket/mixtures/stage1.yaml) blending several datasets: each source"
+                                    + " has a name, a path (relative paths resolve against the spec's directory)"
+                                    + " and glob, a weight, repeat or count per epoch, and optional overrides of"
+                                    + " image_root, system_prompt, min_pixels, max_pixels and max_seq_len."
+                                    + " Exactly one of stoker.mixture.path and stoker.dataset.path is set (the"
+                                    + " latter is the one-source mixture named 'dataset'). A bad spec stops the"
+                                    + " job at start-up naming the source and field. Format and semantics:"
+                                    + " docs/data-guide.md#mixtures.");
 
     public static final ConfigOption<String> IMAGE_ROOT =
             ConfigOptions.key("stoker.image.root")
@@ -191,13 +208,43 @@ public final class StokerOptions {
                                     + " from a savepoint, the last step every rank acknowledged in the previous"
                                     + " run's shared memory; otherwise -1 (start at step 0).");
 
+    public static final ConfigOption<String> INDEX_CACHE =
+            ConfigOptions.key("stoker.source.index-cache")
+                    .stringType()
+                    .defaultValue(
+                            java.nio.file.Path.of(
+                                            System.getProperty("java.io.tmpdir"),
+                                            "stoker-record-index")
+                                    .toString())
+                    .withDescription(
+                            "Where each JSONL file's record index (where its records start, 16 bytes per"
+                                    + " record) is kept once built: a local directory or any Flink filesystem"
+                                    + " URI. Planning reads every file once to build its index and then only"
+                                    + " the index's header while the file's size and modification time are"
+                                    + " unchanged; the source loads indexes from here as it reads (a"
+                                    + " TaskManager that finds none rebuilds it from the file). A shared"
+                                    + " location such as s3://bucket/stoker-index lets every TaskManager reuse"
+                                    + " the client's. Default: stoker-record-index in the JVM's temporary"
+                                    + " directory.");
+
+    public static final ConfigOption<Integer> LISTING_THREADS =
+            ConfigOptions.key("stoker.source.listing-threads")
+                    .intType()
+                    .defaultValue(8)
+                    .withDescription(
+                            "JSONL files indexed at once while the job is planned (each read once per"
+                                    + " version, see stoker.source.index-cache). Progress is logged every 10"
+                                    + " seconds.");
+
     public static final ConfigOption<MemorySize> FILE_CACHE_SIZE =
             ConfigOptions.key("stoker.source.file-cache-size")
                     .memoryType()
                     .defaultValue(MemorySize.ofMebiBytes(256))
                     .withDescription(
                             "Bytes of whole JSONL files each source reader keeps in memory for shuffled reads;"
-                                    + " records of larger files are read by seeking (a ranged GET on S3).");
+                                    + " records of larger files are read by seeking (a ranged GET on S3). The"
+                                    + " reader keeps up to as many bytes again of the files' record indexes (16"
+                                    + " bytes per record).");
 
     public static final ConfigOption<Integer> FETCH_CAPACITY =
             ConfigOptions.key("stoker.fetch.capacity")

@@ -1,11 +1,8 @@
 package dev.stoker.job;
 
 import dev.stoker.connectors.fetch.ImageFetchFunction;
-import dev.stoker.connectors.fetch.ImageStore;
 import dev.stoker.connectors.fetch.S3ClientSettings;
 import dev.stoker.connectors.fetch.S3ImageFetchFunction;
-import dev.stoker.connectors.fetch.S3ImageStore;
-import dev.stoker.connectors.source.DatasetListing;
 import dev.stoker.connectors.source.PrefetchGate;
 import dev.stoker.connectors.source.ShuffledJsonlSource;
 import dev.stoker.operators.accounting.DeadLetterAccounting;
@@ -130,26 +127,27 @@ public final class StokerPipeline {
      * Adds the dataflow to {@code env}.
      *
      * @param conf job configuration ({@link StokerOptions})
-     * @param listing the dataset's files and record offsets, scanned at planning time
-     * @param plan the batch plan derived from the listing
+     * @param mixture the sources (listings, order) and each source's settings
+     * @param plan the batch plan over the mixture's records per epoch
      * @param gate the prefetch bound of this generation
      * @param topology nodes, ranks per node and placement
+     * @param packingMaxTokens tokens per packed row ({@code stoker.packing.enabled})
      */
     static Outputs build(
             StreamExecutionEnvironment env,
             Configuration conf,
-            DatasetListing listing,
+            MixturePlan mixture,
             BatchPlan plan,
             PrefetchGate gate,
-            Topology topology) {
+            Topology topology,
+            int packingMaxTokens) {
         int maxLine = (int) conf.get(StokerOptions.MAX_LINE_LENGTH).getBytes();
         SingleOutputStreamOperator<JsonlLine> lines =
                 env.fromSource(
                                 new ShuffledJsonlSource(
-                                        listing,
+                                        mixture.listings,
+                                        mixture.order,
                                         plan,
-                                        conf.get(StokerOptions.SHUFFLE),
-                                        conf.get(StokerOptions.SHUFFLE_SEED),
                                         maxLine,
                                         conf.get(StokerOptions.FILE_CACHE_SIZE).getBytes(),
                                         gate),
@@ -179,17 +177,16 @@ public final class StokerPipeline {
 
         long maxObjectBytes = conf.get(StokerOptions.MAX_OBJECT_SIZE).getBytes();
         long timeoutMs = conf.get(StokerOptions.FETCH_TIMEOUT).toMillis();
-        String imageRoot = StokerConfig.imageRoot(conf, listing.root());
         RichAsyncFunction<SftRecord, Either<DeadLetter, FetchedRecord>> fetch =
-                S3ImageStore.isS3(imageRoot)
+                mixture.imagesOnS3()
                         ? new S3ImageFetchFunction(
-                                imageRoot,
+                                mixture.imageRoots,
                                 maxObjectBytes,
                                 s3Settings(conf),
                                 conf.get(StokerOptions.FETCH_TIMEOUT),
                                 conf.get(StokerOptions.FETCH_TRANSIENT_FAILURES))
                         : new ImageFetchFunction(
-                                new ImageStore(imageRoot, maxObjectBytes),
+                                mixture.imageStores(maxObjectBytes),
                                 conf.get(StokerOptions.FETCH_THREADS),
                                 conf.get(StokerOptions.FETCH_TIMEOUT));
         DataStream<Either<DeadLetter, FetchedRecord>> fetched =
@@ -202,9 +199,8 @@ public final class StokerPipeline {
                         .name("fetch-images")
                         .uid("fetch-images");
 
-        QwenVisionConfig vision = visionConfig(conf);
         SingleOutputStreamOperator<PreprocessedRecord> preprocessed =
-                fetched.process(new PreprocessImagesFunction(vision))
+                fetched.process(new PreprocessImagesFunction(mixture.visionConfigs))
                         .name("preprocess-images")
                         .uid("preprocess-images");
 
@@ -213,9 +209,9 @@ public final class StokerPipeline {
                         .process(
                                 new TokenizeFunction(
                                         conf.get(StokerOptions.TOKENIZER_PATH),
-                                        vision.mergeSize,
-                                        ModelOptions.chatTemplate(conf),
-                                        ModelOptions.maxSeqLen(conf),
+                                        mixture.visionConfigs.first().mergeSize,
+                                        mixture.chatTemplates,
+                                        mixture.maxSeqLens,
                                         conf.get(StokerOptions.MAX_SEQ_LEN_POLICY)))
                         .name("tokenize")
                         .uid("tokenize");
@@ -243,8 +239,7 @@ public final class StokerPipeline {
         if (conf.get(StokerOptions.PACKING_ENABLED)) {
             packed =
                     slots.keyBy(slot -> plan.stepOf(slot.sampleIndex), Types.LONG)
-                            .process(
-                                    new PackStepFunction(plan, StokerConfig.packingMaxTokens(conf)))
+                            .process(new PackStepFunction(plan, packingMaxTokens))
                             .returns(TypeInformation.of(TrainingBatch.class))
                             .name("pack-steps")
                             .uid("pack-steps");

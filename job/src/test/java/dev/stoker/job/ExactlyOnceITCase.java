@@ -59,6 +59,7 @@ class ExactlyOnceITCase {
     private static final int PREFETCH_DEPTH = 3;
     private static final int RECORDS_PER_FILE = 30;
     private static final int FILES = 3;
+    private static final String[] SOURCES = {"chat", "ocr", "charts"};
 
     /**
      * The two-node case kills the TaskManager, and with it both nodes' ack servers: RemoteAckFeed
@@ -96,8 +97,11 @@ class ExactlyOnceITCase {
     private static long numSteps;
 
     /**
-     * Three JSONL files of small generated images; a few records are bad (dead letters, so their
-     * slots get back-filled). With W=2, B=3 and 2 epochs that is 2 x 15 steps.
+     * A three-source mixture ({@code mixture.yaml}), one JSONL file of small generated images per
+     * source: "chat" down-sampled to 20 of its 30 records per epoch, "ocr" up-sampled 1.5 times (45
+     * per epoch), "charts" once with its own system prompt and pixel budget; every source's images
+     * under the spec's directory ({@code image_root: .}). A few records are bad (dead letters, so
+     * their slots get back-filled). With W=2, B=3 and 2 epochs of 95 records that is 2 x 16 steps.
      */
     @BeforeAll
     static void writeDataset() throws IOException {
@@ -128,9 +132,23 @@ class ExactlyOnceITCase {
                                         + " {\"from\": \"gpt\", \"value\": \"Noise number %d.\"}]}\n",
                                 r, image, r, r));
             }
-            Files.writeString(datasetRoot.resolve("part-" + f + ".jsonl"), jsonl);
+            Path source = Files.createDirectories(datasetRoot.resolve(SOURCES[f]));
+            Files.writeString(source.resolve("part-" + f + ".jsonl"), jsonl);
         }
-        numSteps = EPOCHS * (long) Math.ceil(FILES * RECORDS_PER_FILE / 6.0);
+        Files.writeString(
+                datasetRoot.resolve("mixture.yaml"),
+                String.join(
+                        "\n",
+                        "sources:",
+                        "  - {name: chat, path: chat, image_root: ., count: 20}",
+                        "  - {name: ocr, path: ocr, image_root: ., repeat: 1.5}",
+                        "  - name: charts",
+                        "    path: charts",
+                        "    image_root: .",
+                        "    max_pixels: 3136",
+                        "    system_prompt: Read the chart.",
+                        ""));
+        numSteps = EPOCHS * (long) Math.ceil((20 + 45 + 30) / 6.0);
     }
 
     private static MiniCluster miniCluster;
@@ -177,7 +195,7 @@ class ExactlyOnceITCase {
             conf.set(StokerOptions.MAX_SEQ_LEN, PACKING_MAX_TOKENS);
             conf.set(StokerOptions.PACKING_MAX_TOKENS, PACKING_MAX_TOKENS);
         }
-        conf.set(StokerOptions.DATASET_PATH, datasetRoot.toString());
+        conf.set(StokerOptions.MIXTURE_PATH, datasetRoot.resolve("mixture.yaml").toString());
         conf.set(
                 StokerOptions.TOKENIZER_PATH,
                 SharedData.dataDir().resolve("tokenizers/qwen3").toString());

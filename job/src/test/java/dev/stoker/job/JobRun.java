@@ -51,7 +51,8 @@ final class JobRun {
             int rank,
             long step,
             List<long[]> gridThw,
-            int tokens) {}
+            int tokens,
+            long[] inputIds) {}
 
     /**
      * One batch file: its rows and the slots back-filled with a copy (listed in {@code
@@ -92,12 +93,16 @@ final class JobRun {
             for (JsonNode dl : deadLetters) {
                 all.add(dl.get("sample_index").asLong());
             }
+            long records = plan.recordsFrom(0); // every epoch's
             assertThat(samples.size() + deadLetters.size())
                     .as("samples emitted + dead letters = records (%s)", counts)
-                    .isEqualTo(plan.numRecords());
-            assertThat(all).doesNotHaveDuplicates().allMatch(i -> i >= 0 && i < plan.numRecords());
+                    .isEqualTo(records);
+            long slots = plan.numSteps() * plan.globalBatchSize();
+            assertThat(all)
+                    .doesNotHaveDuplicates()
+                    .allMatch(i -> i >= 0 && i < slots && !plan.isPadding(i));
             if (!counts.equals(RESTARTS_ALLOWED)) {
-                assertThat(counts).contains("read=" + plan.numRecords());
+                assertThat(counts).contains("read=" + records);
             }
         }
     }
@@ -113,7 +118,8 @@ final class JobRun {
     /**
      * Runs the job over {@code datasetRoot}, writing under {@code outputRoot}.
      *
-     * @param extra options applied last (e.g. {@link StokerOptions#MAX_PIXELS})
+     * @param extra options applied last (e.g. {@link StokerOptions#MAX_PIXELS}); one that sets
+     *     {@link StokerOptions#MIXTURE_PATH} runs that mixture instead of {@code datasetRoot}
      */
     static Result run(
             Path datasetRoot,
@@ -141,6 +147,9 @@ final class JobRun {
         conf.set(StokerOptions.SHUFFLE, false);
         conf.set(StokerOptions.PREFETCH_DEPTH, 0);
         conf.addAll(extra);
+        if (conf.contains(StokerOptions.MIXTURE_PATH)) {
+            conf.removeConfig(StokerOptions.DATASET_PATH); // the extra options name a mixture
+        }
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment();
         env.setParallelism(2);
         env.enableCheckpointing(500);
@@ -154,7 +163,9 @@ final class JobRun {
         String counts =
                 restartsAllowed(conf)
                         ? RESTARTS_ALLOWED
-                        : AccountingCheck.verify(result, plan, planned.firstStep);
+                        : AccountingCheck.verify(result, plan, planned.firstStep)
+                                + "; per source: "
+                                + AccountingCheck.verifySources(result, plan, planned.order);
         Path jobDir = outputRoot.resolve("itcase");
         Path generationDir = generationDir(jobDir);
 
@@ -295,6 +306,12 @@ final class JobRun {
                     for (Object v : (List<?>) root.getVector("attention_mask").getObject(r)) {
                         tokens += ((Number) v).intValue();
                     }
+                    long[] ids =
+                            ((List<?>) root.getVector("input_ids").getObject(r))
+                                    .stream()
+                                            .limit(tokens)
+                                            .mapToLong(v -> ((Number) v).longValue())
+                                            .toArray();
                     out.add(
                             new Sample(
                                     index.get(r),
@@ -303,7 +320,8 @@ final class JobRun {
                                     rank,
                                     step,
                                     grids,
-                                    tokens));
+                                    tokens,
+                                    ids));
                 }
             }
         }

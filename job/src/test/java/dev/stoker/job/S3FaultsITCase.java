@@ -52,11 +52,7 @@ class S3FaultsITCase {
     @RegisterExtension
     @Order(0) // registered before, and removed after, the clusters and servers that log them
     static final ExpectedFaultFilter.Expected CANCELLED_GETS =
-            ExpectedFaultFilter.Expected.lines(
-                            "io.netty.channel.DefaultChannelPipeline",
-                            "An exceptionCaught\\(\\) event was fired, and it reached at the tail of the"
-                                    + " pipeline\\..*")
-                    .causedBy("java.io.IOException");
+            ExpectedFaultFilter.Expected.cancelledS3Gets();
 
     @RegisterExtension
     @Order(1)

@@ -49,6 +49,16 @@ class S3JobITCase {
     private static final String BUCKET = "sft";
     private static final String DATASET = "llava-style";
 
+    /**
+     * In the throttling case the SDK cancels attempts that run past their attempt timeout (and
+     * retries them); its Netty client now and then reports the cancellation at the end of its
+     * pipeline.
+     */
+    @RegisterExtension
+    @Order(0) // registered before, and removed after, the clusters and servers that log them
+    static final ExpectedFaultFilter.Expected CANCELLED_GETS =
+            ExpectedFaultFilter.Expected.cancelledS3Gets();
+
     @RegisterExtension
     @Order(1)
     static final JobTestCluster CLUSTER = JobTestCluster.withS3(2);

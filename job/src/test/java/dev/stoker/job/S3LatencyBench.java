@@ -279,7 +279,7 @@ public final class S3LatencyBench {
             slots.acquire();
             int n = i;
             long t0 = System.nanoTime();
-            store.read("images/" + (i % 64) + ".bin")
+            store.read("s3://bench/data", "images/" + (i % 64) + ".bin")
                     .whenComplete(
                             (b, e) -> {
                                 latencies[n] = (System.nanoTime() - t0) / 1_000_000;
@@ -321,7 +321,7 @@ public final class S3LatencyBench {
             java.time.Duration hedgeAfter) {
         settings.getsPerSecondPerPrefix = getsPerSecondPerPrefix;
         settings.hedgeAfter = hedgeAfter;
-        return new S3ImageStore("s3://bench/data", 1 << 20, settings, metrics);
+        return new S3ImageStore(1 << 20, settings, metrics);
     }
 
     /** images/s of one job run under {@code faults}. */

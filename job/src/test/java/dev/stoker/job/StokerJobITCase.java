@@ -4,6 +4,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import dev.stoker.operators.tokenize.ChatTokenizer;
 import dev.stoker.testkit.ExpectedFaultFilter;
 import java.io.IOException;
 import java.nio.file.Files;
@@ -95,6 +96,149 @@ class StokerJobITCase {
                         conf);
         run.assertAccounted();
         assertImageRootOutcome(run, annotations);
+    }
+
+    /**
+     * A three-source mixture of the shared datasets in their three record formats, shuffled over
+     * two epochs: llava-style (38 records) down-sampled to 20 per epoch, qwen-messages (19) with
+     * its own pixel budget and system prompt, llamafactory-sharegpt (6) up-sampled twice. Each
+     * epoch holds exactly each source's count (samples + dead letters, each naming its source); the
+     * down-sampled source uses all 38 records before it repeats one (2 of 40 repeat), the
+     * up-sampled one every record 4 times; the pixel budget (but for images with a budget of their
+     * own) and the prompt show in the batches of their source only.
+     */
+    @Test
+    void aMixtureGivesEachSourceItsCountPerEpochAndItsOwnSettings(@TempDir Path dir)
+            throws Exception {
+        Path data = SharedData.dataDir();
+        Path spec = dir.resolve("mixture.yaml");
+        Files.writeString(
+                spec,
+                String.join(
+                        "\n",
+                        "sources:",
+                        "  - name: llava",
+                        "    path: " + data.resolve("llava-style"),
+                        "    count: 20",
+                        "  - name: messages",
+                        "    path: " + data.resolve("qwen-messages"),
+                        "    max_pixels: 200704",
+                        "    system_prompt: You read charts.",
+                        "  - name: sharegpt",
+                        "    path: " + data.resolve("llamafactory-sharegpt"),
+                        "    repeat: 2",
+                        ""));
+        Configuration conf = new Configuration();
+        conf.set(StokerOptions.MIXTURE_PATH, spec.toString());
+        conf.set(StokerOptions.MAX_PIXELS, 1003520L);
+        conf.set(StokerOptions.SHUFFLE, true);
+        conf.set(StokerOptions.EPOCHS, 2);
+        JobRun.Result run =
+                JobRun.run(data, CLUSTER.outputRoot(), WORLD_SIZE, MICRO_BATCH_SIZE, conf);
+        run.assertAccounted();
+        assertThat(run.plan().numRecords()).isEqualTo(20 + 19 + 12);
+        assertThat(run.counts())
+                .contains("llava: planned=40, read=40")
+                .contains("messages: planned=38, read=38")
+                .contains("sharegpt: planned=24, read=24");
+
+        Map<String, String> dirToSource =
+                Map.of(
+                        "llava-style", "llava",
+                        "qwen-messages", "messages",
+                        "llamafactory-sharegpt", "sharegpt");
+        // per (source, epoch) the records taken, from the batches and the dead letters
+        Map<String, List<String>> taken = new java.util.TreeMap<>();
+        for (JobRun.Sample s : run.samples()) {
+            String file = s.source().substring(0, s.source().lastIndexOf(':'));
+            String source =
+                    dirToSource.get(
+                            Path.of(java.net.URI.create(file))
+                                    .getParent()
+                                    .getFileName()
+                                    .toString());
+            taken.computeIfAbsent(
+                            source + "@" + run.plan().epochOf(s.sampleIndex()),
+                            k -> new ArrayList<>())
+                    .add(file + ":" + s.line());
+        }
+        for (JsonNode dl : run.deadLetters()) {
+            String source = dl.get("source").asText();
+            assertThat(dirToSource.values()).contains(source);
+            taken.computeIfAbsent(
+                            source + "@" + run.plan().epochOf(dl.get("sample_index").asLong()),
+                            k -> new ArrayList<>())
+                    .add(dl.get("file").asText() + ":" + dl.get("line").asLong());
+        }
+        for (int epoch = 0; epoch < 2; epoch++) {
+            assertThat(taken.get("llava@" + epoch)).hasSize(20);
+            assertThat(taken.get("messages@" + epoch)).hasSize(19).doesNotHaveDuplicates();
+            assertThat(taken.get("sharegpt@" + epoch)).hasSize(12);
+        }
+        List<String> llava = new ArrayList<>(taken.get("llava@0"));
+        llava.addAll(taken.get("llava@1"));
+        assertThat(new java.util.HashSet<>(llava)).hasSize(38);
+        List<String> sharegpt = new ArrayList<>(taken.get("sharegpt@0"));
+        sharegpt.addAll(taken.get("sharegpt@1"));
+        assertThat(
+                        sharegpt.stream()
+                                .collect(
+                                        java.util.stream.Collectors.groupingBy(
+                                                x -> x, java.util.stream.Collectors.counting())))
+                .hasSize(6)
+                .allSatisfy((record, n) -> assertThat(n).isEqualTo(4L));
+
+        long[] prompt;
+        try (ChatTokenizer tokenizer = ChatTokenizer.open(data.resolve("tokenizers/qwen3"))) {
+            prompt = tokenizer.encodeText("You read charts.");
+        }
+        long budget = 200704 / (14 * 14);
+        // records whose images carry their own max_pixels keep it (qwen-vl-utils' rule)
+        List<String> lines = Files.readAllLines(data.resolve("qwen-messages/train.jsonl"));
+        Set<Long> ownBudget = new java.util.HashSet<>();
+        for (int i = 0; i < lines.size(); i++) {
+            if (lines.get(i).contains("\"max_pixels\"")) {
+                ownBudget.add(i + 1L);
+            }
+        }
+        assertThat(ownBudget).hasSize(2);
+        boolean llavaAboveBudget = false;
+        int messagesWithPrompt = 0;
+        for (JobRun.Sample s : run.samples()) {
+            boolean messages = s.source().contains("/qwen-messages/");
+            for (long[] thw : s.gridThw()) {
+                if (messages) {
+                    if (!ownBudget.contains(s.line())) {
+                        assertThat(thw[0] * thw[1] * thw[2])
+                                .as(s.source())
+                                .isLessThanOrEqualTo(budget);
+                    }
+                } else if (s.source().contains("/llava-style/")) {
+                    llavaAboveBudget |= thw[0] * thw[1] * thw[2] > budget;
+                }
+            }
+            boolean hasPrompt = contains(s.inputIds(), prompt);
+            if (messages) {
+                messagesWithPrompt += hasPrompt ? 1 : 0;
+            } else {
+                assertThat(hasPrompt).as("sample %s has no charts prompt", s.source()).isFalse();
+            }
+        }
+        assertThat(llavaAboveBudget).as("the other sources keep the job's budget").isTrue();
+        assertThat(messagesWithPrompt).isPositive();
+    }
+
+    private static boolean contains(long[] ids, long[] part) {
+        outer:
+        for (int i = 0; i + part.length <= ids.length; i++) {
+            for (int k = 0; k < part.length; k++) {
+                if (ids[i + k] != part[k]) {
+                    continue outer;
+                }
+            }
+            return true;
+        }
+        return false;
     }
 
     /** An image path that leaves the image root (into the annotations' directory). */

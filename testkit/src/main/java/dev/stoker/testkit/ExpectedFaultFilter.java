@@ -177,6 +177,20 @@ public final class ExpectedFaultFilter extends AbstractFilter {
         }
 
         /**
+         * The AWS SDK Netty client's warning that a cancelled request's {@code IOException("Request
+         * cancelled")} reached the end of its channel pipeline: for a test whose GETs are cancelled
+         * (the SDK's attempt timeout under throttling, the job's fetch timeout, a failed-over
+         * task).
+         */
+        public static Expected cancelledS3Gets() {
+            return lines(
+                            "io.netty.channel.DefaultChannelPipeline",
+                            "An exceptionCaught\\(\\) event was fired, and it reached at the tail of the"
+                                    + " pipeline\\..*")
+                    .causedBy("java.io.IOException");
+        }
+
+        /**
          * RemoteAckFeed's warning, once per GPU node, that a node's ack server stopped answering:
          * for a test that stops ack servers (or the TaskManager that runs them) on purpose.
          */

@@ -9,8 +9,8 @@ import java.io.OutputStream;
 import org.apache.flink.api.common.serialization.Encoder;
 
 /**
- * Encodes a {@link DeadLetter} as one JSON line: {@code {"file", "line", "sample_index",
- * "record_id", "stage", "reason", "message"}}.
+ * Encodes a {@link DeadLetter} as one JSON line: {@code {"source", "file", "line", "sample_index",
+ * "record_id", "stage", "reason", "message"}} ({@code source}: the record's mixture source).
  */
 public final class DeadLetterJsonEncoder implements Encoder<DeadLetter> {
     private static final long serialVersionUID = 1L;
@@ -25,6 +25,7 @@ public final class DeadLetterJsonEncoder implements Encoder<DeadLetter> {
     /** The JSON object written for {@code dl}. */
     public static ObjectNode toJson(DeadLetter dl) {
         ObjectNode node = JSON.createObjectNode();
+        node.put("source", dl.ref.source);
         node.put("file", dl.ref.file);
         node.put("line", dl.ref.line);
         node.put("sample_index", dl.ref.sampleIndex);

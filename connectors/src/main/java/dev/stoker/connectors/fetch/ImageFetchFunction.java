@@ -3,6 +3,7 @@ package dev.stoker.connectors.fetch;
 import com.codahale.metrics.SlidingWindowReservoir;
 import dev.stoker.operators.model.DeadLetter;
 import dev.stoker.operators.model.FetchedRecord;
+import dev.stoker.operators.model.PerSource;
 import dev.stoker.operators.model.RejectReason;
 import dev.stoker.operators.model.RejectedRecordException;
 import dev.stoker.operators.model.SftRecord;
@@ -32,7 +33,7 @@ public final class ImageFetchFunction
         extends RichAsyncFunction<SftRecord, Either<DeadLetter, FetchedRecord>> {
     private static final long serialVersionUID = 1L;
 
-    private final ImageStore store;
+    private final PerSource<ImageStore> stores;
     private final int threads;
     private final Duration timeout;
     private transient ExecutorService executor;
@@ -40,8 +41,13 @@ public final class ImageFetchFunction
     private transient FetchCounters fetched;
     private transient Histogram readLatencyMs;
 
-    public ImageFetchFunction(ImageStore store, int threads, Duration timeout) {
-        this.store = store;
+    /**
+     * @param stores each source's image store (its image root)
+     * @param threads I/O threads per subtask
+     * @param timeout the async operator's timeout, for the dead letter's message
+     */
+    public ImageFetchFunction(PerSource<ImageStore> stores, int threads, Duration timeout) {
+        this.stores = stores;
         this.threads = threads;
         this.timeout = timeout;
     }
@@ -73,6 +79,7 @@ public final class ImageFetchFunction
 
     private Either<DeadLetter, FetchedRecord> fetchAll(SftRecord record) {
         byte[][] bytes = new byte[record.images.length][];
+        ImageStore store = stores.of(record.ref);
         for (int i = 0; i < bytes.length; i++) {
             String path = record.images[i].path;
             long start = System.nanoTime();

@@ -2,6 +2,7 @@ package dev.stoker.connectors.fetch;
 
 import dev.stoker.operators.model.DeadLetter;
 import dev.stoker.operators.model.FetchedRecord;
+import dev.stoker.operators.model.PerSource;
 import dev.stoker.operators.model.RejectReason;
 import dev.stoker.operators.model.RejectedRecordException;
 import dev.stoker.operators.model.SftRecord;
@@ -43,7 +44,7 @@ public final class S3ImageFetchFunction
         extends RichAsyncFunction<SftRecord, Either<DeadLetter, FetchedRecord>> {
     private static final long serialVersionUID = 1L;
 
-    private final String root;
+    private final PerSource<String> roots;
     private final long maxObjectBytes;
     private final S3ClientSettings settings;
     private final Duration timeout;
@@ -55,19 +56,19 @@ public final class S3ImageFetchFunction
     private transient Map<SftRecord, S3ImageStore.Get[]> inFlight;
 
     /**
-     * @param root image root {@code s3://bucket/prefix}
+     * @param roots each source's image root {@code s3://bucket/prefix} (one client serves all)
      * @param maxObjectBytes largest accepted image object, in bytes
      * @param settings client settings (endpoint, credentials, retries, connections)
      * @param timeout the async operator's timeout, for the dead letter's message
      * @param transientFailures what a transient failure after all retries becomes
      */
     public S3ImageFetchFunction(
-            String root,
+            PerSource<String> roots,
             long maxObjectBytes,
             S3ClientSettings settings,
             Duration timeout,
             TransientFailurePolicy transientFailures) {
-        this.root = root;
+        this.roots = roots;
         this.maxObjectBytes = maxObjectBytes;
         this.settings = settings;
         this.timeout = timeout;
@@ -77,7 +78,7 @@ public final class S3ImageFetchFunction
     @Override
     public void open(OpenContext openContext) {
         metrics = new S3FetchMetrics(getRuntimeContext().getMetricGroup().addGroup("s3"));
-        store = new S3ImageStore(root, maxObjectBytes, settings, metrics);
+        store = new S3ImageStore(maxObjectBytes, settings, metrics);
         inFlight = Collections.synchronizedMap(new IdentityHashMap<>());
         fetched = new FetchCounters(getRuntimeContext().getMetricGroup());
     }
@@ -86,8 +87,9 @@ public final class S3ImageFetchFunction
     public void asyncInvoke(
             SftRecord record, ResultFuture<Either<DeadLetter, FetchedRecord>> result) {
         S3ImageStore.Get[] reads = new S3ImageStore.Get[record.images.length];
+        String root = roots.of(record.ref);
         for (int i = 0; i < reads.length; i++) {
-            reads[i] = store.read(record.images[i].path);
+            reads[i] = store.read(root, record.images[i].path);
         }
         inFlight.put(record, reads);
         CompletableFuture.allOf(reads)

@@ -46,8 +46,6 @@ import software.amazon.awssdk.services.s3.model.ListObjectsV2Request;
  * Get#progress()} names a wait for a connection as such.
  */
 public final class S3ImageStore implements AutoCloseable {
-    private final String root;
-    private final String bucket;
     private final long maxObjectBytes;
     private final S3AsyncClient client;
     private final S3FetchMetrics metrics;
@@ -58,20 +56,12 @@ public final class S3ImageStore implements AutoCloseable {
     private final Duration requestTimeout;
 
     /**
-     * @param root image root {@code s3://bucket/prefix} (also {@code s3a://} or {@code s3p://})
      * @param maxObjectBytes largest accepted image object, in bytes
      * @param settings the client to build (endpoint, credentials, connections, timeouts, retries),
      *     the client-side GET rate limit per key prefix and the hedging delay
      * @param metrics where to count requests, latency, bytes and failures
-     * @throws IllegalArgumentException if {@code root} is not an S3 URI
      */
-    public S3ImageStore(
-            String root, long maxObjectBytes, S3ClientSettings settings, S3FetchMetrics metrics) {
-        if (!isS3(root)) {
-            throw new IllegalArgumentException("not an s3:// image root: " + root);
-        }
-        this.root = root.endsWith("/") ? root : root + "/";
-        this.bucket = URI.create(this.root).getAuthority();
+    public S3ImageStore(long maxObjectBytes, S3ClientSettings settings, S3FetchMetrics metrics) {
         this.maxObjectBytes = maxObjectBytes;
         this.metrics = metrics;
         this.rateLimiter = new PrefixRateLimiter(settings.getsPerSecondPerPrefix);
@@ -153,19 +143,27 @@ public final class S3ImageStore implements AutoCloseable {
     }
 
     /**
-     * Starts reading the whole object at {@code relativePath}. The GET first waits (without
+     * Starts reading the whole object at {@code relativePath} under the image root {@code root}
+     * ({@code s3://bucket/prefix}; also {@code s3a://} or {@code s3p://}; the roots of all reads
+     * share the client, its connections and its rate limits). The GET first waits (without
      * blocking) for the per-prefix rate limit and for one of the client's HTTP connections; its
      * attempt and request timeouts run only from then on.
      *
      * @return the read: its bytes, or failed with a {@link RejectedRecordException}
      *     (IMAGE_NOT_FOUND, IMAGE_TOO_LARGE, UNSAFE_PATH, FETCH_FAILED or FETCH_TIMEOUT, the
      *     message naming the attempts made and their duration); never another exception
+     * @throws IllegalArgumentException if {@code root} is not an S3 URI
      */
-    public Get read(String relativePath) {
+    public Get read(String root, String relativePath) {
+        if (!isS3(root)) {
+            throw new IllegalArgumentException("not an s3:// image root: " + root);
+        }
+        String dir = root.endsWith("/") ? root : root + "/";
+        String bucket = URI.create(dir).getAuthority();
         Get get = new Get(connections.permits());
         String key;
         try {
-            key = ImageStore.resolveUnderRoot(root, relativePath).getPath().substring(1);
+            key = ImageStore.resolveUnderRoot(dir, relativePath).getPath().substring(1);
         } catch (RejectedRecordException e) {
             metrics.failed(e.reason());
             get.completeExceptionally(e);
@@ -224,7 +222,7 @@ public final class S3ImageStore implements AutoCloseable {
                             Throwable cause = unwrap(e);
                             if (cause instanceof RejectedRecordException rejected) {
                                 return rejected.reason() == RejectReason.IMAGE_NOT_FOUND
-                                        ? withVariantHint(rejected, relativePath)
+                                        ? withVariantHint(rejected, dir, bucket, relativePath)
                                         : CompletableFuture.failedFuture(cause);
                             }
                             metrics.failed(RejectReason.FETCH_FAILED);
@@ -267,14 +265,14 @@ public final class S3ImageStore implements AutoCloseable {
      * names).
      */
     private CompletableFuture<byte[]> withVariantHint(
-            RejectedRecordException notFound, String relativePath) {
+            RejectedRecordException notFound, String root, String bucket, String relativePath) {
         CompletableFuture<String> hint = CompletableFuture.completedFuture("");
         for (String variant : ImageStore.normalizationVariants(relativePath)) {
             hint =
                     hint.thenCompose(
                             found ->
                                     found.isEmpty()
-                                            ? exists(variant)
+                                            ? exists(root, bucket, variant)
                                                     .thenApply(
                                                             yes ->
                                                                     yes
@@ -295,7 +293,7 @@ public final class S3ImageStore implements AutoCloseable {
     }
 
     /** Whether an object exists at {@code relativePath} (HEAD); false on any error. */
-    private CompletableFuture<Boolean> exists(String relativePath) {
+    private CompletableFuture<Boolean> exists(String root, String bucket, String relativePath) {
         try {
             String key = ImageStore.resolveUnderRoot(root, relativePath).getPath().substring(1);
             return connections
@@ -531,6 +529,6 @@ public final class S3ImageStore implements AutoCloseable {
 
     @Override
     public String toString() {
-        return "S3ImageStore{root=" + root + ", maxObjectBytes=" + maxObjectBytes + "}";
+        return "S3ImageStore{maxObjectBytes=" + maxObjectBytes + "}";
     }
 }

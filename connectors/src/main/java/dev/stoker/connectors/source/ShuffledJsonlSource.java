@@ -1,7 +1,9 @@
 package dev.stoker.connectors.source;
 
 import dev.stoker.operators.batch.BatchPlan;
+import dev.stoker.operators.batch.MixtureOrder;
 import dev.stoker.operators.model.JsonlLine;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeSet;
@@ -21,50 +23,72 @@ import org.apache.flink.connector.base.source.reader.splitreader.SplitReader;
 import org.apache.flink.core.io.SimpleVersionedSerializer;
 
 /**
- * The bounded JSONL source in the run's deterministic sample order: epoch after epoch, each a
- * seeded shuffle over all records of the {@link DatasetListing}, cut into one {@link StepSplit} per
- * global step of the {@link BatchPlan}.
+ * The bounded JSONL source in the run's deterministic sample order: epoch after epoch, each the
+ * {@link MixtureOrder} over the sources' records (each source a {@link DatasetListing}), cut into
+ * one {@link StepSplit} per global step of the {@link BatchPlan}.
  *
  * <p>Emits one {@link JsonlLine} per record whose {@code ref.sampleIndex} is the record's slot
- * index in the plan, so (step, rank, slot) of every sample is fixed by (listing, seed, epoch, plan)
- * and not by parallelism or timing. Delivery: each record of steps {@code firstStep ..} exactly
- * once per generation with Flink checkpointing (the enumerator's position and each reader's
- * progress within its step are checkpointed). A restore into a new generation (a new submission
- * from a savepoint) starts again at the gate's first step. Steps are handed to the readers only as
- * far as the {@link PrefetchGate} allows (the enumerator enforces it).
+ * index in the plan and whose {@code ref.source} is its source's name, so (step, rank, slot) of
+ * every sample is fixed by (listings, per-source counts, seed, epoch, plan) and not by parallelism
+ * or timing. Delivery: each record of steps {@code firstStep ..} exactly once per generation with
+ * Flink checkpointing (the enumerator's position and each reader's progress within its step are
+ * checkpointed). A restore into a new generation (a new submission from a savepoint) starts again
+ * at the gate's first step. Steps are handed to the readers only as far as the {@link PrefetchGate}
+ * allows (the enumerator enforces it).
  */
 public final class ShuffledJsonlSource
         implements Source<JsonlLine, StepSplit, StepEnumeratorState>,
                 ResultTypeQueryable<JsonlLine> {
     private static final long serialVersionUID = 1L;
 
-    private final DatasetListing listing;
+    private final List<DatasetListing> listings;
+    private final MixtureOrder order;
     private final BatchPlan plan;
-    private final boolean shuffle;
-    private final long seed;
     private final int maxLineBytes;
     private final long fileCacheBytes;
     private final PrefetchGate gate;
 
     /**
-     * @param shuffle shuffle each epoch (seeded); {@code false} keeps the listing order
-     * @param seed shuffle seed
+     * @param listings each source's listing, in the order of {@code order}'s sources
+     * @param order which record of which source fills each position of an epoch
+     * @param plan the slots: {@code plan.numRecords()} is {@code order.recordsPerEpoch()}
      * @param maxLineBytes longest record read in full; longer ones are cut and rejected downstream
      * @param fileCacheBytes bytes of whole JSONL files each reader keeps in memory
      * @param gate the prefetch bound, which also fixes the generation and its first step
+     * @throws IllegalArgumentException if the listings, order and plan do not fit together
      */
     public ShuffledJsonlSource(
-            DatasetListing listing,
+            List<DatasetListing> listings,
+            MixtureOrder order,
             BatchPlan plan,
-            boolean shuffle,
-            long seed,
             int maxLineBytes,
             long fileCacheBytes,
             PrefetchGate gate) {
-        this.listing = listing;
+        if (listings.size() != order.numSources() || plan.numRecords() != order.recordsPerEpoch()) {
+            throw new IllegalArgumentException(
+                    listings.size()
+                            + " listings and a plan of "
+                            + plan.numRecords()
+                            + " records per epoch do not fit an order of "
+                            + order.numSources()
+                            + " sources and "
+                            + order.recordsPerEpoch()
+                            + " records per epoch");
+        }
+        for (int s = 0; s < listings.size(); s++) {
+            if (listings.get(s).numRecords() != order.records(s)) {
+                throw new IllegalArgumentException(
+                        "source '"
+                                + order.name(s)
+                                + "' lists "
+                                + listings.get(s).numRecords()
+                                + " records, the order has "
+                                + order.records(s));
+            }
+        }
+        this.listings = List.copyOf(listings);
+        this.order = order;
         this.plan = plan;
-        this.shuffle = shuffle;
-        this.seed = seed;
         this.maxLineBytes = maxLineBytes;
         this.fileCacheBytes = fileCacheBytes;
         this.gate = gate;
@@ -109,11 +133,19 @@ public final class ShuffledJsonlSource
                 () ->
                         new StepSplitReader(
                                 plan,
-                                shuffle,
-                                seed,
-                                new RecordLineReader(listing, maxLineBytes, fileCacheBytes)),
+                                order,
+                                new RecordLineReader(
+                                        names(), listings, maxLineBytes, fileCacheBytes)),
                 context,
                 gate.generation());
+    }
+
+    private List<String> names() {
+        List<String> names = new ArrayList<>();
+        for (int s = 0; s < order.numSources(); s++) {
+            names.add(order.name(s));
+        }
+        return names;
     }
 
     @Override

@@ -1,7 +1,7 @@
 package dev.stoker.connectors.source;
 
 import dev.stoker.operators.batch.BatchPlan;
-import dev.stoker.operators.batch.SampleOrder;
+import dev.stoker.operators.batch.MixtureOrder;
 import dev.stoker.operators.model.JsonlLine;
 import java.io.IOException;
 import java.util.ArrayList;
@@ -23,25 +23,21 @@ import org.apache.flink.connector.base.source.reader.splitreader.SplitsChange;
  *
  * <p>Every split it holds is within the {@link PrefetchGate}: the enumerator hands out no other.
  * Records come out in slot order, each tagged with its slot index; a padding slot gives a {@link
- * JsonlLine#padding padding marker}.
+ * JsonlLine#padding padding marker}. Which record of which source fills a slot is the {@link
+ * MixtureOrder}'s pick at the slot's epoch and position.
  */
 final class StepSplitReader implements SplitReader<JsonlLine, StepSplit> {
     private final BatchPlan plan;
-    private final boolean shuffle;
-    private final long seed;
+    private final MixtureOrder order;
     private final RecordLineReader lines;
 
     /** The splits held, lowest step first. */
     private final Queue<StepSplit> splits =
             new PriorityQueue<>(Comparator.comparingLong((StepSplit s) -> s.step));
 
-    private int orderEpoch = -1;
-    private SampleOrder order;
-
-    StepSplitReader(BatchPlan plan, boolean shuffle, long seed, RecordLineReader lines) {
+    StepSplitReader(BatchPlan plan, MixtureOrder order, RecordLineReader lines) {
         this.plan = plan;
-        this.shuffle = shuffle;
-        this.seed = seed;
+        this.order = order;
         this.lines = lines;
     }
 
@@ -57,21 +53,14 @@ final class StepSplitReader implements SplitReader<JsonlLine, StepSplit> {
         for (long slot = first + split.elementsEmitted;
                 slot < first + plan.globalBatchSize();
                 slot++) {
-            records.add(
-                    plan.isPadding(slot)
-                            ? JsonlLine.padding(slot)
-                            : lines.read(orderOf(slot).recordAt(plan.positionOf(slot)), slot));
+            if (plan.isPadding(slot)) {
+                records.add(JsonlLine.padding(slot));
+            } else {
+                MixtureOrder.Pick pick = order.pick(plan.epochOf(slot), plan.positionOf(slot));
+                records.add(lines.read(pick.source, pick.record, slot));
+            }
         }
         return new RecordsBySplits<>(Map.of(split.splitId(), records), Set.of(split.splitId()));
-    }
-
-    private SampleOrder orderOf(long slot) {
-        int epoch = plan.epochOf(slot);
-        if (epoch != orderEpoch) {
-            order = SampleOrder.of(plan.numRecords(), shuffle, seed, epoch);
-            orderEpoch = epoch;
-        }
-        return order;
     }
 
     @Override

@@ -65,12 +65,12 @@ class S3ImageStoreITCase {
     }
 
     private static S3ImageStore store(S3ClientSettings settings, S3FetchMetrics metrics) {
-        return new S3ImageStore(ROOT, 100, settings, metrics);
+        return new S3ImageStore(100, settings, metrics);
     }
 
     private static RejectedRecordException rejection(S3ImageStore store, String path) {
         try {
-            store.read(path).join();
+            store.read(ROOT, path).join();
         } catch (CompletionException e) {
             assertThat(e.getCause()).isInstanceOf(RejectedRecordException.class);
             return (RejectedRecordException) e.getCause();
@@ -82,8 +82,8 @@ class S3ImageStoreITCase {
     void readsObjectsRelativeToTheRootAndCountsThem() {
         S3FetchMetrics metrics = metrics();
         try (S3ImageStore store = store(clientSettings(), metrics)) {
-            assertThat(store.read("images/a.jpg").join()).containsExactly(1, 2, 3);
-            assertThat(store.read("images/../images/a.jpg").join()).containsExactly(1, 2, 3);
+            assertThat(store.read(ROOT, "images/a.jpg").join()).containsExactly(1, 2, 3);
+            assertThat(store.read(ROOT, "images/../images/a.jpg").join()).containsExactly(1, 2, 3);
         }
         assertThat(metrics.bytesFetched()).isEqualTo(6);
         assertThat(metrics.latencyMs().getCount()).isEqualTo(2);
@@ -103,7 +103,7 @@ class S3ImageStoreITCase {
         S3FetchMetrics metrics = metrics();
         long start = System.nanoTime();
         try (S3ImageStore store = store(settings, metrics)) {
-            assertThat(store.read("images/a.jpg").join()).containsExactly(1, 2, 3);
+            assertThat(store.read(ROOT, "images/a.jpg").join()).containsExactly(1, 2, 3);
         } finally {
             S3.faults().clearAnswers(); // ends the stalled first GET on the server
         }
@@ -172,7 +172,7 @@ class S3ImageStoreITCase {
                                 "images/" + NFD_NAME, java.text.Normalizer.Form.NFC))
                 .isEqualTo(nfc);
         try (S3ImageStore store = store(clientSettings(), metrics())) {
-            assertThat(store.read("images/" + NFD_NAME).join()).containsExactly(7);
+            assertThat(store.read(ROOT, "images/" + NFD_NAME).join()).containsExactly(7);
             RejectedRecordException e = rejection(store, nfc);
             assertThat(e.reason()).isEqualTo(RejectReason.IMAGE_NOT_FOUND);
             assertThat(e.getMessage())
@@ -199,7 +199,7 @@ class S3ImageStoreITCase {
         settings.retryBaseDelay = Duration.ofMillis(10);
         S3FetchMetrics metrics = metrics();
         try (S3ImageStore store = store(settings, metrics)) {
-            assertThat(store.read("images/a.jpg").join()).containsExactly(1, 2, 3);
+            assertThat(store.read(ROOT, "images/a.jpg").join()).containsExactly(1, 2, 3);
         }
         assertThat(metrics.retries()).isEqualTo(3);
         assertThat(metrics.failures(RejectReason.FETCH_FAILED)).isZero();
@@ -319,7 +319,7 @@ class S3ImageStoreITCase {
         try (S3ImageStore store = store(settings, metrics)) {
             List<S3ImageStore.Get> gets = new ArrayList<>();
             for (int i = 0; i < 10; i++) {
-                gets.add(store.read("images/a.jpg"));
+                gets.add(store.read(ROOT, "images/a.jpg"));
             }
             assertThat(metrics.getsWaitingForConnection()).isEqualTo(8);
             assertThat(gets.get(9).progress())
@@ -362,7 +362,7 @@ class S3ImageStoreITCase {
             for (int round = 0; round < 3; round++) {
                 List<CompletableFuture<byte[]>> stalled = new ArrayList<>();
                 for (int i = 0; i < connections; i++) {
-                    stalled.add(store.read("images/big.jpg"));
+                    stalled.add(store.read(ROOT, "images/big.jpg"));
                 }
                 for (var get : stalled) {
                     try {
@@ -376,7 +376,7 @@ class S3ImageStoreITCase {
                 long start = System.nanoTime();
                 List<CompletableFuture<byte[]>> next = new ArrayList<>();
                 for (int i = 0; i < connections; i++) {
-                    next.add(store.read("images/a.jpg"));
+                    next.add(store.read(ROOT, "images/a.jpg"));
                 }
                 for (var get : next) {
                     assertThat(get.join()).containsExactly(1, 2, 3);

@@ -15,6 +15,7 @@ import java.nio.file.Path;
 import java.security.MessageDigest;
 import java.util.Arrays;
 import java.util.HexFormat;
+import java.util.List;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -23,6 +24,7 @@ import org.junit.jupiter.params.provider.CsvSource;
 class DatasetListingTest {
 
     @TempDir Path dir;
+    @TempDir Path cache;
 
     @Test
     void listsMatchingFilesInPathOrderAndCountsNonBlankLines() throws IOException {
@@ -32,20 +34,18 @@ class DatasetListingTest {
         Files.writeString(dir.resolve("sub/c.jsonl"), "{}\n");
         Files.writeString(dir.resolve("notes.txt"), "{}\n");
 
-        DatasetListing listing =
-                DatasetListing.scan(
-                        new org.apache.flink.core.fs.Path(dir.toUri()), "*.jsonl", 1024);
+        DatasetListing listing = scan();
 
         assertThat(listing.files()).hasSize(3);
         assertThat(listing.files().get(0)).endsWith("/a.jsonl");
         assertThat(listing.files().get(1)).endsWith("/b.jsonl");
         assertThat(listing.files().get(2)).endsWith("/sub/c.jsonl");
         assertThat(listing.numRecords()).isEqualTo(6);
-        assertLocation(listing.locate(0), 0, 0, 1);
-        assertLocation(listing.locate(2), 0, 6, 3);
-        assertLocation(listing.locate(3), 1, 0, 1);
-        assertLocation(listing.locate(4), 1, 4, 3); // after a blank line
-        assertLocation(listing.locate(5), 2, 0, 1);
+        assertLocation(listing, 0, 0, 0, 1);
+        assertLocation(listing, 2, 0, 6, 3);
+        assertLocation(listing, 3, 1, 0, 1);
+        assertLocation(listing, 4, 1, 4, 3); // after a blank line
+        assertLocation(listing, 5, 2, 0, 1);
     }
 
     @Test
@@ -55,13 +55,11 @@ class DatasetListingTest {
         Files.writeString(dir.resolve("c.jsonl"), "");
         Files.writeString(dir.resolve("d.jsonl"), "{}");
 
-        DatasetListing listing =
-                DatasetListing.scan(
-                        new org.apache.flink.core.fs.Path(dir.toUri()), "*.jsonl", 1024);
+        DatasetListing listing = scan();
 
         assertThat(listing.numRecords()).isEqualTo(3);
-        assertLocation(listing.locate(1), 0, 4, 2);
-        assertLocation(listing.locate(2), 3, 0, 1);
+        assertLocation(listing, 1, 0, 4, 2);
+        assertLocation(listing, 2, 3, 0, 1);
         assertThatThrownBy(() -> listing.locate(3)).isInstanceOf(IndexOutOfBoundsException.class);
     }
 
@@ -81,16 +79,12 @@ class DatasetListingTest {
         out.write(0);
         out.writeLong(13); // bytes
         out.writeLong(2); // records
-        out.writeLong(0); // record 0: byte 0, line 1
-        out.writeLong(1);
-        out.writeLong(4); // record 1: after "{}\n\n", line 3
-        out.writeLong(3);
+        out.write(sha256(0, 1, 4, 3)); // record 0: byte 0, line 1; record 1: after "{}\n\n", line 3
         out.write("sub/b.jsonl".getBytes(StandardCharsets.UTF_8));
         out.write(0);
         out.writeLong(2);
         out.writeLong(1);
-        out.writeLong(0);
-        out.writeLong(1);
+        out.write(sha256(0, 1));
         String expected =
                 "sha256:"
                         + HexFormat.of()
@@ -125,36 +119,36 @@ class DatasetListingTest {
                 .isNotEqualTo(expected);
     }
 
-    private static String fingerprint(Path root) throws IOException {
-        return DatasetListing.scan(new org.apache.flink.core.fs.Path(root.toUri()), "*.jsonl", 1024)
-                .fingerprint();
+    /** SHA-256 of the longs, each 8 bytes big-endian. */
+    private static byte[] sha256(long... values) throws Exception {
+        ByteArrayOutputStream bytes = new ByteArrayOutputStream();
+        DataOutputStream out = new DataOutputStream(bytes);
+        for (long v : values) {
+            out.writeLong(v);
+        }
+        return MessageDigest.getInstance("SHA-256").digest(bytes.toByteArray());
+    }
+
+    private String fingerprint(Path root) throws IOException {
+        return scan(root).fingerprint();
     }
 
     private static void assertLocation(
-            DatasetListing.Location at, int file, long offset, long line) {
+            DatasetListing listing, long index, int file, long offset, long line)
+            throws IOException {
+        DatasetListing.Location at = listing.locate(index);
         assertThat(at.file).as("file").isEqualTo(file);
-        assertThat(at.offset).as("offset").isEqualTo(offset);
-        assertThat(at.line).as("line").isEqualTo(line);
+        RecordIndex records = listing.index(at.file);
+        assertThat(records.offset(at.record)).as("offset").isEqualTo(offset);
+        assertThat(records.line(at.record)).as("line").isEqualTo(line);
     }
 
     @Test
     void failsClearlyWhenNothingMatches() {
-        assertThatThrownBy(
-                        () ->
-                                DatasetListing.scan(
-                                        new org.apache.flink.core.fs.Path(dir.toUri()),
-                                        "*.jsonl",
-                                        1024))
+        assertThatThrownBy(this::scan)
                 .isInstanceOf(IOException.class)
                 .hasMessageContaining("No file matching '*.jsonl'");
-        assertThatThrownBy(
-                        () ->
-                                DatasetListing.scan(
-                                        new org.apache.flink.core.fs.Path(
-                                                dir.resolve("nope").toUri()),
-                                        "*.jsonl",
-                                        1024))
-                .hasMessageContaining("does not exist");
+        assertThatThrownBy(() -> scan(dir.resolve("nope"))).hasMessageContaining("does not exist");
     }
 
     /**
@@ -170,14 +164,14 @@ class DatasetListingTest {
         DatasetListing listing = scan();
 
         assertThat(listing.numRecords()).isEqualTo(3);
-        assertLocation(listing.locate(0), 0, 3, 1);
-        assertLocation(listing.locate(1), 0, 12, 2);
-        assertLocation(listing.locate(2), 1, 4, 2);
-        RecordLineReader reader = new RecordLineReader(listing, 1024, 1 << 20);
-        assertThat(text(reader.read(0, 0))).isEqualTo("{\"a\": 1}");
-        assertThat(text(reader.read(2, 2))).isEqualTo("{\"b\": 1}");
-        RecordLineReader uncached = new RecordLineReader(listing, 1024, 0);
-        assertThat(text(uncached.read(0, 0))).isEqualTo("{\"a\": 1}");
+        assertLocation(listing, 0, 0, 3, 1);
+        assertLocation(listing, 1, 0, 12, 2);
+        assertLocation(listing, 2, 1, 4, 2);
+        RecordLineReader reader = reader(listing, 1 << 20);
+        assertThat(text(reader.read(0, 0, 0))).isEqualTo("{\"a\": 1}");
+        assertThat(text(reader.read(0, 2, 2))).isEqualTo("{\"b\": 1}");
+        RecordLineReader uncached = reader(listing, 0);
+        assertThat(text(uncached.read(0, 0, 0))).isEqualTo("{\"a\": 1}");
     }
 
     /**
@@ -202,17 +196,61 @@ class DatasetListingTest {
         DatasetListing listing = scan();
 
         assertThat(listing.numRecords()).isEqualTo(3);
-        assertLocation(listing.locate(0), 0, 0, 1);
-        assertLocation(listing.locate(1), 1, 0, 1);
-        assertLocation(listing.locate(2), 1, 9, 2);
-        JsonlLine first = new RecordLineReader(listing, 1024, 1 << 20).read(0, 0);
+        assertLocation(listing, 0, 0, 0, 1);
+        assertLocation(listing, 1, 1, 0, 1);
+        assertLocation(listing, 2, 1, 9, 2);
+        JsonlLine first = reader(listing, 1 << 20).read(0, 0, 0);
         assertThat(first.ref.line).isEqualTo(1);
         assertThat(first.bytes).startsWith(Arrays.copyOf(utf16Or32, expected.length()));
         assertThat(ByteOrderMark.detect(first.bytes)).isEqualTo(expected);
     }
 
+    private static RecordLineReader reader(DatasetListing listing, long cacheBytes) {
+        return new RecordLineReader(List.of("dataset"), List.of(listing), 1024, cacheBytes);
+    }
+
     private DatasetListing scan() throws IOException {
-        return DatasetListing.scan(new org.apache.flink.core.fs.Path(dir.toUri()), "*.jsonl", 1024);
+        return scan(dir);
+    }
+
+    private DatasetListing scan(Path root) throws IOException {
+        return DatasetListing.scan(
+                new org.apache.flink.core.fs.Path(root.toUri()),
+                "*.jsonl",
+                new RecordIndexCache(cache.toString(), 1024),
+                2);
+    }
+
+    /**
+     * Each file is read once per version: a second listing takes the record counts from the cached
+     * indexes (shown here by a same-size edit with the old modification time, which the listing
+     * does not see), a new modification time rebuilds the index, and a reader whose file changed
+     * after the listing fails naming the file instead of reading wrong records.
+     */
+    @Test
+    void indexesAreBuiltOncePerFileVersionAndReused() throws IOException {
+        Path a = dir.resolve("a.jsonl");
+        Files.writeString(a, "{\"a\": 1}\n{\"a\": 2}\n");
+        Files.writeString(dir.resolve("b.jsonl"), "{}\n");
+        DatasetListing first = scan();
+        assertThat(first.numRecords()).isEqualTo(3);
+        try (var entries = Files.list(cache)) {
+            assertThat(entries.filter(p -> p.toString().endsWith(".idx"))).hasSize(2);
+        }
+
+        java.nio.file.attribute.FileTime planned = Files.getLastModifiedTime(a);
+        Files.writeString(a, "{\"a\": 1, \"b\": 22}\n"); // same size (18 bytes), one record less
+        Files.setLastModifiedTime(a, planned);
+        assertThat(scan().numRecords()).as("from the cached index").isEqualTo(3);
+
+        Files.setLastModifiedTime(
+                a, java.nio.file.attribute.FileTime.fromMillis(planned.toMillis() + 5000));
+        DatasetListing rebuilt = scan();
+        assertThat(rebuilt.numRecords()).as("rebuilt for the new version").isEqualTo(2);
+        assertLocation(rebuilt, 1, 1, 0, 1);
+        assertThatThrownBy(() -> first.index(0))
+                .isInstanceOf(IOException.class)
+                .hasMessageContaining("a.jsonl changed after the job was planned");
     }
 
     private static String text(JsonlLine line) {

@@ -2,33 +2,36 @@ package dev.stoker.operators.accounting;
 
 import dev.stoker.operators.model.SlotResult;
 import dev.stoker.operators.model.TokenizedSample;
-import org.apache.flink.api.common.accumulators.LongCounter;
 import org.apache.flink.api.common.functions.OpenContext;
 import org.apache.flink.api.common.functions.RichMapFunction;
-import org.apache.flink.metrics.Counter;
 
 /**
  * Counts each finished sample and turns it into the slot it fills in the batch plan.
  *
- * <p>Metric and accumulator: {@code samplesEmitted} (see {@link Accounting}).
+ * <p>Metrics and accumulators (see {@link Accounting}), in total and per mixture source: {@code
+ * samplesEmitted}, {@code tokensEmitted} (the samples' tokens before padding) and {@code
+ * imagesEmitted}.
  */
 public final class SampleAccounting extends RichMapFunction<TokenizedSample, SlotResult> {
     private static final long serialVersionUID = 1L;
 
-    private transient Counter emitted;
-    private transient LongCounter emittedAccumulator;
+    private transient Accounting.Count samples;
+    private transient Accounting.Count tokens;
+    private transient Accounting.Count images;
 
     @Override
     public void open(OpenContext openContext) {
-        emitted = getRuntimeContext().getMetricGroup().counter(Accounting.SAMPLES_EMITTED);
-        emittedAccumulator =
-                Accounting.accumulator(getRuntimeContext(), Accounting.SAMPLES_EMITTED);
+        samples = new Accounting.Count(getRuntimeContext(), Accounting.SAMPLES_EMITTED);
+        tokens = new Accounting.Count(getRuntimeContext(), Accounting.TOKENS_EMITTED);
+        images = new Accounting.Count(getRuntimeContext(), Accounting.IMAGES_EMITTED);
     }
 
     @Override
     public SlotResult map(TokenizedSample sample) {
-        emitted.inc();
-        emittedAccumulator.add(1);
+        String source = sample.ref.source;
+        samples.add(source, 1);
+        tokens.add(source, sample.inputIds == null ? 0 : sample.inputIds.length);
+        images.add(source, sample.imageGridThw == null ? 0 : sample.imageGridThw.length / 3);
         return SlotResult.of(sample);
     }
 }

@@ -5,13 +5,13 @@ import java.io.Serializable;
 /**
  * The fixed mapping from a sample's position to (step, rank, slot), over one or more epochs.
  *
- * <p>With {@code N} records, world size {@code W} and micro-batch size {@code B}, an epoch has
- * {@code S = ceil(N / (W*B))} steps so that every rank gets the same number of steps, and {@code
- * S*W*B} slots. The run's slots are numbered {@code 0 .. epochs*S*W*B - 1}: slot index {@code i}
- * lies in epoch {@code i / (S*W*B)} at position {@code i % (S*W*B)} of that epoch's sample order
- * ({@link SampleOrder}), in step {@code i / (W*B)} (steps count on across epochs), rank {@code (i /
- * B) % W}, slot {@code i % B}. Positions {@code >= N} of an epoch are padding slots: they hold no
- * record and are back-filled like rejected ones.
+ * <p>With {@code N} records per epoch (over all sources of the mixture), world size {@code W} and
+ * micro-batch size {@code B}, an epoch has {@code S = ceil(N / (W*B))} steps so that every rank
+ * gets the same number of steps, and {@code S*W*B} slots. The run's slots are numbered {@code 0 ..
+ * epochs*S*W*B - 1}: slot index {@code i} lies in epoch {@code i / (S*W*B)} at position {@code i %
+ * (S*W*B)} of that epoch's sample order ({@link MixtureOrder}), in step {@code i / (W*B)} (steps
+ * count on across epochs), rank {@code (i / B) % W}, slot {@code i % B}. Positions {@code >= N} of
+ * an epoch are padding slots: they hold no record and are back-filled like rejected ones.
  */
 public final class BatchPlan implements Serializable {
     private static final long serialVersionUID = 2L;

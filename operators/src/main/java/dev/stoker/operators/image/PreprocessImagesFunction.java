@@ -4,10 +4,13 @@ import dev.stoker.operators.model.DeadLetter;
 import dev.stoker.operators.model.DeadLetters;
 import dev.stoker.operators.model.FetchedRecord;
 import dev.stoker.operators.model.ImageRef;
+import dev.stoker.operators.model.PerSource;
 import dev.stoker.operators.model.PreprocessedImage;
 import dev.stoker.operators.model.PreprocessedRecord;
 import dev.stoker.operators.model.RejectedRecordException;
 import dev.stoker.operators.model.SftRecord;
+import java.util.HashMap;
+import java.util.Map;
 import org.apache.flink.api.common.functions.OpenContext;
 import org.apache.flink.metrics.Counter;
 import org.apache.flink.metrics.MetricGroup;
@@ -17,7 +20,8 @@ import org.apache.flink.util.Collector;
 
 /**
  * The CPU-heavy image stage: decodes and resizes every image of a fetched record with {@link
- * QwenImageProcessor} (normalisation and patchification, a few percent of the work, happen in the
+ * QwenImageProcessor}, with the vision config of the record's mixture source (a source may have its
+ * own pixel budget) (normalisation and patchification, a few percent of the work, happen in the
  * sink: {@link Patchifier}).
  *
  * <p>Input: {@code Either.Left} dead letters from the fetch stage, forwarded unchanged to {@link
@@ -35,27 +39,31 @@ public class PreprocessImagesFunction
         extends ProcessFunction<Either<DeadLetter, FetchedRecord>, PreprocessedRecord> {
     private static final long serialVersionUID = 1L;
 
-    private final QwenVisionConfig config;
-    private transient QwenImageProcessor processor;
+    private final PerSource<QwenVisionConfig> configs;
+    private transient Map<String, QwenImageProcessor> processors;
     private transient Counter imagesPreprocessed;
     private transient Counter imagesRejected;
     private transient Counter preprocessNanos;
     private transient PreprocessMetrics cost;
 
-    public PreprocessImagesFunction(QwenVisionConfig config) {
-        this.config = config;
+    /**
+     * @param configs each source's vision config (they differ at most in the pixel budget)
+     */
+    public PreprocessImagesFunction(PerSource<QwenVisionConfig> configs) {
+        this.configs = configs;
     }
 
     @Override
     public void open(OpenContext openContext) {
-        processor = new QwenImageProcessor(config);
+        processors = new HashMap<>();
+        QwenImageProcessor any = new QwenImageProcessor(configs.first());
         MetricGroup metrics = getRuntimeContext().getMetricGroup();
         imagesPreprocessed = metrics.counter("imagesPreprocessed");
         imagesRejected = metrics.counter("imagesRejected");
         preprocessNanos = metrics.counter("imagePreprocessNanos");
         cost =
                 new PreprocessMetrics(
-                        metrics, config.patchSize, processor.nativeJpeg(), processor.nativeWebp());
+                        metrics, configs.first().patchSize, any.nativeJpeg(), any.nativeWebp());
     }
 
     @Override
@@ -70,6 +78,9 @@ public class PreprocessImagesFunction
         FetchedRecord fetched = value.right();
         SftRecord record = fetched.record;
         ImageRef[] refs = record.images == null ? new ImageRef[0] : record.images;
+        QwenImageProcessor processor =
+                processors.computeIfAbsent(
+                        record.ref.source, s -> new QwenImageProcessor(configs.of(record.ref)));
         PreprocessedImage[] images = new PreprocessedImage[refs.length];
         for (int i = 0; i < refs.length; i++) {
             long start = System.nanoTime();

@@ -43,6 +43,21 @@ public class QwenVisionConfig implements Serializable {
     /** Qwen2-VL / Qwen2.5-VL defaults. */
     public QwenVisionConfig() {}
 
+    /** A copy with the same settings (the mean and std arrays copied too). */
+    public QwenVisionConfig copy() {
+        QwenVisionConfig c = new QwenVisionConfig();
+        c.patchSize = patchSize;
+        c.temporalPatchSize = temporalPatchSize;
+        c.mergeSize = mergeSize;
+        c.minPixels = minPixels;
+        c.maxPixels = maxPixels;
+        c.imageMean = imageMean.clone();
+        c.imageStd = imageStd.clone();
+        c.maxSourcePixels = maxSourcePixels;
+        c.dctDownscale = dctDownscale;
+        return c;
+    }
+
     /** Side multiple of resized images in pixels: {@code patchSize * mergeSize} (28 by default). */
     public int factor() {
         return patchSize * mergeSize;

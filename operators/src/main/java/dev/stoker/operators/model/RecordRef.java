@@ -9,6 +9,16 @@ import java.util.Objects;
  * <p>Flink POJO: public fields, public no-argument constructor.
  */
 public class RecordRef {
+    /** The source name of the one-source mixture that {@code stoker.dataset.path} makes. */
+    public static final String SINGLE_SOURCE = "dataset";
+
+    /**
+     * Name of the mixture source the record belongs to ({@code stoker.mixture.path}; the single
+     * dataset of {@code stoker.dataset.path} is the source {@value #SINGLE_SOURCE}); {@code null}
+     * outside a job (tests, tools).
+     */
+    public String source;
+
     /** Path (URI string) of the JSONL file the record was read from. */
     public String file;
 
@@ -16,8 +26,8 @@ public class RecordRef {
     public long line;
 
     /**
-     * 0-based position of the record in the dataset's deterministic order (files sorted by path,
-     * non-blank lines in file order); decides the record's (step, rank, slot).
+     * 0-based slot index of the record in the run's deterministic sample order; decides the
+     * record's (step, rank, slot).
      */
     public long sampleIndex;
 
@@ -26,7 +36,13 @@ public class RecordRef {
 
     public RecordRef() {}
 
+    /** A record outside a mixture ({@link #source} {@code null}): tests and tools. */
     public RecordRef(String file, long line, long sampleIndex, String recordId) {
+        this(null, file, line, sampleIndex, recordId);
+    }
+
+    public RecordRef(String source, String file, long line, long sampleIndex, String recordId) {
+        this.source = source;
         this.file = file;
         this.line = line;
         this.sampleIndex = sampleIndex;
@@ -35,17 +51,18 @@ public class RecordRef {
 
     /** Returns a copy with the given record id. */
     public RecordRef withRecordId(String id) {
-        return new RecordRef(file, line, sampleIndex, id);
+        return new RecordRef(source, file, line, sampleIndex, id);
     }
 
-    /** {@code file:line} followed by {@code (id=...)} when the id is known. */
     /**
-     * {@code file:line (id=...)} for logs and exception messages, the file name and record id
-     * escaped with {@link PrintableText} (they come from the data).
+     * {@code file:line (id=...)} for logs and exception messages, preceded by {@code [source] } in
+     * a mixture; the names escaped with {@link PrintableText} (they come from the data and the
+     * spec).
      */
     @Override
     public String toString() {
-        return PrintableText.escape(file)
+        return (source == null ? "" : "[" + PrintableText.escape(source) + "] ")
+                + PrintableText.escape(file)
                 + ":"
                 + line
                 + (recordId == null ? "" : " (id=" + PrintableText.escape(recordId) + ")");
@@ -59,12 +76,13 @@ public class RecordRef {
         RecordRef r = (RecordRef) o;
         return line == r.line
                 && sampleIndex == r.sampleIndex
+                && Objects.equals(source, r.source)
                 && Objects.equals(file, r.file)
                 && Objects.equals(recordId, r.recordId);
     }
 
     @Override
     public int hashCode() {
-        return Objects.hash(file, line, sampleIndex, recordId);
+        return Objects.hash(source, file, line, sampleIndex, recordId);
     }
 }

@@ -11,19 +11,20 @@ import org.apache.flink.types.StringValue;
 /**
  * Flink serializer of {@link TokenizedSample} that moves the resized RGB bytes in one bulk copy.
  *
- * <p>Format version {@value #VERSION}: a version byte; the {@link RecordRef} (file and record id as
- * nullable {@link StringValue}s, line and sample index as int64); then {@code input_ids}, {@code
- * labels} (int64), the resized RGB (uint8) and {@code image_grid_thw} (int64), each as an int32
- * length ({@code -1} for null) followed by its elements (the int64s big-endian, as Flink writes
- * them). Used for the samples on their way to the sink and for the slots the sink stages in shared
- * memory. Version 1 (Stoker before the sink patchified) carried float32 {@code pixel_values}
- * instead and is not read: the normalised values cannot be turned back into the bytes.
+ * <p>Format version {@value #VERSION}: a version byte; the {@link RecordRef} (source, file and
+ * record id as nullable {@link StringValue}s, line and sample index as int64); then {@code
+ * input_ids}, {@code labels} (int64), the resized RGB (uint8) and {@code image_grid_thw} (int64),
+ * each as an int32 length ({@code -1} for null) followed by its elements (the int64s big-endian, as
+ * Flink writes them). Used for the samples on their way to the sink and for the slots the sink
+ * stages in shared memory. Version 1 (Stoker before the sink patchified) carried float32 {@code
+ * pixel_values} instead and is not read: the normalised values cannot be turned back into the
+ * bytes. Version 2 (Stoker before mixtures) had no source name and is not read either.
  */
 public final class TokenizedSampleSerializer extends TypeSerializer<TokenizedSample> {
     private static final long serialVersionUID = 1L;
 
     /** The format version written by this serializer. */
-    static final int VERSION = 2;
+    static final int VERSION = 3;
 
     @Override
     public boolean isImmutableType() {
@@ -45,7 +46,9 @@ public final class TokenizedSampleSerializer extends TypeSerializer<TokenizedSam
     public TokenizedSample copy(TokenizedSample from) {
         RecordRef r = from.ref;
         return new TokenizedSample(
-                r == null ? null : new RecordRef(r.file, r.line, r.sampleIndex, r.recordId),
+                r == null
+                        ? null
+                        : new RecordRef(r.source, r.file, r.line, r.sampleIndex, r.recordId),
                 clone(from.inputIds),
                 clone(from.labels),
                 from.resizedRgb == null ? null : from.resizedRgb.clone(),
@@ -70,6 +73,7 @@ public final class TokenizedSampleSerializer extends TypeSerializer<TokenizedSam
     public void serialize(TokenizedSample sample, DataOutputView target) throws IOException {
         target.writeByte(VERSION);
         RecordRef ref = sample.ref;
+        StringValue.writeString(ref.source, target);
         StringValue.writeString(ref.file, target);
         target.writeLong(ref.line);
         target.writeLong(ref.sampleIndex);
@@ -94,13 +98,19 @@ public final class TokenizedSampleSerializer extends TypeSerializer<TokenizedSam
                             + VERSION
                             + (version == 1
                                     ? "; version 1 was written by a Stoker that sent float32"
-                                            + " pixel_values to the sink: resume such a job with"
-                                            + " the Stoker that took the savepoint, or start it"
-                                            + " afresh"
+                                            + " pixel_values to the sink"
+                                    : version == 2
+                                            ? "; version 2 was written by a Stoker without"
+                                                    + " mixture sources"
+                                            : "")
+                            + (version == 1 || version == 2
+                                    ? ": resume such a job with the Stoker that took the"
+                                            + " savepoint, or start it afresh"
                                     : "")
                             + ")");
         }
         RecordRef ref = new RecordRef();
+        ref.source = StringValue.readString(source);
         ref.file = StringValue.readString(source);
         ref.line = source.readLong();
         ref.sampleIndex = source.readLong();

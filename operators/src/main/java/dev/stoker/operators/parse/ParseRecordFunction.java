@@ -6,9 +6,7 @@ import dev.stoker.operators.model.DeadLetters;
 import dev.stoker.operators.model.JsonlLine;
 import dev.stoker.operators.model.RejectedRecordException;
 import dev.stoker.operators.model.SftRecord;
-import org.apache.flink.api.common.accumulators.LongCounter;
 import org.apache.flink.api.common.functions.OpenContext;
-import org.apache.flink.metrics.Counter;
 import org.apache.flink.streaming.api.functions.ProcessFunction;
 import org.apache.flink.util.Collector;
 
@@ -16,25 +14,23 @@ import org.apache.flink.util.Collector;
  * Flink operator wrapping {@link SftRecordParser}: valid lines are emitted as {@link SftRecord}s,
  * rejected ones go to the {@link DeadLetters#TAG} side output as {@link DeadLetter}s (with the
  * record id when it could be read). Every line it sees counts as a record read ({@link
- * Accounting#RECORDS_READ}); rejections are counted downstream by {@code DeadLetterAccounting}.
+ * Accounting#RECORDS_READ}, in total and per mixture source); rejections are counted downstream by
+ * {@code DeadLetterAccounting}.
  */
 public class ParseRecordFunction extends ProcessFunction<JsonlLine, SftRecord> {
     private static final long serialVersionUID = 1L;
 
     private final SftRecordParser parser = new SftRecordParser();
-    private transient Counter recordsRead;
-    private transient LongCounter recordsReadTotal;
+    private transient Accounting.Count recordsRead;
 
     @Override
     public void open(OpenContext openContext) {
-        recordsRead = getRuntimeContext().getMetricGroup().counter(Accounting.RECORDS_READ);
-        recordsReadTotal = Accounting.accumulator(getRuntimeContext(), Accounting.RECORDS_READ);
+        recordsRead = new Accounting.Count(getRuntimeContext(), Accounting.RECORDS_READ);
     }
 
     @Override
     public void processElement(JsonlLine line, Context ctx, Collector<SftRecord> out) {
-        recordsRead.inc();
-        recordsReadTotal.add(1);
+        recordsRead.add(line.ref.source, 1);
         try {
             out.collect(parser.parse(line));
         } catch (RejectedRecordException e) {

@@ -2,6 +2,7 @@ package dev.stoker.operators.tokenize;
 
 import dev.stoker.operators.model.DeadLetter;
 import dev.stoker.operators.model.DeadLetters;
+import dev.stoker.operators.model.PerSource;
 import dev.stoker.operators.model.PreprocessedRecord;
 import dev.stoker.operators.model.RejectedRecordException;
 import dev.stoker.operators.model.TokenizedSample;
@@ -9,56 +10,57 @@ import java.io.IOException;
 import java.nio.file.AccessDeniedException;
 import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
+import java.util.HashMap;
+import java.util.Map;
 import org.apache.flink.api.common.functions.OpenContext;
 import org.apache.flink.runtime.execution.SuppressRestartsException;
 import org.apache.flink.streaming.api.functions.ProcessFunction;
 import org.apache.flink.util.Collector;
 
 /**
- * Flink operator that renders the model's Qwen-VL chat template, tokenizes it with label masking
- * and attaches the images' resized RGB pixels and {@code image_grid_thw} (see {@link
- * SampleTokenizer}). The tokenizer is loaded in {@link #open(OpenContext)} from a directory holding
- * {@code tokenizer.json} and closed in {@link #close()}. Records that cannot be tokenized go to the
- * {@link DeadLetters#TAG} side output with {@code TOKENIZATION_FAILED}, samples over the maximum
- * sequence length (policy {@code DROP}, or nothing trainable left after {@code TRUNCATE}) with
- * {@code SEQUENCE_TOO_LONG}.
+ * Flink operator that renders the model's Qwen-VL chat template (each mixture source may have its
+ * own default system prompt and maximum sequence length), tokenizes it with label masking and
+ * attaches the images' resized RGB pixels and {@code image_grid_thw} (see {@link SampleTokenizer}).
+ * The tokenizer is loaded in {@link #open(OpenContext)} from a directory holding {@code
+ * tokenizer.json} and closed in {@link #close()}. Records that cannot be tokenized go to the {@link
+ * DeadLetters#TAG} side output with {@code TOKENIZATION_FAILED}, samples over the maximum sequence
+ * length (policy {@code DROP}, or nothing trainable left after {@code TRUNCATE}) with {@code
+ * SEQUENCE_TOO_LONG}.
  */
 public class TokenizeFunction extends ProcessFunction<PreprocessedRecord, TokenizedSample> {
     private static final long serialVersionUID = 1L;
 
     private final String tokenizerDir;
     private final int mergeSize;
-    private final QwenChatTemplate template;
-    private final int maxSeqLen;
+    private final PerSource<QwenChatTemplate> templates;
+    private final PerSource<Integer> maxSeqLens;
     private final SequenceLengthPolicy policy;
     private transient ChatTokenizer tokenizer;
-    private transient SampleTokenizer samples;
+    private transient Map<String, SampleTokenizer> samples;
 
     /**
      * @param tokenizerDir directory containing {@code tokenizer.json}, readable on every
      *     TaskManager
      * @param mergeSize the vision merge size (2 for Qwen2-VL, Qwen2.5-VL and Qwen3-VL)
-     * @param template the model preset's chat template
-     * @param maxSeqLen the most tokens a sample may have
+     * @param templates each source's chat template (the model preset's, with the source's default
+     *     system prompt)
+     * @param maxSeqLens each source's most tokens a sample may have
      * @param policy what happens to a longer sample (see {@link SampleTokenizer})
-     * @throws IllegalArgumentException when {@code mergeSize} or {@code maxSeqLen} is below 1
+     * @throws IllegalArgumentException when {@code mergeSize} is below 1
      */
     public TokenizeFunction(
             String tokenizerDir,
             int mergeSize,
-            QwenChatTemplate template,
-            int maxSeqLen,
+            PerSource<QwenChatTemplate> templates,
+            PerSource<Integer> maxSeqLens,
             SequenceLengthPolicy policy) {
         if (mergeSize < 1) {
             throw new IllegalArgumentException("mergeSize must be positive, got " + mergeSize);
         }
-        if (maxSeqLen < 1) {
-            throw new IllegalArgumentException("maxSeqLen must be positive, got " + maxSeqLen);
-        }
         this.tokenizerDir = tokenizerDir;
         this.mergeSize = mergeSize;
-        this.template = template;
-        this.maxSeqLen = maxSeqLen;
+        this.templates = templates;
+        this.maxSeqLens = maxSeqLens;
         this.policy = policy;
     }
 
@@ -85,17 +87,29 @@ public class TokenizeFunction extends ProcessFunction<PreprocessedRecord, Tokeni
                                     + e,
                             e));
         }
-        samples = new SampleTokenizer(tokenizer, template, mergeSize, maxSeqLen, policy);
+        samples = new HashMap<>();
     }
 
     @Override
     public void processElement(
             PreprocessedRecord record, Context ctx, Collector<TokenizedSample> out) {
         try {
-            out.collect(samples.tokenize(record));
+            out.collect(tokenizerOf(record).tokenize(record));
         } catch (RejectedRecordException e) {
             ctx.output(DeadLetters.TAG, DeadLetter.of(record.record.ref, e));
         }
+    }
+
+    private SampleTokenizer tokenizerOf(PreprocessedRecord record) {
+        return samples.computeIfAbsent(
+                record.record.ref.source,
+                s ->
+                        new SampleTokenizer(
+                                tokenizer,
+                                templates.of(record.record.ref),
+                                mergeSize,
+                                maxSeqLens.of(record.record.ref),
+                                policy));
     }
 
     @Override

@@ -8,6 +8,7 @@ import dev.stoker.operators.model.DeadLetter;
 import dev.stoker.operators.model.DeadLetters;
 import dev.stoker.operators.model.FetchedRecord;
 import dev.stoker.operators.model.ImageRef;
+import dev.stoker.operators.model.PerSource;
 import dev.stoker.operators.model.PreprocessedRecord;
 import dev.stoker.operators.model.RecordRef;
 import dev.stoker.operators.model.RejectReason;
@@ -28,7 +29,8 @@ class PreprocessImagesFunctionTest {
         OneInputStreamOperatorTestHarness<Either<DeadLetter, FetchedRecord>, PreprocessedRecord>
                 harness =
                         ProcessFunctionTestHarnesses.forProcessFunction(
-                                new PreprocessImagesFunction(new QwenVisionConfig()));
+                                new PreprocessImagesFunction(
+                                        PerSource.uniform(new QwenVisionConfig())));
 
         DeadLetter upstream =
                 new DeadLetter(

@@ -63,7 +63,7 @@ class TokenizedSampleSerializerTest extends SerializerTestBase<TokenizedSample> 
         }
         return new TokenizedSample[] {
             new TokenizedSample(
-                    new RecordRef("s3://bucket/train.jsonl", 12, 11, "rec-11"),
+                    new RecordRef("llava-instruct", "s3://bucket/train.jsonl", 12, 11, "rec-11"),
                     new long[] {1, 2, 3},
                     new long[] {-100, 2, 3},
                     new byte[] {(byte) 255, 0, 127, (byte) 128, 1, 2},
@@ -106,7 +106,7 @@ class TokenizedSampleSerializerTest extends SerializerTestBase<TokenizedSample> 
     }
 
     @Test
-    void theFloatFormatOfEarlierStokersIsRejectedWithWhatToDo() throws IOException {
+    void theFormatsOfEarlierStokersAreRejectedWithWhatToDo() throws IOException {
         DataOutputSerializer out = new DataOutputSerializer(64);
         createSerializer().serialize(getTestData()[0], out);
         byte[] bytes = out.getCopyOfBuffer();
@@ -114,6 +114,11 @@ class TokenizedSampleSerializerTest extends SerializerTestBase<TokenizedSample> 
         assertThatThrownBy(() -> createSerializer().deserialize(new DataInputDeserializer(bytes)))
                 .isInstanceOf(IOException.class)
                 .hasMessageContaining("version 1 was written by a Stoker that sent float32")
+                .hasMessageContaining("start it afresh");
+        bytes[0] = 2;
+        assertThatThrownBy(() -> createSerializer().deserialize(new DataInputDeserializer(bytes)))
+                .isInstanceOf(IOException.class)
+                .hasMessageContaining("version 2 was written by a Stoker without mixture sources")
                 .hasMessageContaining("start it afresh");
     }
 
@@ -123,9 +128,18 @@ class TokenizedSampleSerializerTest extends SerializerTestBase<TokenizedSample> 
         TokenizedSample sample = getTestData()[0];
         createSerializer().serialize(sample, out);
         byte[] bytes = out.getCopyOfBuffer();
-        // version byte, file (length varint + 23 chars), line, sampleIndex, record id (1 + 6)
+        // version byte, source (length varint + 14 chars), file (length varint + 23 chars), line,
+        // sampleIndex, record id (1 + 6)
         int inputIdsLength =
-                1 + 1 + sample.ref.file.length() + 8 + 8 + 1 + sample.ref.recordId.length();
+                1
+                        + 1
+                        + sample.ref.source.length()
+                        + 1
+                        + sample.ref.file.length()
+                        + 8
+                        + 8
+                        + 1
+                        + sample.ref.recordId.length();
         assertThat(bytes[inputIdsLength + 3]).isEqualTo((byte) 3);
         bytes[inputIdsLength] = (byte) 0x80;
         assertThatThrownBy(() -> createSerializer().deserialize(new DataInputDeserializer(bytes)))

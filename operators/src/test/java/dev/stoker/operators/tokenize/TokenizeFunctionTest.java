@@ -6,6 +6,7 @@ import dev.stoker.operators.model.ChatMessage;
 import dev.stoker.operators.model.ContentPart;
 import dev.stoker.operators.model.DeadLetter;
 import dev.stoker.operators.model.DeadLetters;
+import dev.stoker.operators.model.PerSource;
 import dev.stoker.operators.model.PreprocessedImage;
 import dev.stoker.operators.model.PreprocessedRecord;
 import dev.stoker.operators.model.RejectReason;
@@ -24,8 +25,8 @@ class TokenizeFunctionTest {
                 new TokenizeFunction(
                         ChatTokenizerTest.tokenizerDir().toString(),
                         2,
-                        new QwenChatTemplate(),
-                        32768,
+                        PerSource.uniform(new QwenChatTemplate()),
+                        PerSource.uniform(32768),
                         SequenceLengthPolicy.DROP);
         try (OneInputStreamOperatorTestHarness<PreprocessedRecord, TokenizedSample> harness =
                 ProcessFunctionTestHarnesses.forProcessFunction(function)) {
