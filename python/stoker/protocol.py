@@ -247,8 +247,8 @@ class Manifest:
         shuffle_seed: seed of the per-epoch shuffle, or ``None`` when the order is not shuffled.
         patch_dim: D, values per ``pixel_values`` row, or ``None`` if absent.
         vision: the patch geometry and normalisation of ``pixel_values``.
-        dataset_fingerprint: ``"sha256:<hex>"`` of the dataset listing (files, sizes, where each
-            record starts), or ``None`` if absent.
+        dataset_fingerprint: ``"sha256:<hex>"`` of the mixture: its spec and each source's
+            listing (files, sizes, where each record starts), or ``None`` if absent.
         model_preset: the job's ``stoker.model.preset`` (e.g. ``"qwen2-vl"``), or ``None`` if
             absent.
         packing_max_tokens: T, the tokens per packed row of every batch (the job's

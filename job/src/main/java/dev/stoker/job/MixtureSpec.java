@@ -6,6 +6,7 @@ import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import com.fasterxml.jackson.dataformat.yaml.YAMLFactory;
 import dev.stoker.operators.batch.MixtureOrder;
+import dev.stoker.operators.json.Json;
 import dev.stoker.operators.model.RecordRef;
 import java.io.IOException;
 import java.io.InputStream;
@@ -53,8 +54,9 @@ import org.apache.flink.core.fs.Path;
  * {@code max_seq_len} (else the {@code stoker.image.*} and {@code stoker.max-seq-len} values).
  */
 final class MixtureSpec {
-    private static final ObjectMapper YAML = new ObjectMapper(new YAMLFactory());
-    private static final ObjectMapper JSON = new ObjectMapper();
+    private static final ObjectMapper YAML =
+            Json.mapper(YAMLFactory.builder().recyclerPool(Json.pool()).build());
+    private static final ObjectMapper JSON = Json.mapper();
     private static final Pattern NAME = Pattern.compile("[A-Za-z0-9._-]+");
     private static final Pattern URI_SCHEME = Pattern.compile("^[A-Za-z][A-Za-z0-9+.-]*:");
     private static final Set<String> TOP_KEYS = Set.of("samples_per_epoch", "sources");

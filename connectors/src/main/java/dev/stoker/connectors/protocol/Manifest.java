@@ -87,8 +87,8 @@ public final class Manifest implements Serializable {
      *     ({@link QwenVisionConfig#patchDim()}), {@code patch_size}, {@code temporal_patch_size},
      *     {@code merge_size}, {@code rescale_factor} ({@link QwenVisionConfig#RESCALE_FACTOR}), and
      *     {@code image_mean}/{@code image_std} (3 values, R, G, B on the 0..1 scale)
-     * @param datasetFingerprint the dataset listing's fingerprint ({@code
-     *     DatasetListing.fingerprint()}, {@code "sha256:<hex>"})
+     * @param datasetFingerprint the mixture's fingerprint: its spec and each source's listing
+     *     ({@code "sha256:<hex>"}, docs/batch-protocol.md)
      * @param modelPreset the {@code stoker.model.preset} key, e.g. {@code "qwen2-vl"}
      * @param packingMaxTokens tokens per packed row, or {@code null} when batches are not packed
      */

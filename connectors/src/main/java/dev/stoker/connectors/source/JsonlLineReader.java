@@ -42,10 +42,18 @@ public final class JsonlLineReader implements Closeable {
         }
     }
 
+    /** Size of the chunks read from the stream and scanned for line ends in bulk. */
+    private static final int CHUNK = 1 << 16;
+
+    /** Only for {@link #fromStartOfFile}'s look at the first bytes; chunks bypass its buffer. */
     private final BufferedInputStream in;
+
     private final int maxLineBytes;
     private ByteOrderMark byteOrderMark;
     private byte[] buffer = new byte[8192];
+    private final byte[] chunk = new byte[CHUNK];
+    private int chunkPos;
+    private int chunkLen;
     private long lineNumber;
     private long position;
     private boolean eof;
@@ -54,7 +62,7 @@ public final class JsonlLineReader implements Closeable {
         if (maxLineBytes <= 0) {
             throw new IllegalArgumentException("maxLineBytes must be positive: " + maxLineBytes);
         }
-        this.in = new BufferedInputStream(in, 1 << 16);
+        this.in = new BufferedInputStream(in, ByteOrderMark.MAX_LENGTH);
         this.maxLineBytes = maxLineBytes;
     }
 
@@ -101,18 +109,38 @@ public final class JsonlLineReader implements Closeable {
         int kept = 0;
         long length = 0;
         long offset = position;
-        int b;
-        while ((b = in.read()) != -1 && b != '\n') {
-            if (kept < maxLineBytes) {
-                if (kept == buffer.length) {
+        boolean newline = false;
+        while (true) {
+            if (chunkPos == chunkLen) {
+                chunkPos = 0;
+                chunkLen = Math.max(0, in.read(chunk, 0, CHUNK));
+                if (chunkLen == 0) {
+                    break;
+                }
+            }
+            int start = chunkPos;
+            int stop = start;
+            while (stop < chunkLen && chunk[stop] != '\n') {
+                stop++;
+            }
+            int take = Math.min(stop - start, maxLineBytes - kept);
+            if (take > 0) {
+                while (kept + take > buffer.length) {
                     buffer = Arrays.copyOf(buffer, Math.min(maxLineBytes, buffer.length * 2));
                 }
-                buffer[kept++] = (byte) b;
+                System.arraycopy(chunk, start, buffer, kept, take);
+                kept += take;
             }
-            length++;
+            length += stop - start;
+            if (stop < chunkLen) {
+                chunkPos = stop + 1;
+                newline = true;
+                break;
+            }
+            chunkPos = chunkLen;
         }
-        position = offset + length + (b == -1 ? 0 : 1);
-        if (b == -1) {
+        position = offset + length + (newline ? 1 : 0);
+        if (!newline) {
             eof = true;
             if (length == 0) {
                 return null;

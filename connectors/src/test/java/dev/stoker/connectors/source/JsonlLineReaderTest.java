@@ -84,6 +84,74 @@ class JsonlLineReaderTest {
         assertThat(lines.get(0).bytes).containsExactly('{', (byte) 0xE9, '}');
     }
 
+    /**
+     * The reader scans the stream in 64 KiB chunks: lines that straddle a chunk, lines longer than
+     * a chunk (kept whole, or cut at the limit), a CRLF split between two chunks, and a stream that
+     * hands out a few bytes per read give the same lines, offsets and lengths.
+     */
+    @Test
+    void linesAcrossChunkBoundariesAreWhole() throws IOException {
+        StringBuilder text = new StringBuilder();
+        List<String> expected = new ArrayList<>();
+        java.util.Random random = new java.util.Random(5);
+        for (int i = 0; i < 40; i++) {
+            String line = "{\"k\": \"" + "x".repeat(random.nextInt(20_000)) + "\"}";
+            expected.add(line);
+            text.append(line).append(i % 3 == 0 ? "\r\n" : "\n");
+        }
+        String big = "{\"big\": \"" + "y".repeat(200_000) + "\"}";
+        expected.add(big);
+        text.append(big).append("\n");
+        byte[] data = text.toString().getBytes(StandardCharsets.UTF_8);
+        // the CRLF after line 0 lands on a chunk boundary when line 0 is 65535 bytes long
+        for (byte[] input : List.of(data, crlfOnTheBoundary())) {
+            List<JsonlLineReader.Line> lines = readAll(input, 1 << 20);
+            long offset = 0;
+            for (JsonlLineReader.Line line : lines) {
+                assertThat(line.offset).isEqualTo(offset);
+                int end = offset(input, offset);
+                offset = end + 1;
+            }
+        }
+        assertThat(readAll(data, 1 << 20))
+                .extracting(JsonlLineReaderTest::text)
+                .isEqualTo(expected);
+        List<JsonlLineReader.Line> trickled = new ArrayList<>();
+        try (JsonlLineReader r =
+                new JsonlLineReader(
+                        new java.io.FilterInputStream(new ByteArrayInputStream(data)) {
+                            @Override
+                            public int read(byte[] b, int off, int len) throws IOException {
+                                return super.read(b, off, Math.min(len, 7));
+                            }
+                        },
+                        1 << 20)) {
+            for (JsonlLineReader.Line l; (l = r.next()) != null; ) {
+                trickled.add(l);
+            }
+        }
+        assertThat(trickled).extracting(JsonlLineReaderTest::text).isEqualTo(expected);
+        JsonlLineReader.Line cut = readAll(data, 100_000).get(expected.size() - 1);
+        assertThat(cut.bytes).hasSize(100_000);
+        assertThat(cut.originalLength).isEqualTo(big.length());
+    }
+
+    /** A 65535-byte line whose CR ends the first 64 KiB chunk and whose LF starts the next. */
+    private static byte[] crlfOnTheBoundary() {
+        return (FIRST + "\r\n{\"b\": 1}\n").getBytes(StandardCharsets.UTF_8);
+    }
+
+    private static final String FIRST = "{\"a\": \"" + "z".repeat(65535 - 9) + "\"}";
+
+    /** Index of the next line feed at or after {@code from}. */
+    private static int offset(byte[] data, long from) {
+        int i = (int) from;
+        while (data[i] != '\n') {
+            i++;
+        }
+        return i;
+    }
+
     @Test
     void emptyInputHasNoLines() throws IOException {
         assertThat(readAll(new byte[0], 16)).isEmpty();

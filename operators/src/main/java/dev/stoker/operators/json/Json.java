@@ -38,6 +38,19 @@ public final class Json {
 
     /** An {@link ObjectMapper} over {@link #factory()}, otherwise Jackson's defaults. */
     public static ObjectMapper mapper() {
-        return new ObjectMapper(factory());
+        return mapper(factory());
+    }
+
+    /**
+     * An {@link ObjectMapper} over {@code factory}, a factory of another format (e.g. YAML) that
+     * its caller built with {@link #pool()}.
+     */
+    public static ObjectMapper mapper(JsonFactory factory) {
+        return new ObjectMapper(factory);
+    }
+
+    /** The job's buffer pool, for the builder of a factory of another format. */
+    public static RecyclerPool<BufferRecycler> pool() {
+        return POOL;
     }
 }
