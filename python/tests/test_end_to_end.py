@@ -241,32 +241,57 @@ def _records() -> list[int]:
     return [i + 1 for i, line in enumerate(lines) if line.strip()]
 
 
-def _java_shuffle(n: int, seed: int, epoch: int) -> list[int]:
-    """``SampleOrder``: Fisher-Yates driven by java.util.Random(seed * 1_000_003 + epoch)."""
-    mask = (1 << 48) - 1
-    state = ((seed * 1_000_003 + epoch) ^ 0x5DEECE66D) & mask
+_M64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
 
-    def next31() -> int:
-        nonlocal state
-        state = (state * 0x5DEECE66D + 0xB) & mask
-        return state >> 17
 
-    def next_int(bound: int) -> int:
-        r = next31()
-        if bound & (bound - 1) == 0:
-            return (bound * r) >> 31
-        u = r
-        while True:
-            r = u % bound
-            if u - r + bound - 1 < 1 << 31:  # the int overflow check of Random.nextInt
-                return r
-            u = next31()
+def _mix(z: int) -> int:
+    """The SplitMix64 finaliser (``SeededPermutation.mix``) on unsigned 64-bit integers."""
+    z &= _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
 
-    order = list(range(n))
-    for i in range(n - 1, 0, -1):
-        j = next_int(i + 1)
-        order[i], order[j] = order[j], order[i]
-    return order
+
+def _permutation(n: int, key: int) -> list[int]:
+    """``SeededPermutation(n, key)``: a 6-round Feistel network over 2h bits, cycle walking."""
+    half = (max(1, (n - 1).bit_length()) + 1) // 2
+    mask = (1 << half) - 1
+    round_keys = [_mix(key + (r + 1) * _GOLDEN) for r in range(6)]
+
+    def encrypt(v: int) -> int:
+        left, right = v >> half, v & mask
+        for rk in round_keys:
+            left, right = right, left ^ (_mix(right ^ rk) & mask)
+        return (left << half) | right
+
+    out = []
+    for p in range(n):
+        y = encrypt(p)
+        while y >= n:
+            y = encrypt(y)
+        out.append(y)
+    return out
+
+
+def _key(seed: int, stream: int, index: int) -> int:
+    return _mix(_mix((seed & _M64) ^ _mix(stream)) + index)
+
+
+def _name_key(name: str) -> int:
+    h = 0xCBF29CE484222325
+    for b in name.encode("utf-8"):
+        h = ((h ^ b) * 0x100000001B3) & _M64
+    return h
+
+
+def _mixture_order(n: int, seed: int, epoch: int, source: str = "dataset") -> list[int]:
+    """``MixtureOrder`` of a one-source mixture read once per epoch (docs/batch-protocol.md, "Row
+    and slot order"), written again from the documentation: position p of the epoch holds the
+    source's contribution k = perm_e(p), which is its record perm_(source, e)(k)."""
+    interleave = _permutation(n, _key(seed, 0x6D69786564, epoch))
+    records = _permutation(n, _key(seed, _name_key(source), epoch))  # cycle e: C = N
+    return [records[interleave[p]] for p in range(n)]
 
 
 def test_manifest_and_layout(runs) -> None:
@@ -303,10 +328,10 @@ def test_every_rank_reads_every_step_in_order(runs) -> None:
 
 def test_accounting_and_seeded_order(runs) -> None:
     """Each record is in exactly one filled slot or one dead letter; slot index p holds record
-    order[p] of the seeded shuffle."""
+    order[p] of the seeded mixture order (the dataset is the one-source mixture)."""
     lines = _records()
     n = len(lines)
-    order = _java_shuffle(n, seed=0, epoch=0)
+    order = _mixture_order(n, seed=0, epoch=0)
     filled: list[int] = []
     for seen in runs["first"]:
         for step, row in seen.rows.items():

@@ -75,7 +75,13 @@ def _jackson_string(value: str) -> str:
 
 
 def _dead_letter_line(
-    file: str, line: int, sample_index: int, record_id: str | None, reason: str, message: str
+    file: str,
+    line: int,
+    sample_index: int,
+    record_id: str | None,
+    reason: str,
+    message: str,
+    source: str = "dataset",
 ) -> bytes:
     """One line of a dead-letter part file, as ``DeadLetterJsonEncoder`` writes it."""
     stage = {
@@ -86,7 +92,8 @@ def _dead_letter_line(
     }[reason]
     rid = "null" if record_id is None else _jackson_string(record_id)
     text = (
-        f'{{"file":{_jackson_string(file)},"line":{line},"sample_index":{sample_index},'
+        f'{{"source":{_jackson_string(source)},"file":{_jackson_string(file)},"line":{line},'
+        f'"sample_index":{sample_index},'
         f'"record_id":{rid},"stage":"{stage}","reason":"{reason}",'
         f'"message":{_jackson_string(message)}}}'
     )
@@ -163,7 +170,10 @@ def _write_dead_letters(directory: Path) -> None:
     in-progress one (hidden, not committed: the tool must not read it)."""
     bucket = directory / "2026-01-15--10"
     bucket.mkdir(parents=True)
-    lines = [_dead_letter_line(*fields) for fields, _ in HOSTILE_LETTERS]
+    lines = [
+        _dead_letter_line(*fields, source="llava" if i < 3 else "ocr")
+        for i, (fields, _) in enumerate(HOSTILE_LETTERS)
+    ]
     uuid = "6c4a2c1e-0d7b-4f8e-9a51-3f2b8c1d9e70"
     (bucket / f"dead-letters-{uuid}-0.jsonl").write_bytes(b"".join(lines[:3]))
     (bucket / f"dead-letters-{uuid}-1.jsonl").write_bytes(b"".join(lines[3:]))
@@ -244,11 +254,12 @@ def test_dead_letters_tool_prints_hostile_dead_letters_escaped(tmp_path, output)
     rc, out, err = _run(["-m", "stoker.dead_letters", str(directory)], output)
     assert rc == 0, out + err
     encoding = OUTPUTS[output][1]
-    assert out.startswith("dead letters: 5\n"), out
+    assert out.startswith("dead letters: 5\n  source llava: 3\n  source ocr: 2\n"), out
     assert "  fetch/IMAGE_NOT_FOUND: 1\n" in out and "  parse/UNSAFE_PATH: 2\n" in out, out
     for _, shown in HOSTILE_LETTERS:
         assert _expected(shown, encoding) + "\n" in out, f"{shown!r} not in:\n{out}"
-    assert len(out.splitlines()) == 1 + 4 + 5  # total, 4 reasons, one line per dead letter
+    # total, 2 sources, 4 reasons, one line per dead letter
+    assert len(out.splitlines()) == 1 + 2 + 4 + 5
     _assert_nothing_raw(out)
 
 
