@@ -87,12 +87,14 @@ final class MixturePlan {
             try {
                 listing = DatasetListing.scan(new Path(source.path), source.glob, indexes, threads);
             } catch (IOException | RuntimeException e) {
-                throw bad(spec, source, "path '" + source.path + "' cannot be listed: " + e);
+                throw bad(spec, source, "path", source.path, "cannot be listed: " + e);
             }
             if (listing.numRecords() == 0) {
                 throw bad(
                         spec,
                         source,
+                        "path",
+                        source.path,
                         "has no record: "
                                 + listing.files().size()
                                 + " file(s) matching '"
@@ -159,20 +161,16 @@ final class MixturePlan {
 
     /** The image root of source {@code s}. */
     String rootOf(int s) {
-        return imageRoots.of(ref(order.name(s)));
+        return imageRoots.get(order.name(s));
     }
 
     /** The largest maximum sequence length of any source. */
     int longestMaxSeqLen() {
         int longest = 0;
         for (int s = 0; s < order.numSources(); s++) {
-            longest = Math.max(longest, maxSeqLens.of(ref(order.name(s))));
+            longest = Math.max(longest, maxSeqLens.get(order.name(s)));
         }
         return longest;
-    }
-
-    private static dev.stoker.operators.model.RecordRef ref(String source) {
-        return new dev.stoker.operators.model.RecordRef(source, null, 0, 0, null);
     }
 
     private static String imageRoot(
@@ -188,7 +186,7 @@ final class MixturePlan {
             StokerConfig.checkImageRootDirectory(root, source.imageRoot);
             return root;
         } catch (IllegalConfigurationException e) {
-            throw bad(spec, source, "image_root: " + e.getMessage());
+            throw bad(spec, source, "image_root", source.imageRoot, e.getMessage());
         }
     }
 
@@ -204,9 +202,9 @@ final class MixturePlan {
             throw bad(
                     spec,
                     source,
-                    "min_pixels "
-                            + v.minPixels
-                            + " is above max_pixels "
+                    "min_pixels",
+                    v.minPixels,
+                    "is above max_pixels "
                             + v.maxPixels
                             + " (the job's value where the source gives none)");
         }
@@ -214,22 +212,8 @@ final class MixturePlan {
     }
 
     private static IllegalConfigurationException bad(
-            MixtureSpec spec, MixtureSpec.Source source, String why) {
-        return new IllegalConfigurationException(
-                (spec.sources.size() == 1 && spec.location.equals(source.path)
-                                ? "--"
-                                        + StokerOptions.DATASET_PATH.key()
-                                        + " '"
-                                        + source.path
-                                        + "' "
-                                : "--"
-                                        + StokerOptions.MIXTURE_PATH.key()
-                                        + " '"
-                                        + spec.location
-                                        + "': source '"
-                                        + source.name
-                                        + "' ")
-                        + why);
+            MixtureSpec spec, MixtureSpec.Source source, String field, Object value, String why) {
+        return new IllegalConfigurationException(spec.where(source, field, value) + " " + why);
     }
 
     private static String fingerprint(

@@ -160,8 +160,13 @@ final class MixtureSpec {
     final Long samplesPerEpoch;
     final List<Source> sources;
 
-    private MixtureSpec(String location, Long samplesPerEpoch, List<Source> sources) {
+    /** Whether this is the one-source mixture of {@code stoker.dataset.path} (no spec file). */
+    final boolean fromDatasetPath;
+
+    private MixtureSpec(
+            String location, Long samplesPerEpoch, List<Source> sources, boolean fromDatasetPath) {
         this.location = location;
+        this.fromDatasetPath = fromDatasetPath;
         this.samplesPerEpoch = samplesPerEpoch;
         this.sources = List.copyOf(sources);
     }
@@ -178,7 +183,7 @@ final class MixtureSpec {
         if (!conf.contains(StokerOptions.MIXTURE_PATH)) {
             String path = conf.get(StokerOptions.DATASET_PATH);
             return new MixtureSpec(
-                    path, null, List.of(new Source(RecordRef.SINGLE_SOURCE, path, glob)));
+                    path, null, List.of(new Source(RecordRef.SINGLE_SOURCE, path, glob)), true);
         }
         String location = conf.get(StokerOptions.MIXTURE_PATH);
         byte[] yaml;
@@ -255,7 +260,7 @@ final class MixtureSpec {
                 }
                 samplesPerEpoch = n.asLong();
             }
-            return new MixtureSpec(location, samplesPerEpoch, sources);
+            return new MixtureSpec(location, samplesPerEpoch, sources, false);
         } catch (SpecException e) {
             throw bad(location, e.getMessage());
         }
@@ -312,6 +317,28 @@ final class MixtureSpec {
             }
         }
         return counts;
+    }
+
+    /**
+     * Where a value of {@code source} comes from, for messages: {@code --stoker.dataset.path
+     * '<path>'} for the path of the one-source mixture, else {@code --stoker.mixture.path '<spec>':
+     * source '<name>' <field> '<value>'}.
+     */
+    String where(Source source, String field, Object value) {
+        if (fromDatasetPath && field.equals("path")) {
+            return "--" + StokerOptions.DATASET_PATH.key() + " '" + value + "'";
+        }
+        return "--"
+                + StokerOptions.MIXTURE_PATH.key()
+                + " '"
+                + location
+                + "': source '"
+                + source.name
+                + "' "
+                + field
+                + " '"
+                + value
+                + "'";
     }
 
     /** The spec as canonical JSON (resolved paths, all fields), for the plan's fingerprint. */

@@ -2,7 +2,6 @@ package dev.stoker.job;
 
 import dev.stoker.connectors.fetch.S3ImageStore;
 import dev.stoker.connectors.source.DatasetListing;
-import dev.stoker.operators.model.RecordRef;
 import dev.stoker.operators.tokenize.ChatTokenizer;
 import java.io.IOException;
 import java.net.URI;
@@ -110,15 +109,7 @@ final class StartupChecks {
     private static String whereRootComesFrom(
             Configuration conf, MixtureSpec spec, MixtureSpec.Source source) {
         if (source.imageRoot != null) {
-            return "--"
-                    + StokerOptions.MIXTURE_PATH.key()
-                    + " '"
-                    + spec.location
-                    + "': source '"
-                    + source.name
-                    + "' image_root '"
-                    + source.imageRoot
-                    + "'";
+            return spec.where(source, "image_root", source.imageRoot);
         }
         if (conf.contains(StokerOptions.IMAGE_ROOT)) {
             return "--"
@@ -127,19 +118,7 @@ final class StartupChecks {
                     + conf.get(StokerOptions.IMAGE_ROOT)
                     + "'";
         }
-        if (source.name.equals(RecordRef.SINGLE_SOURCE)
-                && !conf.contains(StokerOptions.MIXTURE_PATH)) {
-            return "--" + StokerOptions.DATASET_PATH.key() + " '" + source.path + "'";
-        }
-        return "--"
-                + StokerOptions.MIXTURE_PATH.key()
-                + " '"
-                + spec.location
-                + "': source '"
-                + source.name
-                + "' path '"
-                + source.path
-                + "'";
+        return spec.where(source, "path", source.path);
     }
 
     private static String localPath(ConfigOption<String> option, String value) {

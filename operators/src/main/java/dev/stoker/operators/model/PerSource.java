@@ -46,13 +46,25 @@ public final class PerSource<T extends Serializable> implements Serializable {
      *     of them (a record from outside the job's mixture)
      */
     public T of(RecordRef ref) {
+        if (bySource != null && !bySource.containsKey(ref.source)) {
+            throw new IllegalStateException(
+                    "record " + ref + " is of source '" + ref.source + "', not one of " + names());
+        }
+        return get(ref.source);
+    }
+
+    /**
+     * The value for source {@code source}.
+     *
+     * @throws IllegalStateException if the values are per source and {@code source} is not one
+     */
+    public T get(String source) {
         if (bySource == null) {
             return uniform;
         }
-        T value = bySource.get(ref.source);
+        T value = bySource.get(source);
         if (value == null) {
-            throw new IllegalStateException(
-                    "record " + ref + " is of source '" + ref.source + "', not one of " + names());
+            throw new IllegalStateException("no source '" + source + "' in " + names());
         }
         return value;
     }
