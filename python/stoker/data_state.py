@@ -15,14 +15,21 @@ so ``torch.load(..., weights_only=True)`` reads it back)::
             "dataset_fingerprint": "sha256:…", "num_records": 48, "shuffle_seed": 0,
             "world_size": 2, "micro_batch_size": 4, "epochs": 1, "model_preset": "qwen2-vl",
             "packing_max_tokens": None,   # or the job's stoker.packing.max-tokens when packed
+            "mixture_start_step": 0,      # the step the stage's mixture starts at
         },
     }
 
 The job is resumed for it with ``--stoker.resume-step <next_step - 1>`` (``python -m
 stoker.resume`` prints the command line). :func:`check_restore` compares a state with the
 job's current manifest. A state saved by a release before packing has no
-``packing_max_tokens`` in its sequence; :func:`validate_state` reads it as ``None`` (those
-releases did not pack).
+``packing_max_tokens`` in its sequence, and one before stages no ``mixture_start_step``;
+:func:`validate_state` reads them as ``None`` (those releases did not pack) and 0.
+
+A new stage of the run (the next curriculum stage's mixture, ``--stoker.mixture.start-step S``)
+changes the sequence at step S: a state from the previous stage is accepted by a job whose
+``mixture_start_step`` is exactly its ``next_step`` (and, when the manifest's ``plan_history``
+names the previous stage, whose previous stage is the state's sequence); the state saved
+afterwards has the new stage's sequence.
 """
 
 from __future__ import annotations
@@ -60,10 +67,12 @@ SEQUENCE_FIELDS = (
     "epochs",
     "model_preset",
     "packing_max_tokens",
+    "mixture_start_step",
 )
 
-#: The sequence field added with packing: a state of an older release lacks it (and was unpacked).
-_SINCE_PACKING = "packing_max_tokens"
+#: Sequence fields added after the first release, with the value a state saved before lacks them
+#: stands for (it was unpacked, and its mixture started at step 0).
+_ADDED_FIELDS = {"packing_max_tokens": None, "mixture_start_step": 0}
 
 _KEYS = {"format", "next_step", "rank", "world_size", "job_name", "generation", "sequence"}
 
@@ -121,41 +130,83 @@ def validate_state(state: object) -> dict[str, Any]:
         if not isinstance(state[key], str):
             raise DataStateError(f"data state {key}={state[key]!r} is not a string")
     seq = state["sequence"]
-    if isinstance(seq, Mapping) and set(seq) == set(SEQUENCE_FIELDS) - {_SINCE_PACKING}:
-        seq = {**seq, _SINCE_PACKING: None}
+    if isinstance(seq, Mapping) and set(SEQUENCE_FIELDS) - set(_ADDED_FIELDS) <= set(seq):
+        seq = {**_ADDED_FIELDS, **seq}
     if not isinstance(seq, Mapping) or set(seq) != set(SEQUENCE_FIELDS):
         raise DataStateError(
             f"data state sequence {seq!r} does not hold exactly the fields {list(SEQUENCE_FIELDS)}"
         )
-    packing = seq[_SINCE_PACKING]
+    packing = seq["packing_max_tokens"]
     if packing is not None and (isinstance(packing, bool) or not isinstance(packing, int)):
         raise DataStateError(f"data state packing_max_tokens={packing!r} is not an int or None")
+    start = seq["mixture_start_step"]
+    if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+        raise DataStateError(f"data state mixture_start_step={start!r} is not an integer >= 0")
     return {**state, "sequence": dict(seq)}
 
 
 def check_sequence(state: Mapping[str, Any], manifest: Manifest, where: str) -> None:
     """Raise when ``manifest`` (read from ``where``) is another job or batch sequence than
-    ``state``'s.
+    ``state``'s, unless it is the next stage of the run starting exactly at the state's
+    ``next_step``.
+
+    A manifest whose ``mixture_start_step`` is the state's ``next_step`` (above 0) starts a new
+    stage there: its sequence may differ, but when its ``plan_history`` names the stage before,
+    that stage's sequence must be the state's.
 
     Raises:
-        DataStateError: another ``job_name``, or any :data:`SEQUENCE_FIELDS` differs; the message
-            lists each difference with the checkpoint's and the job's value.
+        DataStateError: another ``job_name``, or any :data:`SEQUENCE_FIELDS` differs outside a
+            stage change; the message lists each difference with the checkpoint's and the job's
+            value.
     """
-    diffs = []
     if state["job_name"] != manifest.job_name:
-        diffs.append(f"job_name: checkpoint {state['job_name']!r}, job {manifest.job_name!r}")
-    seq = state["sequence"]
-    for name, value in sequence_of(manifest).items():
-        if seq[name] != value:
-            diffs.append(f"{name}: checkpoint {seq[name]!r}, job {value!r}")
-    if diffs:
         raise DataStateError(
-            f"the trainer's data state does not match the job ({where}): "
-            + "; ".join(diffs)
-            + ". The job's batches would not continue the sequence the trainer was trained on: "
-            "resubmit the job with the options of the checkpoint's run, or start the trainer "
-            "without this data state"
+            f"the trainer's data state does not match the job ({where}): job_name: checkpoint "
+            f"{state['job_name']!r}, job {manifest.job_name!r}. Resubmit the job with the "
+            "checkpoint's job name, or start the trainer without this data state"
         )
+    seq = state["sequence"]
+    diffs = _diffs(seq, sequence_of(manifest))
+    if not diffs:
+        return
+    start = manifest.mixture_start_step
+    if start > 0 and start == state.get("next_step"):
+        earlier = [h for h in manifest.plan_history if h["mixture_start_step"] < start]
+        if not earlier:
+            return  # the job did not know the previous stage (a new job directory)
+        before = _diffs(seq, {name: earlier[-1].get(name) for name in SEQUENCE_FIELDS})
+        if not before:
+            return
+        raise DataStateError(
+            f"the job ({where}) starts a new stage at step {start} after the stage of mixture "
+            f"{earlier[-1].get('mixture')!r}, but the trainer's data state is of another "
+            "sequence: " + "; ".join(before) + ". Resubmit the previous stage's job up to step "
+            f"{start - 1} first, or start the trainer without this data state"
+        )
+    raise DataStateError(
+        f"the trainer's data state does not match the job ({where}): "
+        + "; ".join(diffs)
+        + ". The job's batches would not continue the sequence the trainer was trained on: "
+        "resubmit the job with the options of the checkpoint's run, or start the trainer "
+        "without this data state" + _stage_hint(state.get("next_step"), start)
+    )
+
+
+def _stage_hint(next_step: int | None, start: int) -> str:
+    if next_step is None or next_step == 0 or next_step == start:
+        return ""
+    return (
+        f"; to change the mixture at the checkpoint's step, resubmit the job with its new spec, "
+        f"--stoker.mixture.start-step {next_step} and --stoker.resume-step {next_step - 1}"
+    )
+
+
+def _diffs(state_sequence: Mapping[str, Any], job_sequence: Mapping[str, Any]) -> list[str]:
+    return [
+        f"{name}: checkpoint {state_sequence[name]!r}, job {job_sequence[name]!r}"
+        for name in SEQUENCE_FIELDS
+        if state_sequence[name] != job_sequence[name]
+    ]
 
 
 def check_restore(
@@ -165,7 +216,7 @@ def check_restore(
     ``world_size``.
 
     The rank and world size must be the state's; the job and sequence as in
-    :func:`check_sequence`. A job resubmitted since (another generation than the state's) must
+    :func:`check_sequence` (a new stage starting at the state's ``next_step`` continues it). A job resubmitted since (another generation than the state's) must
     start exactly at the state's ``next_step`` (``first_step == next_step``); in the state's own
     generation (only the trainer restarted) ``first_step <= next_step`` (the reader then checks
     the rank's ``ack.json``).

@@ -78,6 +78,8 @@ MANIFEST_FIELDS: tuple[str, ...] = (
     "image_mean",
     "image_std",
     "packing_max_tokens",
+    "mixture_start_step",
+    "plan_history",
 )
 
 #: The manifest fields that make up :class:`VisionSettings`.
@@ -241,8 +243,9 @@ class Manifest:
         num_records: records per epoch N.
         epochs: passes over the dataset.
         steps_per_epoch: ``ceil(N / (W*B))``.
-        num_steps: steps of the whole run (``epochs * steps_per_epoch``); steps count on across
-            epochs, so every rank's steps are ``0 .. num_steps - 1``.
+        num_steps: steps of the whole run (``mixture_start_step + epochs * steps_per_epoch``);
+            steps count on across epochs and stages, so every rank's steps are ``0 .. num_steps -
+            1``.
         first_step: first step this generation produces (the job's resume step + 1).
         shuffle_seed: seed of the per-epoch shuffle, or ``None`` when the order is not shuffled.
         patch_dim: D, values per ``pixel_values`` row, or ``None`` if absent.
@@ -254,6 +257,11 @@ class Manifest:
         packing_max_tokens: T, the tokens per packed row of every batch (the job's
             ``stoker.packing.max-tokens`` with ``stoker.packing.enabled``), or ``None`` when the
             batches are not packed (``null``, or absent: a job of a release before packing).
+        mixture_start_step: the step this stage's mixture starts at (``stoker.mixture.start-step``;
+            its epochs count from there), 0 for the run's first mixture (and when absent).
+        plan_history: the run's stages so far, oldest first, this one last: each a dict of
+            ``mixture`` (the stage's spec or dataset path, or ``None``) and the sequence fields
+            (:data:`stoker.data_state.SEQUENCE_FIELDS`) of that stage; empty when absent.
         raw: the parsed JSON object.
     """
 
@@ -273,6 +281,8 @@ class Manifest:
     dataset_fingerprint: str | None = None
     model_preset: str | None = None
     packing_max_tokens: int | None = None
+    mixture_start_step: int = 0
+    plan_history: tuple[dict[str, Any], ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -313,6 +323,8 @@ class Manifest:
                 dataset_fingerprint=_optional_str(raw, "dataset_fingerprint"),
                 model_preset=_optional_str(raw, "model_preset"),
                 packing_max_tokens=_optional_positive_int(raw, "packing_max_tokens"),
+                mixture_start_step=int(raw.get("mixture_start_step", 0)),
+                plan_history=_plan_history(raw),
                 raw=raw,
             )
         except BatchFormatError:
@@ -321,16 +333,32 @@ class Manifest:
             raise BatchFormatError(f"{path}: invalid manifest: {e!r}") from e
         if not GENERATION_RE.match(m.generation):
             raise BatchFormatError(f"{path}: invalid generation stamp {m.generation!r}")
-        if m.world_size < 1 or m.micro_batch_size < 1 or m.num_steps < 0 or m.first_step < 0:
+        if (
+            m.world_size < 1
+            or m.micro_batch_size < 1
+            or m.num_steps < 0
+            or m.first_step < 0
+            or not 0 <= m.mixture_start_step <= m.first_step
+        ):
             raise BatchFormatError(
-                f"{path}: need world_size >= 1, micro_batch_size >= 1, num_steps >= 0 and "
-                f"first_step >= 0: {raw}"
+                f"{path}: need world_size >= 1, micro_batch_size >= 1, num_steps >= 0, "
+                f"first_step >= 0 and 0 <= mixture_start_step <= first_step: {raw}"
             )
         return m
 
     def rank_dir(self, root: Path, rank: int) -> Path:
         """``<root>/gen-<generation>/rank-<rank>``: where this generation's batches of ``rank`` are."""
         return root / generation_dir_name(self.generation) / rank_dir_name(rank)
+
+
+def _plan_history(raw: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+    history = raw.get("plan_history", [])
+    if not isinstance(history, list) or not all(
+        isinstance(stage, dict) and isinstance(stage.get("mixture_start_step"), int)
+        for stage in history
+    ):
+        raise ValueError(f"plan_history is not a list of stages: {history!r}")
+    return tuple(history)
 
 
 def write_json_atomic(path: Path, obj: dict[str, Any]) -> None:

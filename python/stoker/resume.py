@@ -11,10 +11,13 @@ state, or a ``torch.save`` checkpoint (read with ``torch.load(..., weights_only=
 torch) with it anywhere inside (or at ``--key``, dot-separated). Several states (one per rank, in
 one or more files) must agree on the step and the job. The job's name, world size, micro-batch
 size, epochs, shuffle seed, model preset and packing (``stoker.packing.enabled`` and
-``stoker.packing.max-tokens`` for a state of packed batches) come from the state and are added
-unless the options after ``--`` already set them; an option there that contradicts the state (also
+``stoker.packing.max-tokens`` for a state of packed batches) and the step its stage's mixture
+started at (``stoker.mixture.start-step``, when not 0) come from the state and are added unless
+the options after ``--`` already set them; an option there that contradicts the state (also
 ``--stoker.packing.enabled true`` for a state of unpacked batches) is an error. The other
-options (dataset, tokenizer, output root...) must be the original run's.
+options (dataset, tokenizer, output root...) must be the original run's. To change the mixture at
+the checkpoint (the next stage), pass the new spec and ``--stoker.mixture.start-step`` equal to
+the state's ``next_step``: then only the job's name and world size come from the state.
 
 A command line holding a character a terminal cannot show (a control character, a bidi
 override, a lone surrogate: in a job name or an option) is printed escaped
@@ -100,29 +103,35 @@ def resume_command(
                     "the same trainer checkpoint"
                 )
     seq = first["sequence"]
+    options = list(options or [])
+    given = _option_values(options)
     implied = {
         "stoker.job-name": first["job_name"],
         "stoker.dp-world-size": str(first["world_size"]),
-        "stoker.micro-batch-size": str(seq["micro_batch_size"]),
-        "stoker.epochs": str(seq["epochs"]),
     }
-    if seq["shuffle_seed"] is None:
-        implied["stoker.shuffle"] = "false"
-    else:
-        implied["stoker.shuffle.seed"] = str(seq["shuffle_seed"])
-    if seq["model_preset"] is not None:
-        implied["stoker.model.preset"] = seq["model_preset"]
-    if seq["packing_max_tokens"] is not None:
-        implied["stoker.packing.enabled"] = "true"
-        implied["stoker.packing.max-tokens"] = str(seq["packing_max_tokens"])
-    options = list(options or [])
-    given = _option_values(options)
+    # a new stage starting at the checkpoint's step has a sequence of its own
+    new_stage = given.get("stoker.mixture.start-step", "").strip() == str(first["next_step"])
+    if not new_stage:
+        implied["stoker.micro-batch-size"] = str(seq["micro_batch_size"])
+        implied["stoker.epochs"] = str(seq["epochs"])
+        if seq["shuffle_seed"] is None:
+            implied["stoker.shuffle"] = "false"
+        else:
+            implied["stoker.shuffle.seed"] = str(seq["shuffle_seed"])
+        if seq["model_preset"] is not None:
+            implied["stoker.model.preset"] = seq["model_preset"]
+        if seq["packing_max_tokens"] is not None:
+            implied["stoker.packing.enabled"] = "true"
+            implied["stoker.packing.max-tokens"] = str(seq["packing_max_tokens"])
+        if seq["mixture_start_step"] != 0:
+            implied["stoker.mixture.start-step"] = str(seq["mixture_start_step"])
     if "stoker.resume-step" in given:
         raise DataStateError(
             "leave --stoker.resume-step out of the options: it comes from the data state"
         )
     if (
-        seq["packing_max_tokens"] is None
+        not new_stage
+        and seq["packing_max_tokens"] is None
         and given.get("stoker.packing.enabled", "false").strip().lower() != "false"
     ):
         raise DataStateError(

@@ -448,7 +448,9 @@ class StokerDataset(torch.utils.data.IterableDataset):
         for batch in reader:
             m = reader.manifest
             if m is not checked:
-                check_sequence(self._state_for_check(), m, str(self._manifest_path))
+                check_sequence(self._state_for_check(batch.step), m, str(self._manifest_path))
+                # a new stage of the run (accepted at its first step) goes on in its sequence
+                self._sequence = sequence_of(m)
                 self._manifest, checked = m, m
             yield _stoker_batch(
                 batch,
@@ -458,8 +460,8 @@ class StokerDataset(torch.utils.data.IterableDataset):
                 defer_uint8=self.device is not None,
             )
 
-    def _state_for_check(self) -> dict[str, Any]:
-        return {"job_name": self._job_name, "sequence": self._sequence}
+    def _state_for_check(self, next_step: int) -> dict[str, Any]:
+        return {"job_name": self._job_name, "sequence": self._sequence, "next_step": next_step}
 
     def _handed(self, batch: StokerBatch) -> None:
         self._next_step = batch.step + 1

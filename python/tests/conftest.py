@@ -435,17 +435,31 @@ def write_manifest(
     model_preset: str | None = None,
     vision: dict[str, object] | None = None,
     packing_max_tokens: int | None = None,
+    mixture_start_step: int = 0,
+    plan_history: list[dict[str, object]] | None = None,
 ) -> None:
     """Like the sink: create gen-<generation>/, then publish manifest.json by atomic rename.
 
     ``dataset_fingerprint`` and ``model_preset`` are written when given; ``vision`` (the
     manifest's vision fields) defaults to :data:`MANIFEST_VISION`; ``packing_max_tokens`` is
-    written always (``null``: unpacked).
+    written always (``null``: unpacked); ``plan_history`` defaults to the one stage of these
+    fields.
     """
     (root / f"gen-{generation}").mkdir(mode=0o700, parents=True, exist_ok=True)
     steps_per_epoch = num_steps // epochs
     tmp = root / ".manifest.json.tmp"
     optional = {"dataset_fingerprint": dataset_fingerprint, "model_preset": model_preset}
+    sequence = {
+        "dataset_fingerprint": dataset_fingerprint,
+        "num_records": world_size * steps_per_epoch * micro_batch_size,
+        "shuffle_seed": shuffle_seed,
+        "world_size": world_size,
+        "micro_batch_size": micro_batch_size,
+        "epochs": epochs,
+        "model_preset": model_preset,
+        "packing_max_tokens": packing_max_tokens,
+        "mixture_start_step": mixture_start_step,
+    }
     tmp.write_text(
         json.dumps(
             {
@@ -464,6 +478,10 @@ def write_manifest(
                 "patch_dim": patch_dim,
                 **(MANIFEST_VISION if vision is None else vision),
                 "packing_max_tokens": packing_max_tokens,
+                "mixture_start_step": mixture_start_step,
+                "plan_history": (
+                    [{"mixture": None, **sequence}] if plan_history is None else plan_history
+                ),
             }
         )
     )

@@ -200,3 +200,95 @@ def test_resume_command_of_a_packed_state_turns_packing_on(shm_root):
         match="--stoker.packing.enabled true contradicts the data state, which was trained on unpacked",
     ):
         resume_command([unpacked], "sp", options=["--stoker.packing.enabled", "true"])
+
+
+FP2 = "sha256:" + "b" * 64
+
+
+def _stage2(root, history, **kw):
+    """Stage 2 of a run: another dataset from step 6 (W=2, 12 steps), generation g2."""
+    fields = {
+        "generation": "g2",
+        "first_step": 6,
+        "num_steps": 12,
+        "mixture_start_step": 6,
+        "dataset_fingerprint": FP2,
+        "plan_history": history,
+    }
+    fields.update(kw)
+    return manifest(root, **fields)
+
+
+def test_a_new_stage_continues_a_state_of_the_stage_before_at_its_start_step_only(shm_root):
+    stage1 = manifest(shm_root, generation="g1")
+    state = make_state(stage1, 1, 6, "g1")  # trained on steps 0..5 of stage 1
+    assert state["sequence"]["mixture_start_step"] == 0
+    seq2 = dict(state["sequence"], dataset_fingerprint=FP2, mixture_start_step=6, num_records=96)
+    history = [{"mixture": "s1.yaml", **state["sequence"]}, {"mixture": "s2.yaml", **seq2}]
+    stage2 = _stage2(shm_root, history)
+    assert (stage2.mixture_start_step, stage2.plan_history) == (6, tuple(history))
+    check_restore(state, stage2, 1, 2, "here")  # the stage starts at the checkpoint's step
+    after = make_state(stage2, 1, 9, "g2")
+    assert after["sequence"] == seq2
+    # the stage resumed later goes on in its own sequence only
+    resumed = _stage2(shm_root, history, generation="g3", first_step=9)
+    check_restore(after, resumed, 1, 2, "here")
+    with pytest.raises(DataStateError, match=r"dataset_fingerprint: checkpoint 'sha256:a+', job"):
+        check_restore(dict(state, next_step=9), resumed, 1, 2, "here")
+
+    # a checkpoint of another step than the stage's start: refused, naming what to pass
+    at7 = _stage2(shm_root, history, first_step=7, mixture_start_step=7)
+    with pytest.raises(
+        DataStateError,
+        match=r"mixture_start_step: checkpoint 0, job 7.*--stoker.mixture.start-step 6 and "
+        r"--stoker.resume-step 5",
+    ):
+        check_restore(state, at7, 1, 2, "here")
+    # the previous stage in the history is another sequence than the checkpoint's
+    other = [{"mixture": "s0.yaml", **dict(state["sequence"], shuffle_seed=9)}, history[1]]
+    with pytest.raises(
+        DataStateError,
+        match=r"new stage at step 6 after the stage of mixture 's0.yaml'.*shuffle_seed: "
+        r"checkpoint 0, job 9",
+    ):
+        check_restore(state, _stage2(shm_root, other), 1, 2, "here")
+    # a job directory that never saw the previous stage: the stated step is enough
+    check_restore(state, _stage2(shm_root, [history[1]]), 1, 2, "here")
+    # a state saved before stages existed is of a mixture that started at step 0
+    old = dict(
+        state, sequence={k: v for k, v in state["sequence"].items() if k != "mixture_start_step"}
+    )
+    assert validate_state(old) == state
+    with pytest.raises(DataStateError, match="mixture_start_step=-1 is not an integer >= 0"):
+        validate_state(dict(state, sequence=dict(state["sequence"], mixture_start_step=-1)))
+
+
+def test_resume_command_keeps_a_stage_and_changes_the_mixture_only_when_told(shm_root):
+    stage1 = manifest(shm_root, generation="g1")
+    state = make_state(stage1, 0, 6, "g1")
+    seq2 = dict(state["sequence"], dataset_fingerprint=FP2, mixture_start_step=6, num_records=96)
+    stage2 = _stage2(shm_root, [{"mixture": "s2.yaml", **seq2}])
+    in_stage2 = make_state(stage2, 0, 9, "g2")
+    cmd = resume_command([in_stage2], "sp", options=["--stoker.mixture.path", "s2.yaml"])
+    i = cmd.index("--stoker.mixture.start-step")
+    assert cmd[i + 1] == "6" and cmd[-2:] == ["--stoker.resume-step", "8"]
+    with pytest.raises(DataStateError, match="--stoker.mixture.start-step 0 contradicts"):
+        resume_command([in_stage2], "sp", options=["--stoker.mixture.start-step", "0"])
+    # the next stage at the checkpoint's step: its own epochs and seed, the job and world size
+    # still the state's
+    change = [
+        "--stoker.mixture.path",
+        "s3.yaml",
+        "--stoker.mixture.start-step",
+        "6",
+        "--stoker.epochs",
+        "3",
+        "--stoker.shuffle.seed",
+        "4",
+    ]
+    cmd = resume_command([state], "sp", options=change)
+    assert cmd[cmd.index("--stoker.dp-world-size") + 1] == "2"
+    assert cmd.count("--stoker.epochs") == 1 and cmd.count("--stoker.shuffle.seed") == 1
+    assert cmd[-2:] == ["--stoker.resume-step", "5"]
+    with pytest.raises(DataStateError, match="--stoker.dp-world-size 4 contradicts"):
+        resume_command([state], "sp", options=[*change, "--stoker.dp-world-size", "4"])

@@ -31,9 +31,9 @@ final class AccountingCheck {
     }
 
     /**
-     * The invariant per mixture source for a whole run (from step 0): each source's records read
-     * are {@code epochs * C_s} (its per-epoch count) and its samples + dead letters are its records
-     * read.
+     * The invariant per mixture source for a whole run (from its plan's first step): each source's
+     * records read are {@code epochs * C_s} (its per-epoch count) and its samples + dead letters
+     * are its records read.
      *
      * @return one summary per source, e.g. {@code "ocr: planned=40, read=40, samples=39, dead
      *     letters=1"}, joined by {@code "; "}

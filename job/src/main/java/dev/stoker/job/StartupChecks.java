@@ -1,5 +1,6 @@
 package dev.stoker.job;
 
+import dev.stoker.connectors.fetch.S3ClientSettings;
 import dev.stoker.connectors.fetch.S3ImageStore;
 import dev.stoker.connectors.source.DatasetListing;
 import dev.stoker.operators.tokenize.ChatTokenizer;
@@ -82,12 +83,13 @@ final class StartupChecks {
     }
 
     /**
-     * When images come from S3, lists each source's image root once with the job's S3 settings.
+     * When images come from S3, lists each source's image root once with the job's S3 settings
+     * ({@link JobPlan#s3Settings}).
      *
      * @throws IllegalConfigurationException naming the option (and source) the image root comes
      *     from, its value and the S3 error
      */
-    static void checkS3(Configuration conf, MixturePlan mixture) {
+    static void checkS3(Configuration conf, MixturePlan mixture, S3ClientSettings settings) {
         java.util.Set<String> checked = new java.util.HashSet<>();
         for (int s = 0; s < mixture.order.numSources(); s++) {
             String root = mixture.rootOf(s);
@@ -95,7 +97,7 @@ final class StartupChecks {
                 continue;
             }
             try {
-                S3ImageStore.checkReachable(root, StokerPipeline.s3Settings(conf));
+                S3ImageStore.checkReachable(root, settings);
             } catch (IOException | RuntimeException e) {
                 throw new IllegalConfigurationException(
                         whereRootComesFrom(conf, mixture.spec, mixture.spec.sources.get(s))

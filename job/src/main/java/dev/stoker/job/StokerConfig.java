@@ -76,6 +76,12 @@ final class StokerConfig {
                             + " must be >= -1, got "
                             + conf.get(StokerOptions.RESUME_STEP));
         }
+        if (conf.get(StokerOptions.MIXTURE_START_STEP) < 0) {
+            throw new IllegalConfigurationException(
+                    StokerOptions.MIXTURE_START_STEP.key()
+                            + " must be >= 0, got "
+                            + conf.get(StokerOptions.MIXTURE_START_STEP));
+        }
         positive(conf, StokerOptions.LISTING_THREADS);
         positive(conf, StokerOptions.FETCH_CAPACITY);
         positive(conf, StokerOptions.FETCH_THREADS);
@@ -103,19 +109,6 @@ final class StokerConfig {
                             + conf.get(StokerOptions.JOB_NAME));
         }
         Topology.of(conf);
-        if (conf.get(StokerOptions.PACKING_ENABLED)) {
-            packingMaxTokens(conf);
-        }
-    }
-
-    /**
-     * Tokens per packed row: {@link StokerOptions#PACKING_MAX_TOKENS}, or the job's max-seq-len.
-     *
-     * @throws IllegalConfigurationException if it is below the job's max-seq-len (a sample would
-     *     not fit a row)
-     */
-    static int packingMaxTokens(Configuration conf) {
-        return packingMaxTokens(conf, ModelOptions.maxSeqLen(conf));
     }
 
     /**
@@ -131,13 +124,12 @@ final class StokerConfig {
                     StokerOptions.PACKING_MAX_TOKENS.key()
                             + " ("
                             + maxTokens
-                            + ") must be at least "
-                            + StokerOptions.MAX_SEQ_LEN.key()
-                            + " ("
+                            + ") must be at least the longest maximum sequence length ("
                             + maxSeqLen
-                            + "), so every sample fits a packed row; lower "
+                            + ": "
                             + StokerOptions.MAX_SEQ_LEN.key()
-                            + " or raise the row size");
+                            + " or a mixture source's max_seq_len), so every sample fits a packed"
+                            + " row; lower it or raise the row size");
         }
         return maxTokens;
     }

@@ -9,7 +9,6 @@ import dev.stoker.connectors.shm.PackedBatchSink;
 import dev.stoker.connectors.source.PrefetchGate;
 import dev.stoker.operators.batch.BatchPlan;
 import dev.stoker.operators.batch.MixtureOrder;
-import dev.stoker.operators.image.QwenVisionConfig;
 import java.nio.file.Path;
 import org.apache.flink.api.common.JobExecutionResult;
 import org.apache.flink.configuration.CheckpointingOptions;
@@ -44,10 +43,11 @@ public final class StokerJob {
         StreamExecutionEnvironment env = environment(conf);
         Planned planned = build(env, conf);
         JobExecutionResult result = env.execute(conf.get(StokerOptions.JOB_NAME));
-        // An attached run from step 0 returns when the last step is written: check its
-        // accounting. (A resumed run re-processes what was in flight in the savepoint.) One
-        // stopped with a savepoint returns too, before its last step: it has nothing to check.
-        if (result.isJobExecutionResult() && planned.firstStep == 0) {
+        // An attached run from its plan's first step (0, or a new stage's start step) returns
+        // when the last step is written: check its accounting. (A resumed run re-processes what
+        // was in flight in the savepoint.) One stopped with a savepoint returns too, before its
+        // last step: it has nothing to check.
+        if (result.isJobExecutionResult() && planned.firstStep == planned.plan.startStep()) {
             if (AccountingCheck.stoppedEarly(result, planned.plan, planned.firstStep)) {
                 LOG.info(
                         "Run stopped before its last step (stop-with-savepoint): {}",
@@ -97,10 +97,10 @@ public final class StokerJob {
     }
 
     /**
-     * Checks the configuration ({@link StartupChecks}: local paths made absolute, tokenizer loads,
-     * every source lists, S3 answers), reads the mixture spec and lists its sources ({@link
-     * MixturePlan}), plans this submission's generation, then adds the pipeline and its production
-     * sinks to {@code env}.
+     * Checks the configuration ({@link StokerConfig#validate}; local paths made absolute by {@link
+     * StartupChecks}), plans the submission once ({@link JobPlan#of}: the mixture's sources listed,
+     * the tokenizer and S3 checked, the generation planned), then adds the pipeline and its
+     * production sinks to {@code env}.
      *
      * @return the batch plan and generation, so callers can check what the run must produce
      */
@@ -112,20 +112,9 @@ public final class StokerJob {
         env.configure(conf);
         env.getConfig().enableObjectReuse();
         JobParameters.publish(env, conf);
-        StokerConfig.checkImageRoot(conf);
-        MixturePlan mixture = MixturePlan.of(conf, MixtureSpec.of(conf));
-        StartupChecks.checkS3(conf, mixture);
-        BatchPlan plan =
-                new BatchPlan(
-                        mixture.order.recordsPerEpoch(),
-                        conf.get(StokerOptions.DP_WORLD_SIZE),
-                        conf.get(StokerOptions.MICRO_BATCH_SIZE),
-                        conf.get(StokerOptions.EPOCHS));
-        Generation generation = Generation.plan(conf, env.getConfiguration());
-        long padTokenId = StartupChecks.tokenizerPadId(conf);
-        boolean packing = conf.get(StokerOptions.PACKING_ENABLED);
-        int packingMaxTokens =
-                packing ? StokerConfig.packingMaxTokens(conf, mixture.longestMaxSeqLen()) : 0;
+        JobPlan job = JobPlan.of(conf, env.getConfiguration());
+        MixturePlan mixture = job.mixture;
+        BatchPlan plan = job.batches;
         for (int s = 0; s < mixture.order.numSources(); s++) {
             LOG.info(
                     "Source '{}': {}, {} files, {} records, {} per epoch, images under {}",
@@ -141,49 +130,36 @@ public final class StokerJob {
                 mixture.spec.location,
                 mixture.fingerprint,
                 plan,
-                generation.stamp,
-                generation.firstStep(),
+                job.generation.stamp,
+                job.generation.firstStep(),
                 plan.numSteps() - 1);
 
-        ShmLayout layout = new ShmLayout(StokerConfig.jobDir(conf), generation.stamp);
-        Topology topology = Topology.of(conf);
+        ShmLayout layout = job.layout();
+        Topology topology = job.topology;
         PrefetchGate gate =
                 new PrefetchGate(
-                        topology.ackFeed(layout, plan.worldSize(), generation.firstStep()),
-                        generation.stamp,
-                        conf.get(StokerOptions.PREFETCH_DEPTH),
-                        generation.firstStep());
-        StokerPipeline.Outputs outputs =
-                StokerPipeline.build(env, conf, mixture, plan, gate, topology, packingMaxTokens);
-        QwenVisionConfig vision = StokerPipeline.visionConfig(conf);
-        Manifest manifest =
-                new Manifest(
-                        conf.get(StokerOptions.JOB_NAME),
-                        generation.stamp,
-                        plan,
-                        generation.firstStep(),
-                        conf.get(StokerOptions.SHUFFLE)
-                                ? conf.get(StokerOptions.SHUFFLE_SEED)
-                                : null,
-                        vision,
-                        mixture.fingerprint,
-                        ModelOptions.preset(conf).key(),
-                        packing ? packingMaxTokens : null);
+                        topology.ackFeed(layout, plan.worldSize(), job.generation.firstStep()),
+                        job.generation.stamp,
+                        job.source.prefetchDepth(),
+                        job.generation.firstStep());
+        StokerPipeline.Outputs outputs = StokerPipeline.build(env, job, gate);
+        Manifest manifest = job.manifest();
+        JobPlan.OutputSettings out = job.output;
         int sinks = topology.perNodeSinks() ? topology.nodes : 1;
         for (int node = 0; node < sinks; node++) {
             BatchOutput output =
                     new BatchOutput(
                             layout,
                             manifest,
-                            generation.firstStep(),
-                            vision,
-                            padTokenId,
-                            conf.get(StokerOptions.PIXEL_DTYPE),
+                            job.generation.firstStep(),
+                            out.vision(),
+                            job.tokenize.padTokenId(),
+                            out.pixelDtype(),
                             topology.nodeAcks(node));
             DataStreamSink<?> sink =
-                    packing
+                    out.packing()
                             ? outputs.packedOfNode(node)
-                                    .sinkTo(new PackedBatchSink(output, packingMaxTokens))
+                                    .sinkTo(new PackedBatchSink(output, out.packingMaxTokens()))
                             : outputs.slotsOfNode(node).sinkTo(new ArrowBatchSink(output, plan));
             sink.name(topology.sinkName(node)).uid(topology.sinkName(node));
             if (topology.perNodeSinks()) {
@@ -195,10 +171,10 @@ public final class StokerJob {
             }
         }
         outputs.deadLetters
-                .sinkTo(DeadLetterSinks.jsonl(StokerConfig.deadLetterDir(conf)))
+                .sinkTo(DeadLetterSinks.jsonl(out.deadLetterDir()))
                 .name("dead-letter-sink")
                 .uid("dead-letter-sink");
-        return new Planned(plan, mixture.order, generation.firstStep());
+        return new Planned(plan, mixture.order, job.generation.firstStep());
     }
 
     /**

@@ -47,6 +47,22 @@ public final class StokerOptions {
                                     + " job at start-up naming the source and field. Format and semantics:"
                                     + " docs/data-guide.md#mixtures.");
 
+    public static final ConfigOption<Long> MIXTURE_START_STEP =
+            ConfigOptions.key("stoker.mixture.start-step")
+                    .longType()
+                    .defaultValue(0L)
+                    .withDescription(
+                            "The step at which this mixture (stoker.mixture.path or stoker.dataset.path)"
+                                    + " starts: its plan's epochs count from here, after the steps an earlier"
+                                    + " stage's mixture produced (the next curriculum stage). 0: the run's"
+                                    + " first mixture. Changing the mixture at a resume needs it: resubmit"
+                                    + " (from the savepoint or not) with the new spec, this option and"
+                                    + " stoker.resume-step at or after start-step - 1; every later resume of"
+                                    + " the stage passes the same value. The manifest records it"
+                                    + " (mixture_start_step) and the stages so far (plan_history), and a"
+                                    + " trainer's data state from the previous stage is accepted only at"
+                                    + " exactly this step. docs/data-guide.md#changing-the-mixture-at-a-resume.");
+
     public static final ConfigOption<String> IMAGE_ROOT =
             ConfigOptions.key("stoker.image.root")
                     .stringType()

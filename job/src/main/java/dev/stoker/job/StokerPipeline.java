@@ -1,7 +1,6 @@
 package dev.stoker.job;
 
 import dev.stoker.connectors.fetch.ImageFetchFunction;
-import dev.stoker.connectors.fetch.S3ClientSettings;
 import dev.stoker.connectors.fetch.S3ImageFetchFunction;
 import dev.stoker.connectors.source.PrefetchGate;
 import dev.stoker.connectors.source.ShuffledJsonlSource;
@@ -9,7 +8,6 @@ import dev.stoker.operators.accounting.DeadLetterAccounting;
 import dev.stoker.operators.accounting.SampleAccounting;
 import dev.stoker.operators.batch.BatchPlan;
 import dev.stoker.operators.image.PreprocessImagesFunction;
-import dev.stoker.operators.image.QwenVisionConfig;
 import dev.stoker.operators.model.DeadLetter;
 import dev.stoker.operators.model.DeadLetters;
 import dev.stoker.operators.model.FetchedRecord;
@@ -22,14 +20,12 @@ import dev.stoker.operators.model.TrainingBatch;
 import dev.stoker.operators.pack.PackStepFunction;
 import dev.stoker.operators.parse.ParseRecordFunction;
 import dev.stoker.operators.tokenize.TokenizeFunction;
-import java.time.Duration;
 import java.util.concurrent.TimeUnit;
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
 import org.apache.flink.api.common.functions.FilterFunction;
 import org.apache.flink.api.common.typeinfo.TypeInformation;
 import org.apache.flink.api.common.typeinfo.Types;
 import org.apache.flink.api.java.functions.KeySelector;
-import org.apache.flink.configuration.Configuration;
 import org.apache.flink.streaming.api.datastream.AsyncDataStream;
 import org.apache.flink.streaming.api.datastream.DataStream;
 import org.apache.flink.streaming.api.datastream.KeyedStream;
@@ -126,36 +122,27 @@ public final class StokerPipeline {
     /**
      * Adds the dataflow to {@code env}.
      *
-     * @param conf job configuration ({@link StokerOptions})
-     * @param mixture the sources (listings, order) and each source's settings
-     * @param plan the batch plan over the mixture's records per epoch
+     * @param job the submission's plan: the mixture (listings, order, each source's settings), the
+     *     batch plan, the topology and each stage's settings
      * @param gate the prefetch bound of this generation
-     * @param topology nodes, ranks per node and placement
-     * @param packingMaxTokens tokens per packed row ({@code stoker.packing.enabled})
      */
-    static Outputs build(
-            StreamExecutionEnvironment env,
-            Configuration conf,
-            MixturePlan mixture,
-            BatchPlan plan,
-            PrefetchGate gate,
-            Topology topology,
-            int packingMaxTokens) {
-        int maxLine = (int) conf.get(StokerOptions.MAX_LINE_LENGTH).getBytes();
+    static Outputs build(StreamExecutionEnvironment env, JobPlan job, PrefetchGate gate) {
+        MixturePlan mixture = job.mixture;
+        BatchPlan plan = job.batches;
         SingleOutputStreamOperator<JsonlLine> lines =
                 env.fromSource(
                                 new ShuffledJsonlSource(
                                         mixture.listings,
                                         mixture.order,
                                         plan,
-                                        maxLine,
-                                        conf.get(StokerOptions.FILE_CACHE_SIZE).getBytes(),
+                                        job.source.maxLineBytes(),
+                                        job.source.fileCacheBytes(),
                                         gate),
                                 WatermarkStrategy.noWatermarks(),
                                 "jsonl-source")
                         .uid("jsonl-source");
-        if (topology.cpuGroup() != null) {
-            lines.slotSharingGroup(topology.cpuGroup());
+        if (job.topology.cpuGroup() != null) {
+            lines.slotSharingGroup(job.topology.cpuGroup());
         }
 
         SingleOutputStreamOperator<SftRecord> records =
@@ -175,27 +162,24 @@ public final class StokerPipeline {
                         .name("padding-slots")
                         .uid("padding-slots");
 
-        long maxObjectBytes = conf.get(StokerOptions.MAX_OBJECT_SIZE).getBytes();
-        long timeoutMs = conf.get(StokerOptions.FETCH_TIMEOUT).toMillis();
+        JobPlan.FetchSettings f = job.fetch;
         RichAsyncFunction<SftRecord, Either<DeadLetter, FetchedRecord>> fetch =
-                mixture.imagesOnS3()
+                f.s3() != null
                         ? new S3ImageFetchFunction(
                                 mixture.imageRoots,
-                                maxObjectBytes,
-                                s3Settings(conf),
-                                conf.get(StokerOptions.FETCH_TIMEOUT),
-                                conf.get(StokerOptions.FETCH_TRANSIENT_FAILURES))
+                                f.maxObjectBytes(),
+                                f.s3(),
+                                f.timeout(),
+                                f.transientFailures())
                         : new ImageFetchFunction(
-                                mixture.imageStores(maxObjectBytes),
-                                conf.get(StokerOptions.FETCH_THREADS),
-                                conf.get(StokerOptions.FETCH_TIMEOUT));
+                                mixture.imageStores(f.maxObjectBytes()), f.threads(), f.timeout());
         DataStream<Either<DeadLetter, FetchedRecord>> fetched =
                 AsyncDataStream.unorderedWait(
                                 records,
                                 fetch,
-                                timeoutMs,
+                                f.timeout().toMillis(),
                                 TimeUnit.MILLISECONDS,
-                                conf.get(StokerOptions.FETCH_CAPACITY))
+                                f.capacity())
                         .name("fetch-images")
                         .uid("fetch-images");
 
@@ -208,11 +192,11 @@ public final class StokerPipeline {
                 preprocessed
                         .process(
                                 new TokenizeFunction(
-                                        conf.get(StokerOptions.TOKENIZER_PATH),
+                                        job.tokenize.tokenizerPath(),
                                         mixture.visionConfigs.first().mergeSize,
                                         mixture.chatTemplates,
                                         mixture.maxSeqLens,
-                                        conf.get(StokerOptions.MAX_SEQ_LEN_POLICY)))
+                                        job.tokenize.maxSeqLenPolicy()))
                         .name("tokenize")
                         .uid("tokenize");
 
@@ -236,15 +220,15 @@ public final class StokerPipeline {
                                         .uid("dead-letter-accounting"),
                                 paddingSlots);
         DataStream<TrainingBatch> packed = null;
-        if (conf.get(StokerOptions.PACKING_ENABLED)) {
+        if (job.output.packing()) {
             packed =
                     slots.keyBy(slot -> plan.stepOf(slot.sampleIndex), Types.LONG)
-                            .process(new PackStepFunction(plan, packingMaxTokens))
+                            .process(new PackStepFunction(plan, job.output.packingMaxTokens()))
                             .returns(TypeInformation.of(TrainingBatch.class))
                             .name("pack-steps")
                             .uid("pack-steps");
         }
-        return new Outputs(slots, packed, plan, topology, deadLetters);
+        return new Outputs(slots, packed, plan, job.topology, deadLetters);
     }
 
     /** Keeps the slots of one node's ranks. */
@@ -279,36 +263,5 @@ public final class StokerPipeline {
         public Integer getKey(SlotResult slot) {
             return plan.rankOf(slot.sampleIndex);
         }
-    }
-
-    /** The S3 client settings of the image fetch, from the {@code stoker.s3.*} options. */
-    static S3ClientSettings s3Settings(Configuration conf) {
-        S3ClientSettings s = new S3ClientSettings();
-        s.endpoint = conf.get(StokerOptions.S3_ENDPOINT);
-        s.region = conf.get(StokerOptions.S3_REGION);
-        s.pathStyleAccess = conf.get(StokerOptions.S3_PATH_STYLE_ACCESS);
-        s.accessKey = conf.get(StokerOptions.S3_ACCESS_KEY);
-        s.secretKey = conf.get(StokerOptions.S3_SECRET_KEY);
-        s.maxConnections = conf.get(StokerOptions.S3_MAX_CONNECTIONS);
-        s.maxAttempts = conf.get(StokerOptions.S3_MAX_ATTEMPTS);
-        s.requestTimeout = conf.get(StokerOptions.S3_REQUEST_TIMEOUT);
-        if (!conf.contains(StokerOptions.S3_REQUEST_TIMEOUT)) {
-            // keep the client's give-up inside the operator's timeout so the client frees the
-            // connection
-            Duration limit = conf.get(StokerOptions.FETCH_TIMEOUT).multipliedBy(9).dividedBy(10);
-            s.requestTimeout = s.requestTimeout.compareTo(limit) < 0 ? s.requestTimeout : limit;
-        }
-        Duration attempt = conf.get(StokerOptions.S3_ATTEMPT_TIMEOUT);
-        s.attemptTimeout = attempt.compareTo(s.requestTimeout) < 0 ? attempt : s.requestTimeout;
-        s.retryBaseDelay = conf.get(StokerOptions.S3_RETRY_BASE_DELAY);
-        s.retryMaxDelay = conf.get(StokerOptions.S3_RETRY_MAX_DELAY);
-        s.getsPerSecondPerPrefix = conf.get(StokerOptions.S3_GETS_PER_SECOND_PER_PREFIX);
-        s.hedgeAfter = conf.get(StokerOptions.S3_HEDGE_AFTER);
-        return s;
-    }
-
-    /** The model preset's vision config with the {@code stoker.image.*} overrides. */
-    static QwenVisionConfig visionConfig(Configuration conf) {
-        return ModelOptions.visionConfig(conf);
     }
 }

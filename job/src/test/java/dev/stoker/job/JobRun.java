@@ -60,10 +60,14 @@ final class JobRun {
      */
     record Batch(int rank, long step, int rows, Set<Integer> backfilledSlots) {}
 
-    /** What one run wrote; {@code counts} is the job's accounting summary. */
+    /**
+     * What one run wrote from its first step on ({@code firstStep}: 0, or the step after {@link
+     * StokerOptions#RESUME_STEP}); {@code counts} is the job's accounting summary.
+     */
     record Result(
             Path jobDir,
             BatchPlan plan,
+            long firstStep,
             String counts,
             List<Sample> samples,
             List<JsonNode> deadLetters,
@@ -93,14 +97,15 @@ final class JobRun {
             for (JsonNode dl : deadLetters) {
                 all.add(dl.get("sample_index").asLong());
             }
-            long records = plan.recordsFrom(0); // every epoch's
+            long records = plan.recordsFrom(firstStep); // every epoch's from the first step
             assertThat(samples.size() + deadLetters.size())
                     .as("samples emitted + dead letters = records (%s)", counts)
                     .isEqualTo(records);
+            long from = firstStep * plan.globalBatchSize();
             long slots = plan.numSteps() * plan.globalBatchSize();
             assertThat(all)
                     .doesNotHaveDuplicates()
-                    .allMatch(i -> i >= 0 && i < slots && !plan.isPadding(i));
+                    .allMatch(i -> i >= from && i < slots && !plan.isPadding(i));
             if (!counts.equals(RESTARTS_ALLOWED)) {
                 assertThat(counts).contains("read=" + records);
             }
@@ -172,7 +177,7 @@ final class JobRun {
         List<Sample> samples = new ArrayList<>();
         List<Batch> batches = new ArrayList<>();
         for (int rank = 0; rank < worldSize; rank++) {
-            for (long step = 0; step < plan.numSteps(); step++) {
+            for (long step = planned.firstStep; step < plan.numSteps(); step++) {
                 Path file =
                         generationDir
                                 .resolve("rank-" + rank)
@@ -184,9 +189,16 @@ final class JobRun {
         return new Result(
                 jobDir,
                 plan,
+                planned.firstStep,
                 counts,
                 samples,
-                readDeadLetters(jobDir.resolve("dead-letters")),
+                // an earlier run's in the same job directory are of steps before this one's
+                readDeadLetters(jobDir.resolve("dead-letters")).stream()
+                        .filter(
+                                dl ->
+                                        dl.get("sample_index").asLong()
+                                                >= planned.firstStep * plan.globalBatchSize())
+                        .toList(),
                 batches);
     }
 

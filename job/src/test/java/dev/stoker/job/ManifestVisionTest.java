@@ -50,7 +50,9 @@ class ManifestVisionTest {
                             ModelOptions.visionConfig(conf),
                             "sha256:x",
                             preset.getKey(),
-                            null)
+                            null,
+                            "/data/mixture.yaml",
+                            java.util.List.of())
                     .writeTo(new ShmLayout(jobDir.toString(), "g1"));
             JsonNode written = JSON.readTree(jobDir.resolve("manifest.json").toFile());
             JsonNode hf = preset.getValue().get("image_config");

@@ -30,7 +30,7 @@ class S3OptionsTest {
                             "--stoker.s3.max-connections",
                             "12"
                         });
-        S3ClientSettings s = StokerPipeline.s3Settings(conf);
+        S3ClientSettings s = JobPlan.s3Settings(conf);
         assertThat(s.endpoint).isEqualTo("http://127.0.0.1:9000");
         assertThat(s.pathStyleAccess).isTrue();
         assertThat(s.accessKey).isEqualTo("AKIDEXAMPLE");
@@ -44,7 +44,7 @@ class S3OptionsTest {
     @Test
     void connectionsDefaultToTheirOwnOptionsDefault() {
         Configuration conf = StokerConfig.fromArgs(new String[] {"--stoker.fetch.capacity", "8"});
-        assertThat(StokerPipeline.s3Settings(conf).maxConnections)
+        assertThat(JobPlan.s3Settings(conf).maxConnections)
                 .isEqualTo(StokerOptions.S3_MAX_CONNECTIONS.defaultValue())
                 .isEqualTo(64);
     }
@@ -56,7 +56,7 @@ class S3OptionsTest {
                         new String[] {
                             "--s3.endpoint", "http://a:1", "--stoker.s3.endpoint", "http://b:2"
                         });
-        S3ClientSettings s = StokerPipeline.s3Settings(conf);
+        S3ClientSettings s = JobPlan.s3Settings(conf);
         assertThat(s.endpoint).isEqualTo("http://b:2");
         assertThat(s.accessKey).isNull();
         assertThat(s.credentialsProvider().getClass().getSimpleName())
@@ -82,7 +82,7 @@ class S3OptionsTest {
                             "5s"
                         });
         StokerConfig.validate(conf);
-        S3ClientSettings s = StokerPipeline.s3Settings(conf);
+        S3ClientSettings s = JobPlan.s3Settings(conf);
         assertThat(s.requestTimeout).isEqualTo(Duration.ofMillis(4500));
         assertThat(s.attemptTimeout).isEqualTo(Duration.ofMillis(4500));
 

@@ -46,13 +46,14 @@ class StokerConfigTest {
     void packedRowsDefaultToMaxSeqLenAndMustHoldTheLongestSample() {
         Configuration conf = packing(true, null);
         StokerConfig.validate(conf);
-        assertThat(StokerConfig.packingMaxTokens(conf)).isEqualTo(4096);
-        assertThatThrownBy(() -> StokerConfig.validate(packing(true, 2048)))
+        assertThat(StokerConfig.packingMaxTokens(conf, 4096)).isEqualTo(4096);
+        assertThat(StokerConfig.packingMaxTokens(packing(true, 8192), 4096)).isEqualTo(8192);
+        assertThatThrownBy(() -> StokerConfig.packingMaxTokens(packing(true, 2048), 4096))
                 .isInstanceOf(IllegalConfigurationException.class)
                 .hasMessageContaining(
-                        "stoker.packing.max-tokens (2048) must be at least stoker.max-seq-len (4096)");
-        // not packing: the row size is not checked
-        StokerConfig.validate(packing(false, 2048));
+                        "stoker.packing.max-tokens (2048) must be at least the longest maximum"
+                                + " sequence length (4096: stoker.max-seq-len or a mixture"
+                                + " source's max_seq_len)");
     }
 
     /** A job with max-seq-len 4096, packing on or off, and the row size when given. */

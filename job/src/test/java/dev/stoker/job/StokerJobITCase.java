@@ -1,6 +1,7 @@
 package dev.stoker.job;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
@@ -15,6 +16,8 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import org.apache.flink.configuration.Configuration;
+import org.apache.flink.configuration.IllegalConfigurationException;
+import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
 import org.junit.jupiter.api.extension.RegisterExtension;
@@ -226,6 +229,111 @@ class StokerJobITCase {
         }
         assertThat(llavaAboveBudget).as("the other sources keep the job's budget").isTrue();
         assertThat(messagesWithPrompt).isPositive();
+    }
+
+    /**
+     * The next curriculum stage: a run over one dataset, then another dataset taking over at a
+     * stated step ({@code stoker.mixture.start-step}, with the resume step before it) in the same
+     * job directory. The new stage's batches are exactly those of a fresh run of its dataset,
+     * shifted by the start step; the manifest records the start step and both stages; a resume that
+     * would change the mixture without saying so, or a start step after the first step produced, is
+     * refused at start-up.
+     */
+    @Test
+    void aNewMixtureTakesOverAtAStatedStepAndTheManifestKeepsThePlanHistory() throws Exception {
+        Path stage1 = SharedData.dataDir().resolve("llamafactory-sharegpt");
+        Path stage2 = SharedData.dataDir().resolve("llava-style");
+        Configuration shuffled = new Configuration();
+        shuffled.set(StokerOptions.SHUFFLE, true);
+        shuffled.set(StokerOptions.SHUFFLE_SEED, 5L);
+
+        JobRun.Result fresh =
+                JobRun.run(
+                        stage2, CLUSTER.freshOutputRoot(), WORLD_SIZE, MICRO_BATCH_SIZE, shuffled);
+        JsonNode freshManifest = JSON.readTree(fresh.jobDir().resolve("manifest.json").toFile());
+
+        Path root = CLUSTER.freshOutputRoot();
+        JobRun.Result first = JobRun.run(stage1, root, WORLD_SIZE, MICRO_BATCH_SIZE, shuffled);
+        long start = first.plan().numSteps();
+        JsonNode firstManifest = JSON.readTree(first.jobDir().resolve("manifest.json").toFile());
+        Configuration next = new Configuration(shuffled);
+        next.set(StokerOptions.MIXTURE_START_STEP, start);
+        next.set(StokerOptions.RESUME_STEP, start - 1);
+        JobRun.Result second = JobRun.run(stage2, root, WORLD_SIZE, MICRO_BATCH_SIZE, next);
+        second.assertAccounted();
+        assertThat(second.firstStep()).isEqualTo(start);
+        assertThat(second.plan().numSteps()).isEqualTo(start + fresh.plan().numSteps());
+
+        long shift = start * WORLD_SIZE * MICRO_BATCH_SIZE;
+        Map<Long, JobRun.Sample> expected = fresh.samplesByIndex();
+        assertThat(second.samples()).hasSameSizeAs(fresh.samples());
+        for (JobRun.Sample s : second.samples()) {
+            JobRun.Sample e = expected.get(s.sampleIndex() - shift);
+            assertThat(e).as("slot %d of the new stage", s.sampleIndex()).isNotNull();
+            assertThat(s.source()).isEqualTo(e.source());
+            assertThat(s.inputIds()).isEqualTo(e.inputIds());
+            assertThat(s.step()).isEqualTo(e.step() + start);
+            assertThat(s.rank()).isEqualTo(e.rank());
+        }
+        assertThat(
+                        second.deadLetters().stream()
+                                .map(
+                                        d ->
+                                                d.get("sample_index").asLong()
+                                                        - shift
+                                                        + " "
+                                                        + d.get("line"))
+                                .sorted()
+                                .toList())
+                .isEqualTo(
+                        fresh.deadLetters().stream()
+                                .map(d -> d.get("sample_index").asLong() + " " + d.get("line"))
+                                .sorted()
+                                .toList());
+
+        JsonNode manifest = JSON.readTree(second.jobDir().resolve("manifest.json").toFile());
+        assertThat(manifest.get("mixture_start_step").asLong()).isEqualTo(start);
+        assertThat(manifest.get("dataset_fingerprint"))
+                .isEqualTo(freshManifest.get("dataset_fingerprint"));
+        JsonNode history = manifest.get("plan_history");
+        assertThat(history).hasSize(2);
+        assertThat(history.get(0).get("dataset_fingerprint"))
+                .isEqualTo(firstManifest.get("dataset_fingerprint"));
+        assertThat(history.get(0).get("mixture_start_step").asLong()).isZero();
+        assertThat(history.get(0).get("mixture").asText()).isEqualTo(stage1.toString());
+        assertThat(history.get(1).get("dataset_fingerprint"))
+                .isEqualTo(freshManifest.get("dataset_fingerprint"));
+        assertThat(history.get(1).get("mixture_start_step").asLong()).isEqualTo(start);
+        assertThat(history.get(1).get("num_records").asLong()).isEqualTo(fresh.plan().numRecords());
+
+        // resuming inside the new stage with the first stage's dataset, or without the stage's
+        // start step, is an implicit change of the mixture: refused, naming what to pass
+        Configuration implicit = JobConfigs.config(stage1.toString(), root, WORLD_SIZE, 3);
+        implicit.set(StokerOptions.RESUME_STEP, start + 1);
+        assertThatThrownBy(
+                        () ->
+                                StokerJob.build(
+                                        StreamExecutionEnvironment.getExecutionEnvironment(),
+                                        implicit))
+                .isInstanceOf(IllegalConfigurationException.class)
+                .hasMessageContaining(
+                        "Step " + (start + 1) + " was produced by the stage of mixture " + stage2)
+                .hasMessageContaining(
+                        "to change the mixture at this resume pass --stoker.mixture.start-step "
+                                + (start + 2));
+        Configuration late = JobConfigs.config(stage2.toString(), root, WORLD_SIZE, 3);
+        late.set(StokerOptions.MIXTURE_START_STEP, start + 5);
+        late.set(StokerOptions.RESUME_STEP, start + 1);
+        assertThatThrownBy(
+                        () ->
+                                StokerJob.build(
+                                        StreamExecutionEnvironment.getExecutionEnvironment(), late))
+                .isInstanceOf(IllegalConfigurationException.class)
+                .hasMessageContaining(
+                        "--stoker.mixture.start-step "
+                                + (start + 5)
+                                + " is after the first step this submission produces ("
+                                + (start + 2));
     }
 
     private static boolean contains(long[] ids, long[] part) {

@@ -1,5 +1,6 @@
 package dev.stoker.connectors.protocol;
 
+import com.fasterxml.jackson.databind.JavaType;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.stoker.operators.batch.BatchPlan;
@@ -10,8 +11,10 @@ import java.io.Serializable;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
+import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Optional;
 
 /**
@@ -20,13 +23,16 @@ import java.util.Optional;
  * (dataset fingerprint, seed, W, B, epochs, model preset), which a trainer's checkpointed data
  * state is checked against, and the vision settings the pixels were made with (patch geometry,
  * {@code rescale_factor}, {@code image_mean}/{@code image_std}), which a reader needs to turn
- * {@code pixel_values} back into pictures, or uint8 ones into model inputs, and the packed row size
- * when batches are packed (docs/batch-protocol.md). The field names are listed under {@code
- * "manifest"} in {@code schema/batch-schema.json}.
+ * {@code pixel_values} back into pictures, or uint8 ones into model inputs, the packed row size
+ * when batches are packed, and the run's stages so far: the step this stage's mixture starts at and
+ * each stage's mixture and sequence fields (docs/batch-protocol.md). The field names are listed
+ * under {@code "manifest"} in {@code schema/batch-schema.json}.
  */
 public final class Manifest implements Serializable {
-    private static final long serialVersionUID = 3L;
+    private static final long serialVersionUID = 4L;
     private static final ObjectMapper JSON = Json.mapper();
+    private static final JavaType STAGE =
+            JSON.getTypeFactory().constructMapType(LinkedHashMap.class, String.class, Object.class);
 
     /** File name of the manifest in the job directory. */
     public static final String FILE_NAME = "manifest.json";
@@ -52,6 +58,29 @@ public final class Manifest implements Serializable {
     public static final String IMAGE_MEAN = "image_mean";
     public static final String IMAGE_STD = "image_std";
     public static final String PACKING_MAX_TOKENS = "packing_max_tokens";
+    public static final String MIXTURE_START_STEP = "mixture_start_step";
+    public static final String PLAN_HISTORY = "plan_history";
+
+    /** Key of a {@link #PLAN_HISTORY} entry naming the stage's mixture spec (or dataset path). */
+    public static final String MIXTURE = "mixture";
+
+    /**
+     * The fields that fix the batch sequence of a stage of the run (the record of every (step,
+     * rank, slot) from its {@code mixture_start_step} on is a function of them): a {@link
+     * #PLAN_HISTORY} entry holds them and {@link #MIXTURE}; a trainer's data state is checked
+     * against them.
+     */
+    public static final List<String> SEQUENCE_FIELDS =
+            List.of(
+                    DATASET_FINGERPRINT,
+                    NUM_RECORDS,
+                    SHUFFLE_SEED,
+                    WORLD_SIZE,
+                    MICRO_BATCH_SIZE,
+                    EPOCHS,
+                    MODEL_PRESET,
+                    PACKING_MAX_TOKENS,
+                    MIXTURE_START_STEP);
 
     /** Every field, in the order they are written. */
     public static final List<String> FIELDS =
@@ -76,7 +105,9 @@ public final class Manifest implements Serializable {
                     RESCALE_FACTOR,
                     IMAGE_MEAN,
                     IMAGE_STD,
-                    PACKING_MAX_TOKENS);
+                    PACKING_MAX_TOKENS,
+                    MIXTURE_START_STEP,
+                    PLAN_HISTORY);
 
     private final LinkedHashMap<String, Object> fields = new LinkedHashMap<>();
 
@@ -91,6 +122,10 @@ public final class Manifest implements Serializable {
      *     ({@code "sha256:<hex>"}, docs/batch-protocol.md)
      * @param modelPreset the {@code stoker.model.preset} key, e.g. {@code "qwen2-vl"}
      * @param packingMaxTokens tokens per packed row, or {@code null} when batches are not packed
+     * @param mixture the mixture spec's location (or the dataset path) of this stage
+     * @param earlierStages the {@link #PLAN_HISTORY} entries of the stages before this one (from
+     *     {@link #readPlanHistory}), oldest first; those starting at or after this plan's {@link
+     *     BatchPlan#startStep()} are left out
      */
     public Manifest(
             String jobName,
@@ -101,7 +136,9 @@ public final class Manifest implements Serializable {
             QwenVisionConfig vision,
             String datasetFingerprint,
             String modelPreset,
-            Integer packingMaxTokens) {
+            Integer packingMaxTokens,
+            String mixture,
+            List<Map<String, Object>> earlierStages) {
         fields.put(FORMAT_VERSION, BatchSchema.FORMAT_VERSION);
         fields.put(JOB_NAME, jobName);
         fields.put(GENERATION, generation);
@@ -123,6 +160,20 @@ public final class Manifest implements Serializable {
         fields.put(IMAGE_MEAN, vision.imageMean.clone());
         fields.put(IMAGE_STD, vision.imageStd.clone());
         fields.put(PACKING_MAX_TOKENS, packingMaxTokens);
+        fields.put(MIXTURE_START_STEP, plan.startStep());
+        List<Map<String, Object>> history = new ArrayList<>();
+        for (Map<String, Object> stage : earlierStages) {
+            if (((Number) stage.get(MIXTURE_START_STEP)).longValue() < plan.startStep()) {
+                history.add(new LinkedHashMap<>(stage));
+            }
+        }
+        LinkedHashMap<String, Object> current = new LinkedHashMap<>();
+        current.put(MIXTURE, mixture);
+        for (String field : SEQUENCE_FIELDS) {
+            current.put(field, fields.get(field));
+        }
+        history.add(current);
+        fields.put(PLAN_HISTORY, history);
     }
 
     /**
@@ -150,6 +201,41 @@ public final class Manifest implements Serializable {
                 StandardOpenOption.TRUNCATE_EXISTING,
                 StandardOpenOption.WRITE);
         ShmLayout.publish(tmp, target);
+    }
+
+    /**
+     * The {@link #PLAN_HISTORY} of {@code jobDir/manifest.json} (a previous submission's): its
+     * stages, oldest first, each a map of {@link #MIXTURE} and the {@link #SEQUENCE_FIELDS}. Empty
+     * when there is no manifest or it cannot be read; a manifest without the field (an older
+     * release's) gives one stage made of its own fields, starting at step 0.
+     */
+    public static List<Map<String, Object>> readPlanHistory(Path jobDir) {
+        JsonNode node;
+        try {
+            node = JSON.readTree(Files.readAllBytes(jobDir.resolve(FILE_NAME)));
+        } catch (IOException e) {
+            return List.of();
+        }
+        if (node == null || !node.isObject()) {
+            return List.of();
+        }
+        List<Map<String, Object>> stages = new ArrayList<>();
+        if (node.path(PLAN_HISTORY).isArray()) {
+            for (JsonNode stage : node.get(PLAN_HISTORY)) {
+                if (stage.path(MIXTURE_START_STEP).canConvertToLong()) {
+                    stages.add(JSON.convertValue(stage, STAGE));
+                }
+            }
+            return stages;
+        }
+        LinkedHashMap<String, Object> stage = new LinkedHashMap<>();
+        stage.put(MIXTURE, null);
+        for (String field : SEQUENCE_FIELDS) {
+            stage.put(field, JSON.convertValue(node.get(field), Object.class));
+        }
+        stage.put(MIXTURE_START_STEP, node.path(MIXTURE_START_STEP).asLong(0));
+        stages.add(stage);
+        return stages;
     }
 
     /**

@@ -40,6 +40,9 @@ class ProtocolDefinitionTest {
         JsonNode doc = definition();
         assertThat(Manifest.FIELDS).containsExactlyElementsOf(keys(doc.get("manifest")));
         assertThat(Ack.FIELDS).containsExactlyElementsOf(keys(doc.get("ack")));
+        List<String> sequence = new ArrayList<>();
+        doc.get("sequence_fields").forEach(f -> sequence.add(f.asText()));
+        assertThat(Manifest.SEQUENCE_FIELDS).containsExactlyElementsOf(sequence);
         assertThat(BatchSchema.METADATA_KEYS).containsExactlyElementsOf(keys(doc.get("metadata")));
         assertThat(doc.get("format_version").asInt()).isEqualTo(BatchSchema.FORMAT_VERSION);
     }
@@ -76,7 +79,9 @@ class ProtocolDefinitionTest {
                         vision,
                         "sha256:x",
                         "p",
-                        2048)
+                        2048,
+                        "/data/mixture.yaml",
+                        java.util.List.of())
                 .writeTo(layout);
 
         JsonNode written = JSON.readTree(layout.manifest().toFile());
@@ -92,6 +97,112 @@ class ProtocolDefinitionTest {
         assertThat(written.get("shuffle_seed").isNull()).isTrue();
         assertThat(written.get("packing_max_tokens").asInt()).isEqualTo(2048);
         assertThat(Manifest.readCurrent(jobDir)).contains(new Manifest.Current("g1", 2, 0));
+    }
+
+    @Test
+    void planHistoryKeepsTheEarlierStagesBeforeTheNewStartStep() throws IOException {
+        assertThat(Manifest.readPlanHistory(jobDir)).isEmpty();
+        ShmLayout layout = new ShmLayout(jobDir.toString(), "g1");
+        QwenVisionConfig vision = new QwenVisionConfig();
+        new Manifest(
+                        "job",
+                        "g1",
+                        new BatchPlan(10, 2, 2, 1),
+                        0,
+                        7L,
+                        vision,
+                        "sha256:a",
+                        "p",
+                        null,
+                        "/m/stage1.yaml",
+                        Manifest.readPlanHistory(jobDir))
+                .writeTo(layout);
+        List<java.util.Map<String, Object>> one = Manifest.readPlanHistory(jobDir);
+        assertThat(one).hasSize(1);
+        assertThat(one.get(0))
+                .containsEntry("mixture", "/m/stage1.yaml")
+                .containsEntry("dataset_fingerprint", "sha256:a")
+                .containsEntry("num_records", 10)
+                .containsEntry("shuffle_seed", 7)
+                .containsEntry("mixture_start_step", 0);
+        assertThat(one.get(0).keySet())
+                .containsExactlyElementsOf(
+                        java.util.stream.Stream.concat(
+                                        java.util.stream.Stream.of("mixture"),
+                                        Manifest.SEQUENCE_FIELDS.stream())
+                                .toList());
+
+        // the next stage starts at step 3: its epochs count from there
+        new Manifest(
+                        "job",
+                        "g2",
+                        new BatchPlan(20, 2, 2, 1, 3),
+                        3,
+                        7L,
+                        vision,
+                        "sha256:b",
+                        "p",
+                        null,
+                        "/m/stage2.yaml",
+                        one)
+                .writeTo(new ShmLayout(jobDir.toString(), "g2"));
+        JsonNode written = JSON.readTree(jobDir.resolve("manifest.json").toFile());
+        assertThat(written.get("mixture_start_step").asLong()).isEqualTo(3);
+        assertThat(written.get("num_steps").asLong()).isEqualTo(3 + 5);
+        List<java.util.Map<String, Object>> two = Manifest.readPlanHistory(jobDir);
+        assertThat(two)
+                .extracting(m -> m.get("dataset_fingerprint"))
+                .containsExactly("sha256:a", "sha256:b");
+        assertThat(two).extracting(m -> m.get("mixture_start_step")).containsExactly(0, 3);
+
+        // a stage restarted at step 3 again replaces the one that started there; one at step 0
+        // starts the history afresh
+        new Manifest(
+                        "job",
+                        "g3",
+                        new BatchPlan(30, 2, 2, 1, 3),
+                        4,
+                        7L,
+                        vision,
+                        "sha256:c",
+                        "p",
+                        null,
+                        "/m/stage2b.yaml",
+                        two)
+                .writeTo(new ShmLayout(jobDir.toString(), "g3"));
+        assertThat(Manifest.readPlanHistory(jobDir))
+                .extracting(m -> m.get("dataset_fingerprint"))
+                .containsExactly("sha256:a", "sha256:c");
+        new Manifest(
+                        "job",
+                        "g4",
+                        new BatchPlan(30, 2, 2, 1),
+                        0,
+                        7L,
+                        vision,
+                        "sha256:d",
+                        "p",
+                        null,
+                        "/m/fresh.yaml",
+                        Manifest.readPlanHistory(jobDir))
+                .writeTo(new ShmLayout(jobDir.toString(), "g4"));
+        assertThat(Manifest.readPlanHistory(jobDir))
+                .extracting(m -> m.get("dataset_fingerprint"))
+                .containsExactly("sha256:d");
+
+        // a manifest without plan_history (an older release's) is one stage from step 0
+        Files.writeString(
+                jobDir.resolve("manifest.json"),
+                "{\"generation\": \"g0\", \"world_size\": 2, \"dataset_fingerprint\":"
+                        + " \"sha256:old\", \"num_records\": 5}");
+        assertThat(Manifest.readPlanHistory(jobDir))
+                .singleElement()
+                .satisfies(
+                        m -> {
+                            assertThat(m).containsEntry("dataset_fingerprint", "sha256:old");
+                            assertThat(m).containsEntry("mixture_start_step", 0L);
+                            assertThat(m).containsEntry("mixture", null);
+                        });
     }
 
     private static List<Double> doubles(JsonNode array) {
@@ -154,7 +265,9 @@ class ProtocolDefinitionTest {
                         new QwenVisionConfig(),
                         "sha256:x",
                         "p",
-                        null)
+                        null,
+                        "/data/mixture.yaml",
+                        java.util.List.of())
                 .writeTo(layout);
         Files.createDirectories(layout.rankDir(0));
         Files.writeString(layout.ackFile(0), "{\"consumed_step\": 1}");

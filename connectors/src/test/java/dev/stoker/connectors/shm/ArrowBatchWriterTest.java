@@ -319,7 +319,9 @@ class ArrowBatchWriterTest {
                         vision(),
                         fingerprint,
                         "qwen2.5-vl",
-                        null)
+                        null,
+                        "/data/mixture.yaml",
+                        java.util.List.of())
                 .writeTo(layout);
 
         assertThat(jobDir.resolve("gen-g0")).doesNotExist();

@@ -48,6 +48,29 @@ class BatchPlanTest {
     }
 
     @Test
+    void aLaterStagesEpochsStartAtItsStartStep() {
+        BatchPlan fresh = new BatchPlan(10, 2, 3, 2);
+        BatchPlan stage = new BatchPlan(10, 2, 3, 2, 5); // 6 samples per step, from step 5
+        assertThat(stage.startStep()).isEqualTo(5);
+        assertThat(stage.stepsPerEpoch()).isEqualTo(2);
+        assertThat(stage.numSteps()).isEqualTo(5 + 4);
+        long shift = 5 * 6;
+        for (long i = 0; i < fresh.numSteps() * 6; i++) {
+            assertThat(stage.epochOf(i + shift)).isEqualTo(fresh.epochOf(i));
+            assertThat(stage.positionOf(i + shift)).isEqualTo(fresh.positionOf(i));
+            assertThat(stage.isPadding(i + shift)).isEqualTo(fresh.isPadding(i));
+            assertThat(stage.stepOf(i + shift)).isEqualTo(fresh.stepOf(i) + 5);
+            assertThat(stage.rankOf(i + shift)).isEqualTo(fresh.rankOf(i));
+        }
+        assertThat(stage.recordsFrom(0)).isEqualTo(20);
+        assertThat(stage.recordsFrom(5)).isEqualTo(20);
+        assertThat(stage.recordsFrom(6)).isEqualTo(fresh.recordsFrom(1));
+        assertThat(stage.recordsFrom(8)).isEqualTo(fresh.recordsFrom(3));
+        assertThatThrownBy(() -> new BatchPlan(10, 2, 3, 1, -1))
+                .isInstanceOf(IllegalArgumentException.class);
+    }
+
+    @Test
     void everySlotOfEveryBatchIsCoveredExactlyOnce() {
         BatchPlan plan = new BatchPlan(23, 3, 4, 2);
         Set<Long> seen = new HashSet<>();

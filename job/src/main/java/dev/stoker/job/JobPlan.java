@@ -1,0 +1,310 @@
+package dev.stoker.job;
+
+import dev.stoker.connectors.fetch.S3ClientSettings;
+import dev.stoker.connectors.fetch.TransientFailurePolicy;
+import dev.stoker.connectors.protocol.Manifest;
+import dev.stoker.connectors.protocol.PixelDtype;
+import dev.stoker.connectors.protocol.ShmLayout;
+import dev.stoker.operators.batch.BatchPlan;
+import dev.stoker.operators.image.QwenVisionConfig;
+import dev.stoker.operators.tokenize.SequenceLengthPolicy;
+import java.time.Duration;
+import java.util.List;
+import java.util.Map;
+import org.apache.flink.configuration.Configuration;
+import org.apache.flink.configuration.IllegalConfigurationException;
+import org.apache.flink.configuration.ReadableConfig;
+
+/**
+ * Everything one submission of the job is built from, worked out once from the {@link
+ * Configuration} by {@link #of}: the mixture (sources, order, per-source settings), the batch plan,
+ * the generation, the topology and the settings of each stage. {@link StokerPipeline} and the sinks
+ * ({@link StokerJob#build}) are built from it and do not read the configuration again.
+ */
+final class JobPlan {
+    final String jobName;
+    final MixturePlan mixture;
+    final BatchPlan batches;
+    final Generation generation;
+    final Topology topology;
+    final SourceSettings source;
+    final FetchSettings fetch;
+    final TokenizeSettings tokenize;
+    final OutputSettings output;
+
+    /**
+     * The JSONL source's settings.
+     *
+     * @param maxLineBytes the longest record line read, in bytes ({@code stoker.max-line-length})
+     * @param fileCacheBytes the bytes of record indexes and open files a reader keeps ({@code
+     *     stoker.source.file-cache-size})
+     * @param prefetchDepth batches a rank may have written but not consumed, 0 = unbounded
+     */
+    record SourceSettings(int maxLineBytes, long fileCacheBytes, int prefetchDepth) {}
+
+    /**
+     * The image fetch's settings ({@code stoker.fetch.*}).
+     *
+     * @param maxObjectBytes the largest image read, in bytes
+     * @param timeout the operator's timeout per record
+     * @param capacity records in flight per subtask
+     * @param threads reader threads per subtask (images outside S3)
+     * @param transientFailures what a record whose fetch keeps failing transiently gets
+     * @param s3 the S3 client's settings, {@code null} when no image is read from S3
+     */
+    record FetchSettings(
+            long maxObjectBytes,
+            Duration timeout,
+            int capacity,
+            int threads,
+            TransientFailurePolicy transientFailures,
+            S3ClientSettings s3) {}
+
+    /**
+     * The tokenize stage's settings.
+     *
+     * @param tokenizerPath the tokenizer directory (absolute, the same on every TaskManager)
+     * @param maxSeqLenPolicy what a sample longer than its source's maximum sequence length gets
+     * @param padTokenId the tokenizer's padding token id, which pads {@code input_ids}
+     */
+    record TokenizeSettings(
+            String tokenizerPath, SequenceLengthPolicy maxSeqLenPolicy, long padTokenId) {}
+
+    /**
+     * The sinks' settings.
+     *
+     * @param jobDir {@code <output-root>/<job-name>}, the job's shared-memory directory
+     * @param deadLetterDir where the dead letters are written
+     * @param vision the job's vision config (patch geometry and normalisation of the batches)
+     * @param modelPreset the {@code stoker.model.preset} key
+     * @param pixelDtype the element type of {@code pixel_values}
+     * @param packingMaxTokens tokens per packed row, or {@code null} when batches are not packed
+     * @param shuffleSeed the seed of the sample order, or {@code null} when it is not shuffled
+     * @param earlierStages the plan history of the job directory's previous manifest ({@link
+     *     Manifest#readPlanHistory}), of which the manifest keeps the stages before this one
+     */
+    record OutputSettings(
+            String jobDir,
+            String deadLetterDir,
+            QwenVisionConfig vision,
+            String modelPreset,
+            PixelDtype pixelDtype,
+            Integer packingMaxTokens,
+            Long shuffleSeed,
+            List<Map<String, Object>> earlierStages) {
+
+        /** Whether batches are packed ({@code stoker.packing.enabled}). */
+        boolean packing() {
+            return packingMaxTokens != null;
+        }
+    }
+
+    private JobPlan(
+            String jobName,
+            MixturePlan mixture,
+            BatchPlan batches,
+            Generation generation,
+            Topology topology,
+            SourceSettings source,
+            FetchSettings fetch,
+            TokenizeSettings tokenize,
+            OutputSettings output) {
+        this.jobName = jobName;
+        this.mixture = mixture;
+        this.batches = batches;
+        this.generation = generation;
+        this.topology = topology;
+        this.source = source;
+        this.fetch = fetch;
+        this.tokenize = tokenize;
+        this.output = output;
+    }
+
+    /**
+     * Plans the submission: checks the image root, reads the mixture spec and lists its sources
+     * ({@link MixturePlan#of}), checks S3 ({@link StartupChecks#checkS3}) and the tokenizer, and
+     * plans the generation ({@link Generation#plan}).
+     *
+     * @param conf the job's options, validated ({@link StokerConfig#validate}) and with local paths
+     *     made absolute ({@link StartupChecks#absolutizePaths})
+     * @param env the execution environment's configuration (a savepoint path set by {@code flink
+     *     run -s})
+     * @throws IllegalConfigurationException naming the option, spec field or source that does not
+     *     work, and why; a {@code stoker.mixture.start-step} after the first step produced
+     */
+    static JobPlan of(Configuration conf, ReadableConfig env) {
+        StokerConfig.checkImageRoot(conf);
+        MixturePlan mixture = MixturePlan.of(conf, MixtureSpec.of(conf));
+        S3ClientSettings s3 = null;
+        if (mixture.imagesOnS3()) {
+            s3 = s3Settings(conf);
+            StartupChecks.checkS3(conf, mixture, s3);
+        }
+        BatchPlan batches =
+                new BatchPlan(
+                        mixture.order.recordsPerEpoch(),
+                        conf.get(StokerOptions.DP_WORLD_SIZE),
+                        conf.get(StokerOptions.MICRO_BATCH_SIZE),
+                        conf.get(StokerOptions.EPOCHS),
+                        conf.get(StokerOptions.MIXTURE_START_STEP));
+        Generation generation = Generation.plan(conf, env);
+        if (batches.startStep() > generation.firstStep()) {
+            throw new IllegalConfigurationException(
+                    "--"
+                            + StokerOptions.MIXTURE_START_STEP.key()
+                            + " "
+                            + batches.startStep()
+                            + " is after the first step this submission produces ("
+                            + generation.firstStep()
+                            + " = the resume step + 1): a mixture takes over at a resume, so also"
+                            + " pass --"
+                            + StokerOptions.RESUME_STEP.key()
+                            + " "
+                            + (batches.startStep() - 1)
+                            + " (the last step the trainer consumed of the previous stage)");
+        }
+        List<Map<String, Object>> earlierStages =
+                Manifest.readPlanHistory(java.nio.file.Path.of(StokerConfig.jobDir(conf)));
+        checkContinues(earlierStages, batches, generation, mixture);
+        Integer packingMaxTokens =
+                conf.get(StokerOptions.PACKING_ENABLED)
+                        ? StokerConfig.packingMaxTokens(conf, mixture.longestMaxSeqLen())
+                        : null;
+        return new JobPlan(
+                conf.get(StokerOptions.JOB_NAME),
+                mixture,
+                batches,
+                generation,
+                Topology.of(conf),
+                new SourceSettings(
+                        (int) conf.get(StokerOptions.MAX_LINE_LENGTH).getBytes(),
+                        conf.get(StokerOptions.FILE_CACHE_SIZE).getBytes(),
+                        conf.get(StokerOptions.PREFETCH_DEPTH)),
+                new FetchSettings(
+                        conf.get(StokerOptions.MAX_OBJECT_SIZE).getBytes(),
+                        conf.get(StokerOptions.FETCH_TIMEOUT),
+                        conf.get(StokerOptions.FETCH_CAPACITY),
+                        conf.get(StokerOptions.FETCH_THREADS),
+                        conf.get(StokerOptions.FETCH_TRANSIENT_FAILURES),
+                        s3),
+                new TokenizeSettings(
+                        conf.get(StokerOptions.TOKENIZER_PATH),
+                        conf.get(StokerOptions.MAX_SEQ_LEN_POLICY),
+                        StartupChecks.tokenizerPadId(conf)),
+                new OutputSettings(
+                        StokerConfig.jobDir(conf),
+                        StokerConfig.deadLetterDir(conf),
+                        ModelOptions.visionConfig(conf),
+                        ModelOptions.preset(conf).key(),
+                        conf.get(StokerOptions.PIXEL_DTYPE),
+                        packingMaxTokens,
+                        conf.get(StokerOptions.SHUFFLE)
+                                ? conf.get(StokerOptions.SHUFFLE_SEED)
+                                : null,
+                        earlierStages));
+    }
+
+    /**
+     * Refuses an implicit change of the mixture at a resume: when this submission continues a stage
+     * (its start step is before its first step), the stage the previous manifest's history has for
+     * the step before must be this one (same start step and fingerprint).
+     *
+     * @throws IllegalConfigurationException naming that stage and what to pass instead
+     */
+    private static void checkContinues(
+            List<Map<String, Object>> history,
+            BatchPlan batches,
+            Generation generation,
+            MixturePlan mixture) {
+        long first = generation.firstStep();
+        if (first == 0 || batches.startStep() == first) {
+            return;
+        }
+        Map<String, Object> previous = null;
+        for (Map<String, Object> stage : history) {
+            if (((Number) stage.get(Manifest.MIXTURE_START_STEP)).longValue() < first) {
+                previous = stage;
+            }
+        }
+        if (previous == null) {
+            return;
+        }
+        long start = ((Number) previous.get(Manifest.MIXTURE_START_STEP)).longValue();
+        if (start != batches.startStep()
+                || !mixture.fingerprint.equals(previous.get(Manifest.DATASET_FINGERPRINT))) {
+            throw new IllegalConfigurationException(
+                    "Step "
+                            + (first - 1)
+                            + " was produced by the stage of mixture "
+                            + previous.get(Manifest.MIXTURE)
+                            + " ("
+                            + previous.get(Manifest.DATASET_FINGERPRINT)
+                            + ") starting at step "
+                            + start
+                            + " (the job directory's manifest.json), but this submission's is "
+                            + mixture.spec.location
+                            + " ("
+                            + mixture.fingerprint
+                            + ") starting at step "
+                            + batches.startStep()
+                            + ". To continue that stage pass its spec and --"
+                            + StokerOptions.MIXTURE_START_STEP.key()
+                            + " "
+                            + start
+                            + "; to change the mixture at this resume pass --"
+                            + StokerOptions.MIXTURE_START_STEP.key()
+                            + " "
+                            + first);
+        }
+    }
+
+    /** This generation's shared-memory layout under the job directory. */
+    ShmLayout layout() {
+        return new ShmLayout(output.jobDir, generation.stamp);
+    }
+
+    /** The {@code manifest.json} the sinks write for this generation. */
+    Manifest manifest() {
+        return new Manifest(
+                jobName,
+                generation.stamp,
+                batches,
+                generation.firstStep(),
+                output.shuffleSeed,
+                output.vision,
+                mixture.fingerprint,
+                output.modelPreset,
+                output.packingMaxTokens,
+                mixture.spec.location,
+                output.earlierStages);
+    }
+
+    /**
+     * The S3 client settings of the image fetch, from the {@code stoker.s3.*} options: unless set,
+     * the request timeout stays within 90% of {@code stoker.fetch.timeout} (so the client gives up
+     * and frees the connection before the operator does), and an attempt never outlasts the
+     * request.
+     */
+    static S3ClientSettings s3Settings(Configuration conf) {
+        S3ClientSettings s = new S3ClientSettings();
+        s.endpoint = conf.get(StokerOptions.S3_ENDPOINT);
+        s.region = conf.get(StokerOptions.S3_REGION);
+        s.pathStyleAccess = conf.get(StokerOptions.S3_PATH_STYLE_ACCESS);
+        s.accessKey = conf.get(StokerOptions.S3_ACCESS_KEY);
+        s.secretKey = conf.get(StokerOptions.S3_SECRET_KEY);
+        s.maxConnections = conf.get(StokerOptions.S3_MAX_CONNECTIONS);
+        s.maxAttempts = conf.get(StokerOptions.S3_MAX_ATTEMPTS);
+        s.requestTimeout = conf.get(StokerOptions.S3_REQUEST_TIMEOUT);
+        if (!conf.contains(StokerOptions.S3_REQUEST_TIMEOUT)) {
+            Duration limit = conf.get(StokerOptions.FETCH_TIMEOUT).multipliedBy(9).dividedBy(10);
+            s.requestTimeout = s.requestTimeout.compareTo(limit) < 0 ? s.requestTimeout : limit;
+        }
+        Duration attempt = conf.get(StokerOptions.S3_ATTEMPT_TIMEOUT);
+        s.attemptTimeout = attempt.compareTo(s.requestTimeout) < 0 ? attempt : s.requestTimeout;
+        s.retryBaseDelay = conf.get(StokerOptions.S3_RETRY_BASE_DELAY);
+        s.retryMaxDelay = conf.get(StokerOptions.S3_RETRY_MAX_DELAY);
+        s.getsPerSecondPerPrefix = conf.get(StokerOptions.S3_GETS_PER_SECOND_PER_PREFIX);
+        s.hedgeAfter = conf.get(StokerOptions.S3_HEDGE_AFTER);
+        return s;
+    }
+}
