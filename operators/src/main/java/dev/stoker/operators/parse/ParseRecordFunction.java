@@ -32,7 +32,7 @@ public class ParseRecordFunction extends ProcessFunction<JsonlLine, SftRecord> {
     public void processElement(JsonlLine line, Context ctx, Collector<SftRecord> out) {
         recordsRead.add(line.ref.source, 1);
         try {
-            out.collect(parser.parse(line));
+            out.collect(parser.parse(line, RecordFormat.AUTO));
         } catch (RejectedRecordException e) {
             DeadLetter letter =
                     DeadLetter.of(e instanceof RecordParseException p ? p.ref() : line.ref, e);
