@@ -7,6 +7,7 @@ import dev.stoker.connectors.source.RecordIndexCache;
 import dev.stoker.operators.batch.MixtureOrder;
 import dev.stoker.operators.image.QwenVisionConfig;
 import dev.stoker.operators.model.PerSource;
+import dev.stoker.operators.parse.RecordFormat;
 import dev.stoker.operators.tokenize.QwenChatTemplate;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
@@ -23,13 +24,14 @@ import org.apache.flink.core.fs.Path;
 
 /**
  * The run's sources, planned once at submission: each source's listing, the {@link MixtureOrder}
- * over them, and each source's settings (image root, vision config, chat template, maximum sequence
- * length) resolved from the {@link MixtureSpec} and the job's options.
+ * over them, and each source's settings (record format, image root, vision config, chat template,
+ * maximum sequence length) resolved from the {@link MixtureSpec} and the job's options.
  */
 final class MixturePlan {
     final MixtureSpec spec;
     final List<DatasetListing> listings;
     final MixtureOrder order;
+    final PerSource<RecordFormat> formats;
     final PerSource<String> imageRoots;
     final PerSource<QwenVisionConfig> visionConfigs;
     final PerSource<QwenChatTemplate> chatTemplates;
@@ -46,6 +48,7 @@ final class MixturePlan {
             MixtureSpec spec,
             List<DatasetListing> listings,
             MixtureOrder order,
+            PerSource<RecordFormat> formats,
             PerSource<String> imageRoots,
             PerSource<QwenVisionConfig> visionConfigs,
             PerSource<QwenChatTemplate> chatTemplates,
@@ -53,6 +56,7 @@ final class MixturePlan {
         this.spec = spec;
         this.listings = List.copyOf(listings);
         this.order = order;
+        this.formats = formats;
         this.imageRoots = imageRoots;
         this.visionConfigs = visionConfigs;
         this.chatTemplates = chatTemplates;
@@ -75,6 +79,7 @@ final class MixturePlan {
         int threads = conf.get(StokerOptions.LISTING_THREADS);
         List<DatasetListing> listings = new ArrayList<>();
         List<String> names = new ArrayList<>();
+        Map<String, RecordFormat> formats = new LinkedHashMap<>();
         Map<String, String> roots = new LinkedHashMap<>();
         Map<String, QwenVisionConfig> visions = new LinkedHashMap<>();
         Map<String, QwenChatTemplate> templates = new LinkedHashMap<>();
@@ -105,6 +110,7 @@ final class MixturePlan {
             }
             listings.add(listing);
             names.add(source.name);
+            formats.put(source.name, source.format);
             roots.put(source.name, imageRoot(conf, spec, source, listing));
             visions.put(source.name, vision(vision, spec, source));
             templates.put(
@@ -138,6 +144,7 @@ final class MixturePlan {
                 spec,
                 listings,
                 order,
+                PerSource.of(formats),
                 PerSource.of(roots),
                 PerSource.of(visions),
                 PerSource.of(templates),

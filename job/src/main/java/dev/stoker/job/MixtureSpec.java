@@ -8,6 +8,7 @@ import com.fasterxml.jackson.dataformat.yaml.YAMLFactory;
 import dev.stoker.operators.batch.MixtureOrder;
 import dev.stoker.operators.json.Json;
 import dev.stoker.operators.model.RecordRef;
+import dev.stoker.operators.parse.RecordFormat;
 import java.io.IOException;
 import java.io.InputStream;
 import java.net.URI;
@@ -44,6 +45,7 @@ import org.apache.flink.core.fs.Path;
  *     count: 50000                 # exactly 50000 per epoch: down-sampled, a new slice each epoch
  *     system_prompt: "You are a helpful assistant."
  *     max_seq_len: 4096
+ *     format: sharegpt             # read every record as this layout; default auto: per record
  * }</pre>
  *
  * <p>Each source gives at most one of {@code weight}, {@code repeat} and {@code count} (none:
@@ -52,6 +54,7 @@ import org.apache.flink.core.fs.Path;
  * stoker.image.root}, else the source's path), {@code system_prompt} (else {@code
  * stoker.template.default-system-prompt}; empty: none), {@code min_pixels}, {@code max_pixels} and
  * {@code max_seq_len} (else the {@code stoker.image.*} and {@code stoker.max-seq-len} values).
+ * {@code format}: one of {@link RecordFormat}'s keys.
  */
 final class MixtureSpec {
     private static final ObjectMapper YAML =
@@ -72,7 +75,8 @@ final class MixtureSpec {
                     "system_prompt",
                     "min_pixels",
                     "max_pixels",
-                    "max_seq_len");
+                    "max_seq_len",
+                    "format");
 
     /** One source as the spec gives it; {@code null} where the spec leaves a field out. */
     static final class Source {
@@ -88,6 +92,9 @@ final class MixtureSpec {
         final Long maxPixels;
         final Integer maxSeqLen;
 
+        /** The record layout its records are read as ({@code auto} when the spec gives none). */
+        final RecordFormat format;
+
         Source(
                 String name,
                 String path,
@@ -99,7 +106,8 @@ final class MixtureSpec {
                 String systemPrompt,
                 Long minPixels,
                 Long maxPixels,
-                Integer maxSeqLen) {
+                Integer maxSeqLen,
+                RecordFormat format) {
             this.name = name;
             this.path = path;
             this.glob = glob;
@@ -111,11 +119,24 @@ final class MixtureSpec {
             this.minPixels = minPixels;
             this.maxPixels = maxPixels;
             this.maxSeqLen = maxSeqLen;
+            this.format = format;
         }
 
         /** A source with only a name, path and glob (the one-source mixture). */
         Source(String name, String path, String glob) {
-            this(name, path, glob, null, null, null, null, null, null, null, null);
+            this(
+                    name,
+                    path,
+                    glob,
+                    null,
+                    null,
+                    null,
+                    null,
+                    null,
+                    null,
+                    null,
+                    null,
+                    RecordFormat.AUTO);
         }
 
         static Source read(Fields f) throws SpecException {
@@ -139,6 +160,13 @@ final class MixtureSpec {
             if (seqLen != null && seqLen > Integer.MAX_VALUE) {
                 throw f.bad("max_seq_len", "is too large: " + seqLen);
             }
+            String format = f.string("format", false);
+            RecordFormat recordFormat;
+            try {
+                recordFormat = format == null ? RecordFormat.AUTO : RecordFormat.fromKey(format);
+            } catch (IllegalArgumentException e) {
+                throw f.bad("format", e.getMessage());
+            }
             return new Source(
                     name,
                     path,
@@ -150,7 +178,8 @@ final class MixtureSpec {
                     f.string("system_prompt", false),
                     minPixels,
                     maxPixels,
-                    seqLen == null ? null : seqLen.intValue());
+                    seqLen == null ? null : seqLen.intValue(),
+                    recordFormat);
         }
     }
 
@@ -359,6 +388,7 @@ final class MixtureSpec {
             node.put("min_pixels", s.minPixels);
             node.put("max_pixels", s.maxPixels);
             node.put("max_seq_len", s.maxSeqLen);
+            node.put("format", s.format.key());
         }
         try {
             return JSON.writeValueAsString(root);
@@ -380,7 +410,8 @@ final class MixtureSpec {
                 s.systemPrompt,
                 s.minPixels,
                 s.maxPixels,
-                s.maxSeqLen);
+                s.maxSeqLen,
+                s.format);
     }
 
     private static String against(String location, String value, String source, String field)

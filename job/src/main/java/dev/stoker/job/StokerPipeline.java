@@ -149,7 +149,7 @@ public final class StokerPipeline {
                 lines.filter(line -> !line.padding)
                         .name("records")
                         .uid("records")
-                        .process(new ParseRecordFunction())
+                        .process(new ParseRecordFunction(mixture.formats))
                         .name("parse")
                         .uid("parse");
         TypeInformation<SlotResult> slotType = TypeInformation.of(SlotResult.class);

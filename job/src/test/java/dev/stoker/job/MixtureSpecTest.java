@@ -3,6 +3,7 @@ package dev.stoker.job;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
+import dev.stoker.operators.parse.RecordFormat;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -106,6 +107,7 @@ class MixtureSpecTest {
                 "some weighted|sources: [{name: a, path: a, weight: 1}, {name: b, path: b}]|source 'b' has no weight while others do",
                 "total without weights|{samples_per_epoch: 10, sources: [{name: a, path: a}]}|samples_per_epoch is only for weighted sources",
                 "string path|sources: [{name: a, path: 3}]|(source 'a') path: must be a string, got 3",
+                "bad format|sources: [{name: a, path: a, format: qwen}]|sources[0] (source 'a') format: must be one of auto, llava, messages, sharegpt, got 'qwen'",
                 "bad yaml|sources: [{name: a, path: a|is not valid YAML"
             })
     void aBadSpecNamesTheSpecTheSourceAndTheField(String what, String yaml, String message) {
@@ -114,6 +116,25 @@ class MixtureSpecTest {
                 .isInstanceOf(IllegalConfigurationException.class)
                 .hasMessageStartingWith("--stoker.mixture.path '" + LOCATION + "': ")
                 .hasMessageContaining(message);
+    }
+
+    @Test
+    void eachSourceHasItsRecordFormatInTheCanonicalJson() {
+        MixtureSpec auto = parse("sources: [{name: a, path: a}, {name: b, path: b}]");
+        assertThat(auto.sources).extracting(s -> s.format).containsOnly(RecordFormat.AUTO);
+        MixtureSpec fixed =
+                parse("sources: [{name: a, path: a}, {name: b, path: b, format: sharegpt}]");
+        assertThat(fixed.sources)
+                .extracting(s -> s.format)
+                .containsExactly(RecordFormat.AUTO, RecordFormat.SHAREGPT);
+        assertThat(auto.canonicalJson())
+                .contains("\"format\":\"auto\"")
+                .doesNotContain("sharegpt")
+                .isNotEqualTo(fixed.canonicalJson())
+                .isEqualTo(
+                        parse("sources: [{name: a, path: a, format: auto}, {name: b, path: b}]")
+                                .canonicalJson());
+        assertThat(fixed.canonicalJson()).contains("\"format\":\"sharegpt\"");
     }
 
     @Test
@@ -141,6 +162,7 @@ class MixtureSpecTest {
         assertThat(one.sources.get(0).name).isEqualTo("dataset");
         assertThat(one.sources.get(0).path).isEqualTo("/data/sft");
         assertThat(one.countsPerEpoch(new long[] {42})).containsExactly(42);
+        assertThat(one.sources.get(0).format).isEqualTo(RecordFormat.AUTO);
 
         conf.set(StokerOptions.MIXTURE_PATH, dir.resolve("missing.yaml").toString());
         assertThatThrownBy(() -> MixtureSpec.of(conf))

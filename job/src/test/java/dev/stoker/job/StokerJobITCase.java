@@ -102,13 +102,13 @@ class StokerJobITCase {
     }
 
     /**
-     * A three-source mixture of the shared datasets in their three record formats, shuffled over
-     * two epochs: llava-style (38 records) down-sampled to 20 per epoch, qwen-messages (19) with
-     * its own pixel budget and system prompt, llamafactory-sharegpt (6) up-sampled twice. Each
-     * epoch holds exactly each source's count (samples + dead letters, each naming its source); the
-     * down-sampled source uses all 38 records before it repeats one (2 of 40 repeat), the
-     * up-sampled one every record 4 times; the pixel budget (but for images with a budget of their
-     * own) and the prompt show in the batches of their source only.
+     * A three-source mixture of the shared datasets in their three record formats (each source
+     * given its format), shuffled over two epochs: llava-style (38 records) down-sampled to 20 per
+     * epoch, qwen-messages (19) with its own pixel budget and system prompt, llamafactory-sharegpt
+     * (6) up-sampled twice. Each epoch holds exactly each source's count (samples + dead letters,
+     * each naming its source); the down-sampled source uses all 38 records before it repeats one (2
+     * of 40 repeat), the up-sampled one every record 4 times; the pixel budget (but for images with
+     * a budget of their own) and the prompt show in the batches of their source only.
      */
     @Test
     void aMixtureGivesEachSourceItsCountPerEpochAndItsOwnSettings(@TempDir Path dir)
@@ -123,13 +123,16 @@ class StokerJobITCase {
                         "  - name: llava",
                         "    path: " + data.resolve("llava-style"),
                         "    count: 20",
+                        "    format: llava",
                         "  - name: messages",
                         "    path: " + data.resolve("qwen-messages"),
                         "    max_pixels: 200704",
                         "    system_prompt: You read charts.",
+                        "    format: messages",
                         "  - name: sharegpt",
                         "    path: " + data.resolve("llamafactory-sharegpt"),
                         "    repeat: 2",
+                        "    format: sharegpt",
                         ""));
         Configuration conf = new Configuration();
         conf.set(StokerOptions.MIXTURE_PATH, spec.toString());
@@ -168,6 +171,8 @@ class StokerJobITCase {
         for (JsonNode dl : run.deadLetters()) {
             String source = dl.get("source").asText();
             assertThat(dirToSource.values()).contains(source);
+            // every record is in its source's format
+            assertThat(dl.get("stage").asText()).as(dl.toString()).isNotEqualTo("parse");
             taken.computeIfAbsent(
                             source + "@" + run.plan().epochOf(dl.get("sample_index").asLong()),
                             k -> new ArrayList<>())

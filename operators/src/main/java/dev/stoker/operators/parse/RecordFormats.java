@@ -21,6 +21,10 @@ import java.util.Map;
  *   <li>LLaMA-Factory/ShareGPT: {@code messages} whose content is a string with {@code <image>}
  *       placeholders, plus a top-level {@code images} array.
  * </ul>
+ *
+ * <p>A source's {@link RecordFormat} says which: {@link RecordFormat#AUTO} reads a record with
+ * {@code messages} as messages or ShareGPT (turn by turn: list content as parts, string content
+ * with placeholders) and any other as LLaVA; a fixed format rejects a record in another layout.
  */
 final class RecordFormats {
     private static final Map<String, String> ROLES =
@@ -33,8 +37,49 @@ final class RecordFormats {
 
     private RecordFormats() {}
 
+    /**
+     * Reads a record in {@code format}.
+     *
+     * @throws RejectedRecordException {@link RejectReason#INVALID_RECORD} naming {@code format} and
+     *     what the record has instead when it is not in {@code format}, or naming the field when
+     *     the record is not valid in its layout (also {@link RejectReason#UNSAFE_PATH} for an image
+     *     path that leaves the image root)
+     */
+    static ConversationBuilder read(JsonNode root, RecordFormat format)
+            throws RejectedRecordException {
+        if (root.has("conversations") && root.has("messages")) {
+            throw invalid("record has both 'conversations' and 'messages'");
+        }
+        return switch (format) {
+            case AUTO -> root.has("messages") ? readMessages(root, format) : readLlava(root);
+            case LLAVA -> {
+                if (!root.has("conversations")) {
+                    throw notIn(format, whatItHas(root));
+                }
+                yield readLlava(root);
+            }
+            case MESSAGES, SHAREGPT -> {
+                if (!root.has("messages")) {
+                    throw notIn(format, whatItHas(root));
+                }
+                JsonNode images = root.get("images");
+                if (format == RecordFormat.MESSAGES
+                        && images != null
+                        && !images.isNull()
+                        && !(images.isArray() && images.isEmpty())) {
+                    throw notIn(
+                            format,
+                            "it has a top-level 'images' for <image> placeholders (the "
+                                    + RecordFormat.SHAREGPT.key()
+                                    + " format); messages give images as content parts");
+                }
+                yield readMessages(root, format);
+            }
+        };
+    }
+
     /** Reads a LLaVA record. */
-    static ConversationBuilder readLlava(JsonNode root) throws RejectedRecordException {
+    private static ConversationBuilder readLlava(JsonNode root) throws RejectedRecordException {
         if (root.has("image") && root.has("images")) {
             throw invalid("record has both 'image' and 'images'");
         }
@@ -50,8 +95,12 @@ final class RecordFormats {
         return builder;
     }
 
-    /** Reads a messages-style or LLaMA-Factory/ShareGPT record. */
-    static ConversationBuilder readMessages(JsonNode root) throws RejectedRecordException {
+    /**
+     * Reads a messages-style or LLaMA-Factory/ShareGPT record; with {@code format} {@link
+     * RecordFormat#SHAREGPT}, only string content.
+     */
+    private static ConversationBuilder readMessages(JsonNode root, RecordFormat format)
+            throws RejectedRecordException {
         ConversationBuilder builder = new ConversationBuilder(topLevelImages(root, "images"));
         JsonNode turns = requireArray(root, "messages");
         for (int i = 0; i < turns.size(); i++) {
@@ -64,6 +113,15 @@ final class RecordFormats {
             } else if (content.isTextual()) {
                 builder.addTextWithPlaceholders(content.textValue());
             } else if (content.isArray()) {
+                if (format == RecordFormat.SHAREGPT) {
+                    throw notIn(
+                            format,
+                            where
+                                    + ": 'content' is a list of parts (the "
+                                    + RecordFormat.MESSAGES.key()
+                                    + " format); ShareGPT content is a string with <image>"
+                                    + " placeholders");
+                }
                 for (int p = 0; p < content.size(); p++) {
                     ContentParts.add(
                             builder,
@@ -75,6 +133,27 @@ final class RecordFormats {
             }
         }
         return builder;
+    }
+
+    /** What names a record's layout, for a record not in its source's format. */
+    private static String whatItHas(JsonNode root) {
+        if (root.has("conversations")) {
+            return "it has 'conversations', not 'messages' (the "
+                    + RecordFormat.LLAVA.key()
+                    + " format)";
+        }
+        if (root.has("messages")) {
+            return "it has 'messages', not 'conversations' (the "
+                    + RecordFormat.MESSAGES.key()
+                    + " or "
+                    + RecordFormat.SHAREGPT.key()
+                    + " format)";
+        }
+        return "it has neither 'conversations' nor 'messages'";
+    }
+
+    private static RejectedRecordException notIn(RecordFormat format, String found) {
+        return invalid("not a " + format.key() + " record (the format of its source): " + found);
     }
 
     private static List<ImageRef> topLevelImages(JsonNode root, String field)

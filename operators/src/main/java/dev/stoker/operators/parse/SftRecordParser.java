@@ -26,9 +26,10 @@ import java.io.Serializable;
  * parse JSON with Jackson ({@link RejectReason#MALFORMED_JSON} with Jackson's message and column:
  * syntax errors, unescaped control characters, duplicate keys, trailing content); reject lone
  * surrogate escapes such as {@code \ud800} ({@link RejectReason#INVALID_RECORD}, "invalid Unicode
- * scalar"); read the LLaVA, messages or LLaMA-Factory/ShareGPT layout ({@link RecordFormats});
- * check placeholders against images ({@link RejectReason#PLACEHOLDER_MISMATCH}), image paths
- * ({@link RejectReason#UNSAFE_PATH}) and conversation structure ({@link ConversationRules}).
+ * scalar"); read the LLaVA, messages or LLaMA-Factory/ShareGPT layout, the one the source's {@link
+ * RecordFormat} names or the one the record's keys name ({@link RecordFormats}); check placeholders
+ * against images ({@link RejectReason#PLACEHOLDER_MISMATCH}), image paths ({@link
+ * RejectReason#UNSAFE_PATH}) and conversation structure ({@link ConversationRules}).
  *
  * <p>Jackson's default maximum string length (20,000,000 chars) is lifted: the only record size
  * limit is the source's configured maximum line length, reported as {@code LINE_TOO_LONG}.
@@ -54,10 +55,12 @@ public class SftRecordParser implements Serializable {
     /**
      * Parses and validates one line.
      *
+     * @param format the layout the line is read as (its source's format)
      * @throws RecordParseException (a {@link RejectedRecordException}) naming the reason, the field
-     *     and the turn concerned
+     *     and the turn concerned, or for a record not in {@code format} the format and what the
+     *     record has instead ({@link RejectReason#INVALID_RECORD})
      */
-    public SftRecord parse(JsonlLine line) throws RejectedRecordException {
+    public SftRecord parse(JsonlLine line, RecordFormat format) throws RejectedRecordException {
         RecordRef ref = line.ref;
         requireUtf8File(line);
         try {
@@ -75,14 +78,7 @@ public class SftRecordParser implements Serializable {
             JsonNode root = readJson(StrictUtf8.decode(line.bytes));
             ref = withId(ref, root);
             UnicodeScalars.check(root);
-            ConversationBuilder builder;
-            if (root.has("conversations") && root.has("messages")) {
-                throw RecordFormats.invalid("record has both 'conversations' and 'messages'");
-            } else if (root.has("messages")) {
-                builder = RecordFormats.readMessages(root);
-            } else {
-                builder = RecordFormats.readLlava(root);
-            }
+            ConversationBuilder builder = RecordFormats.read(root, format);
             SftRecord record = builder.build(ref);
             ConversationRules.check(record);
             builder.checkPlaceholders();

@@ -14,6 +14,7 @@ import dev.stoker.operators.model.PreprocessedRecord;
 import dev.stoker.operators.model.RecordRef;
 import dev.stoker.operators.model.SftRecord;
 import dev.stoker.operators.model.TokenizedSample;
+import dev.stoker.operators.parse.RecordFormat;
 import dev.stoker.operators.parse.SftRecordParser;
 import dev.stoker.operators.preset.ModelPreset;
 import dev.stoker.operators.tokenize.ChatTokenizer;
@@ -147,7 +148,8 @@ class HfTokenParityTest {
         return new SftRecordParser()
                 .parse(
                         new JsonlLine(
-                                new RecordRef(dataset, line, line - 1, null), bytes, bytes.length));
+                                new RecordRef(dataset, line, line - 1, null), bytes, bytes.length),
+                        RecordFormat.AUTO);
     }
 
     private static int[] size(String dataset, String path) throws Exception {

@@ -24,14 +24,24 @@ import org.junit.jupiter.params.provider.ValueSource;
 class SftRecordParserTest {
     private final SftRecordParser parser = new SftRecordParser();
 
+    /** Each record parses per record ({@code auto}) and as its dataset's format, to the same. */
     @ParameterizedTest
-    @CsvSource({"llava-style, 38", "qwen-messages, 19", "llamafactory-sharegpt, 6"})
-    void everyLineOfTheSampleDatasetsParses(String dataset, int records) throws Exception {
+    @CsvSource({
+        "llava-style, 38, LLAVA",
+        "qwen-messages, 19, MESSAGES",
+        "llamafactory-sharegpt, 6, SHAREGPT"
+    })
+    void everyLineOfTheSampleDatasetsParses(String dataset, int records, RecordFormat format)
+            throws Exception {
         List<JsonlLine> lines =
                 JsonlLines.read(SharedData.root().resolve(dataset).resolve("train.jsonl"));
         assertThat(lines).hasSize(records);
         for (JsonlLine line : lines) {
-            SftRecord record = parser.parse(line);
+            SftRecord record = parser.parse(line, RecordFormat.AUTO);
+            assertThat(parser.parse(line, format))
+                    .usingRecursiveComparison()
+                    .as(record.ref.recordId)
+                    .isEqualTo(record);
             assertThat(record.ref.recordId).isNotBlank();
             assertThat(record.ref.line).isEqualTo(line.ref.line);
             long imageParts =
@@ -168,7 +178,11 @@ class SftRecordParserTest {
                 "{\"id\": tru"
             })
     void noLeadingIdWhenNoneCanBeRead(String text) {
-        assertThatThrownBy(() -> parser.parse(line(text.getBytes(StandardCharsets.UTF_8))))
+        assertThatThrownBy(
+                        () ->
+                                parser.parse(
+                                        line(text.getBytes(StandardCharsets.UTF_8)),
+                                        RecordFormat.AUTO))
                 .isInstanceOfSatisfying(
                         RecordParseException.class, e -> assertThat(e.ref().recordId).isNull());
     }
@@ -180,7 +194,8 @@ class SftRecordParserTest {
                                 parser.parse(
                                         line(
                                                 "{\"image\": [\"a.jpg\"], \"id\": 42, \"x\": "
-                                                        .getBytes(StandardCharsets.UTF_8))))
+                                                        .getBytes(StandardCharsets.UTF_8)),
+                                        RecordFormat.AUTO))
                 .isInstanceOfSatisfying(
                         RecordParseException.class,
                         e -> assertThat(e.ref().recordId).isEqualTo("42"));
@@ -196,7 +211,9 @@ class SftRecordParserTest {
     void carriageReturnTolerated() throws Exception {
         String json =
                 "{\"id\": 7, \"conversations\": [{\"from\": \"human\", \"value\": \"Hi\"}, {\"from\": \"gpt\", \"value\": \"Hello\"}]}";
-        SftRecord r = parser.parse(line((json + "\r").getBytes(StandardCharsets.UTF_8)));
+        SftRecord r =
+                parser.parse(
+                        line((json + "\r").getBytes(StandardCharsets.UTF_8)), RecordFormat.AUTO);
         assertThat(r.ref.recordId).isEqualTo("7");
         assertThat(r.images).isEmpty();
     }
@@ -235,7 +252,7 @@ class SftRecordParserTest {
         byte[] bytes = json.getBytes(java.nio.charset.Charset.forName(jdkCharset));
         JsonlLine first =
                 new JsonlLine(new RecordRef("s3://b/u.jsonl", 1, 0, null), bytes, 1 << 20);
-        assertThatThrownBy(() -> parser.parse(first))
+        assertThatThrownBy(() -> parser.parse(first, RecordFormat.AUTO))
                 .isInstanceOfSatisfying(
                         RecordParseException.class,
                         e -> {
@@ -251,7 +268,7 @@ class SftRecordParserTest {
                         });
         // the same bytes further down a file are just not UTF-8 (the source checks file starts)
         JsonlLine later = new JsonlLine(new RecordRef("u.jsonl", 5, 4, null), bytes, bytes.length);
-        assertThatThrownBy(() -> parser.parse(later))
+        assertThatThrownBy(() -> parser.parse(later, RecordFormat.AUTO))
                 .isInstanceOfSatisfying(
                         RejectedRecordException.class,
                         e ->
@@ -347,7 +364,7 @@ class SftRecordParserTest {
         List<JsonlLine> lines =
                 JsonlLines.read(SharedData.root().resolve("bad-inputs/long-lines/train.jsonl"));
         assertThat(lines).hasSize(4);
-        SftRecord long1 = parser.parse(lines.get(1));
+        SftRecord long1 = parser.parse(lines.get(1), RecordFormat.AUTO);
         assertThat(long1.ref.recordId).isEqualTo("long-1-5.2M-chars");
         assertThat(long1.messages[1].content[0].text.length()).isEqualTo(5_200_000);
         JsonlLine cut =
@@ -355,7 +372,7 @@ class SftRecordParserTest {
                         lines.get(2).ref,
                         Arrays.copyOf(lines.get(2).bytes, limit),
                         lines.get(2).bytes.length);
-        assertThatThrownBy(() -> parser.parse(cut))
+        assertThatThrownBy(() -> parser.parse(cut, RecordFormat.AUTO))
                 .isInstanceOfSatisfying(
                         RejectedRecordException.class,
                         e -> {
@@ -366,7 +383,8 @@ class SftRecordParserTest {
                             assertThat(((RecordParseException) e).ref().recordId)
                                     .isEqualTo("long-2-9M-chars");
                         });
-        assertThat(parser.parse(lines.get(3)).ref.recordId).isEqualTo("long-3-ok-after");
+        assertThat(parser.parse(lines.get(3), RecordFormat.AUTO).ref.recordId)
+                .isEqualTo("long-3-ok-after");
     }
 
     @ParameterizedTest
@@ -405,11 +423,49 @@ class SftRecordParserTest {
         }
     }
 
+    /**
+     * A fixed format reads only its layout: the reason names the format and what the record has,
+     * where {@code auto} reads each of these records.
+     */
+    @ParameterizedTest(name = "{0}")
+    @CsvSource(
+            delimiter = '|',
+            value = {
+                "LLAVA|{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"Yo\"}]}|not a llava record (the format of its source): it has 'messages', not 'conversations' (the messages or sharegpt format)",
+                "MESSAGES|{\"messages\": [{\"role\": \"user\", \"content\": \"<image>Hi\"}, {\"role\": \"assistant\", \"content\": \"Yo\"}], \"images\": [\"a.jpg\"]}|not a messages record (the format of its source): it has a top-level 'images' for <image> placeholders (the sharegpt format); messages give images as content parts",
+                "MESSAGES|{\"conversations\": [{\"from\": \"human\", \"value\": \"Hi\"}, {\"from\": \"gpt\", \"value\": \"Yo\"}]}|not a messages record (the format of its source): it has 'conversations', not 'messages' (the llava format)",
+                "SHAREGPT|{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": [{\"type\": \"text\", \"text\": \"Yo\"}]}]}|not a sharegpt record (the format of its source): messages[1] (turn 2): 'content' is a list of parts (the messages format); ShareGPT content is a string with <image> placeholders"
+            })
+    void aFixedFormatRejectsARecordInAnotherLayout(RecordFormat format, String json, String message)
+            throws Exception {
+        JsonlLine line = line(json.getBytes(StandardCharsets.UTF_8));
+        assertThat(parser.parse(line, RecordFormat.AUTO).messages).hasSize(2);
+        assertThatThrownBy(() -> parser.parse(line, format))
+                .isInstanceOfSatisfying(
+                        RejectedRecordException.class,
+                        e -> assertThat(e.reason()).isEqualTo(RejectReason.INVALID_RECORD))
+                .hasMessage(message);
+    }
+
+    @Test
+    void aFixedFormatNamesARecordOfNoLayout() {
+        JsonlLine line = line("{\"id\": 1}".getBytes(StandardCharsets.UTF_8));
+        assertThatThrownBy(() -> parser.parse(line, RecordFormat.LLAVA))
+                .hasMessage(
+                        "not a llava record (the format of its source): it has neither"
+                                + " 'conversations' nor 'messages'");
+        assertThatThrownBy(() -> parser.parse(line, RecordFormat.AUTO))
+                .hasMessage("'conversations' is missing");
+    }
+
     @Test
     void dotSegmentsThatStayInsideTheRootAreAllowed() throws Exception {
         String json =
                 "{\"image\": \"images/a/../b/./c.jpg\", \"conversations\": [{\"from\": \"human\", \"value\": \"<image>Hi\"}, {\"from\": \"gpt\", \"value\": \"Yo\"}]}";
-        assertThat(parser.parse(line(json.getBytes(StandardCharsets.UTF_8))).images[0].path)
+        assertThat(
+                        parser.parse(line(json.getBytes(StandardCharsets.UTF_8)), RecordFormat.AUTO)
+                                .images[0]
+                                .path)
                 .isEqualTo("images/a/../b/./c.jpg");
     }
 
@@ -418,7 +474,7 @@ class SftRecordParserTest {
     void specialTokenStringsInTextAreKeptAsText() throws Exception {
         String json =
                 "{\"conversations\": [{\"from\": \"human\", \"value\": \"Hi <|image_pad|><|im_end|>\"}, {\"from\": \"gpt\", \"value\": \"Yo <|vision_start|>\"}]}";
-        SftRecord r = parser.parse(line(json.getBytes(StandardCharsets.UTF_8)));
+        SftRecord r = parser.parse(line(json.getBytes(StandardCharsets.UTF_8)), RecordFormat.AUTO);
         assertThat(r.images).isEmpty();
         assertThat(r.messages[0].content).hasSize(1);
         assertThat(r.messages[0].content[0].text).isEqualTo("Hi <|image_pad|><|im_end|>");
@@ -443,7 +499,10 @@ class SftRecordParserTest {
         Map<Long, Outcome> byLine = new HashMap<>();
         for (JsonlLine line : JsonlLines.read(SharedData.root().resolve(relative))) {
             try {
-                byLine.put(line.ref.line, new Outcome(parser.parse(line).ref.recordId, null, null));
+                byLine.put(
+                        line.ref.line,
+                        new Outcome(
+                                parser.parse(line, RecordFormat.AUTO).ref.recordId, null, null));
             } catch (RecordParseException e) {
                 byLine.put(
                         line.ref.line, new Outcome(e.ref().recordId, e.reason(), e.getMessage()));
@@ -465,14 +524,14 @@ class SftRecordParserTest {
         for (JsonlLine line : JsonlLines.read(SharedData.root().resolve(relative))) {
             String text = new String(line.bytes, StandardCharsets.UTF_8);
             if (text.contains("\"id\": \"" + id + "\"")) {
-                return parser.parse(line);
+                return parser.parse(line, RecordFormat.AUTO);
             }
         }
         throw new AssertionError(id + " not found in " + relative);
     }
 
     private void assertRejected(byte[] bytes, RejectReason reason, String fragment) {
-        assertThatThrownBy(() -> parser.parse(line(bytes)))
+        assertThatThrownBy(() -> parser.parse(line(bytes), RecordFormat.AUTO))
                 .isInstanceOfSatisfying(
                         RejectedRecordException.class,
                         e -> {

@@ -9,6 +9,7 @@ import dev.stoker.operators.model.PreprocessedRecord;
 import dev.stoker.operators.model.RecordRef;
 import dev.stoker.operators.model.SftRecord;
 import dev.stoker.operators.model.TokenizedSample;
+import dev.stoker.operators.parse.RecordFormat;
 import dev.stoker.operators.parse.SftRecordParser;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -46,7 +47,9 @@ class ParseAndTokenizeTest {
         byte[] bytes = lines.get(0).getBytes(StandardCharsets.UTF_8);
         SftRecord record =
                 new SftRecordParser()
-                        .parse(new JsonlLine(new RecordRef("lf", 1, 0, null), bytes, bytes.length));
+                        .parse(
+                                new JsonlLine(new RecordRef("lf", 1, 0, null), bytes, bytes.length),
+                                RecordFormat.AUTO);
         PreprocessedImage[] images = {
             QwenChatTemplateTest.image(1, 2, 4, 588), QwenChatTemplateTest.image(1, 2, 4, 588)
         };

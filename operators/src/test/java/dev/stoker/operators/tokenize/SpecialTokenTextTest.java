@@ -11,6 +11,7 @@ import dev.stoker.operators.model.PreprocessedRecord;
 import dev.stoker.operators.model.RecordRef;
 import dev.stoker.operators.model.SftRecord;
 import dev.stoker.operators.model.TokenizedSample;
+import dev.stoker.operators.parse.RecordFormat;
 import dev.stoker.operators.parse.SftRecordParser;
 import dev.stoker.operators.preset.ModelPreset;
 import java.io.IOException;
@@ -88,7 +89,8 @@ class SpecialTokenTextTest {
                                     new JsonlLine(
                                             new RecordRef("special.jsonl", i + 1, i, null),
                                             bytes,
-                                            bytes.length));
+                                            bytes.length),
+                                    RecordFormat.AUTO);
             PreprocessedImage[] images = new PreprocessedImage[record.images.length];
             for (int k = 0; k < images.length; k++) {
                 images[k] = QwenChatTemplateTest.image(1, 4, 6, 3);
