@@ -41,7 +41,8 @@ def produce(root: Path, steps: int) -> None:
         samples = [
             {
                 "index": step * B + i,
-                "source": f"s3://bench/a.jsonl:{step * B + i + 1}",
+                "source": "dataset",
+                "location": f"s3://bench/a.jsonl:{step * B + i + 1}",
                 "ids": list(range(600)),
                 "grids": [[1, 20, 50]],
                 "patches": patches,

@@ -90,8 +90,8 @@ def batches(cfg: Config) -> Iterator[dict[str, Any]]:
     try:
         for batch in BatchReader(OUTPUT_ROOT / job, 0, timeout_s=600):
             yield {
-                # source is "<jsonl uri>:<line>"; a back-filled row repeats another row's record
-                "lines": [int(s.rsplit(":", 1)[1]) for s in batch.source],
+                # location is "<jsonl uri>:<line>"; a back-filled row repeats another row's record
+                "lines": [int(s.rsplit(":", 1)[1]) for s in batch.location],
                 "backfilled": len(batch.backfilled_slots),
                 "input_ids": batch.input_ids,
                 "labels": batch.labels,

@@ -59,7 +59,12 @@ class Batch:
     * ``sample_index``: ``(S,)`` int64, slot index of each sample's record in the run's
       deterministic order (``epoch * steps_per_epoch * W * B + position in the epoch's shuffled
       order``); a back-filled sample repeats the index of the sample it copies.
-    * ``source``: ``list[str]`` of length S, ``"<jsonl uri>:<1-based line>"``.
+    * ``source``: ``list[str]`` of length S, the name of the mixture source each sample's record
+      belongs to (``"dataset"`` for a job run with ``stoker.dataset.path``), as in the dead
+      letters.
+    * ``location``: ``list[str]`` of length S, where each sample's record is: ``"<jsonl
+      uri>:<1-based line>"``. A back-filled sample repeats the ``source`` and ``location`` of the
+      sample it copies.
     * ``backfilled_slots``: ``tuple[int, ...]``, ascending positions ``0 .. S-1`` (unpacked: the
       rows) of samples that are a copy of another sample because their own record was
       dead-lettered or lay past the end of the epoch; empty when none. Weight them out of the
@@ -69,8 +74,8 @@ class Batch:
     A **packed** batch (:attr:`packed`; job option ``stoker.packing.enabled``) holds several
     whole samples per row, one after another, each row at most :attr:`packing_max_tokens`
     tokens; B is then its number of rows R (:attr:`num_rows`), which the job chooses, and
-    ``sample_index`` / ``source`` list the samples of row 0 first, then row 1's, ...
-    (:attr:`row_offsets`). Only a packed batch has:
+    ``sample_index`` / ``source`` / ``location`` list the samples of row 0 first, then row 1's,
+    ... (:attr:`row_offsets`). Only a packed batch has:
 
     * ``position_ids``: ``(4, B, L)`` int64, a strided view of the file (no copy): each
       sample's text positions ``0 .. n-1``, then its M-RoPE temporal, height and width
@@ -98,6 +103,7 @@ class Batch:
     image_grid_thw: np.ndarray
     sample_index: np.ndarray
     source: list[str]
+    location: list[str]
     metadata: dict[str, str]
     backfilled_slots: tuple[int, ...] = ()
     #: Element type of ``pixel_values`` (metadata ``stoker.pixel_dtype``): float32, bfloat16 or
@@ -138,7 +144,8 @@ class Batch:
     @property
     def row_offsets(self) -> np.ndarray:
         """``(B+1,)`` int64: the samples of row ``r`` are positions ``row_offsets[r] ..
-        row_offsets[r+1] - 1`` of ``sample_index`` and ``source`` (unpacked ``0 .. B``)."""
+        row_offsets[r+1] - 1`` of ``sample_index``, ``source`` and ``location`` (unpacked ``0 ..
+        B``)."""
         if self._row_offsets is None:
             offsets = np.arange(self.num_rows + 1, dtype=np.int64)
             offsets.setflags(write=False)
@@ -317,8 +324,8 @@ class Batch:
         int64. A packed batch has ``position_ids`` (4, B, L) int64 (a strided view of the file)
         instead of ``attention_mask``, and ``use_cache`` ``False`` (a bool, not a tensor:
         :meth:`model_flags`), so that the model attends within each sample only (see
-        :meth:`arrays`). Provenance (``sample_index``, ``source``) stays on the
-        :class:`Batch`.
+        :meth:`arrays`). Provenance (``sample_index``, ``source``, ``location``) stays
+        on the :class:`Batch`.
 
         Args:
             device: ``None``: CPU tensors sharing memory with the mapping
@@ -848,23 +855,26 @@ def read_batch_file(
             f"{vision.patch_dim}"
         )
     image_grid_thw = _list_of_fixed(cols["image_grid_thw"], path, "image_grid_thw", "int64")
-    si, src = cols["sample_index"], cols["source"]
+    si = cols["sample_index"]
     row_offsets: np.ndarray | None = None
+    provenance: dict[str, list[str]] = {}
     if max_tokens is None:
         sample_index = _view(
             _data_buffer(si, path, "sample_index"), "int64", si.offset, b, path, "sample_index"
         )
-        if src.null_count:
-            raise BatchFormatError(f"{path}: column 'source' holds nulls")
-        sources = src.to_pylist()
+        for name in ("source", "location"):
+            if cols[name].null_count:
+                raise BatchFormatError(f"{path}: column {name!r} holds nulls")
+            provenance[name] = cols[name].to_pylist()
     else:
         sample_index, row_offsets = _list_values(si, path, "sample_index", "int64")
-        sources, source_offsets = _strings(src, path, "source")
-        if not np.array_equal(row_offsets, source_offsets):
-            raise BatchFormatError(
-                f"{path}: sample_index and source list different samples per row "
-                f"({np.diff(row_offsets).tolist()} vs {np.diff(source_offsets).tolist()})"
-            )
+        for name in ("source", "location"):
+            provenance[name], offsets = _strings(cols[name], path, name)
+            if not np.array_equal(row_offsets, offsets):
+                raise BatchFormatError(
+                    f"{path}: sample_index and {name} list different samples per row "
+                    f"({np.diff(row_offsets).tolist()} vs {np.diff(offsets).tolist()})"
+                )
 
     if not (labels.shape == attention_mask.shape == input_ids.shape):
         raise BatchFormatError(f"{path}: input_ids/labels/attention_mask shapes differ")
@@ -936,7 +946,8 @@ def read_batch_file(
         pixel_values=pixel_values,
         image_grid_thw=image_grid_thw,
         sample_index=sample_index,
-        source=sources,
+        source=provenance["source"],
+        location=provenance["location"],
         metadata=meta,
         backfilled_slots=backfilled,
         pixel_dtype=pixel_dtype,

@@ -56,6 +56,7 @@ COLUMNS: tuple[ColumnSpec, ...] = (
         "sample_index", "int64", False, "int64", ("B",), packed=("list<int64 not null>", ("S",))
     ),
     ColumnSpec("source", "utf8", False, "str", ("B",), packed=("list<utf8 not null>", ("S",))),
+    ColumnSpec("location", "utf8", False, "str", ("B",), packed=("list<utf8 not null>", ("S",))),
     ColumnSpec("input_ids", "fixed_size_list<int64 not null>[L]", False, "int64", ("B", "L")),
     ColumnSpec("labels", "fixed_size_list<int64 not null>[L]", False, "int64", ("B", "L")),
     ColumnSpec("attention_mask", "fixed_size_list<int64 not null>[L]", False, "int64", ("B", "L")),
@@ -193,7 +194,10 @@ def arrow_schema(
         pa.field(
             "sample_index", pa.list_(item(pa.int64())) if packed else pa.int64(), nullable=False
         ),
-        pa.field("source", pa.list_(item(pa.string())) if packed else pa.string(), nullable=False),
+        *(
+            pa.field(name, pa.list_(item(pa.string())) if packed else pa.string(), nullable=False)
+            for name in ("source", "location")
+        ),
         pa.field("input_ids", tok, nullable=False),
         pa.field("labels", tok, nullable=False),
         pa.field("attention_mask", tok, nullable=False),

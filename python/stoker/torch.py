@@ -121,7 +121,8 @@ class StokerBatch(dict[str, Any]):
     * ``step``, ``rank`` (int), ``generation`` (str): where the batch came from;
     * ``sample_index``: ``(S,)`` int64 CPU tensor, each sample's slot index
       (docs/batch-protocol.md); unpacked S = B, one sample per row;
-    * ``source``: ``list[str]`` of S ``"<jsonl uri>:<line>"``;
+    * ``source``: ``list[str]`` of S mixture source names (:attr:`stoker.Batch.source`);
+    * ``location``: ``list[str]`` of S ``"<jsonl uri>:<line>"``;
     * ``backfilled_slots``: ``tuple[int, ...]`` samples (unpacked: rows) that copy another;
     * ``keep``: ``(S,)`` bool CPU tensor, ``False`` on back-filled samples;
     * ``packing_max_tokens``: ``int`` tokens per packed row, or ``None`` (not packed);
@@ -134,6 +135,7 @@ class StokerBatch(dict[str, Any]):
     generation: str
     sample_index: torch.Tensor
     source: list[str]
+    location: list[str]
     backfilled_slots: tuple[int, ...]
     packing_max_tokens: int | None
     sample_spans: torch.Tensor
@@ -199,7 +201,8 @@ def _stoker_batch(
         out.sample_index = torch.from_numpy(batch.sample_index)
         out.sample_spans = torch.from_numpy(batch.sample_spans)
     out.step, out.rank, out.generation = batch.step, batch.rank, generation
-    out.source, out.backfilled_slots = batch.source, batch.backfilled_slots
+    out.source, out.location = batch.source, batch.location
+    out.backfilled_slots = batch.backfilled_slots
     out.packing_max_tokens = batch.packing_max_tokens
     return out
 

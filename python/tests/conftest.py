@@ -1,4 +1,4 @@
-"""Helpers that write batches exactly as the protocol (format_version 2) and batch-schema.json describe.
+"""Helpers that write batches exactly as the protocol (format_version 3) and batch-schema.json describe.
 
 A job directory ``root`` holds ``manifest.json`` naming the current generation; batches are in
 ``root/gen-<generation>/rank-<r>/``. The helpers default to generation :data:`GEN`.
@@ -154,6 +154,12 @@ def rank_dir(root: Path, rank: int, generation: str = GEN) -> Path:
     return root / f"gen-{generation}" / f"rank-{rank}"
 
 
+def source_of(position: int) -> str:
+    """The mixture source of a test sample: ``"chat"`` at even slots or indices, ``"ocr"`` at odd
+    ones (two sources, so a test sees a sample's own source, not one for the whole batch)."""
+    return ("chat", "ocr")[position % 2]
+
+
 def make_samples(
     step: int,
     rank: int,
@@ -163,9 +169,11 @@ def make_samples(
     seed: int = 0,
     world_size: int = 1,
 ):
-    """n deterministic samples of batch (step, rank): dicts with index, source, ids, grids, patches.
+    """n deterministic samples of batch (step, rank): dicts with index, source, location, ids,
+    grids, patches.
 
-    ``index`` is the slot index ``(step * world_size + rank) * n + slot`` (micro-batch size n).
+    ``index`` is the slot index ``(step * world_size + rank) * n + slot`` (micro-batch size n);
+    ``source`` the mixture source, :func:`source_of` ``(slot)``.
     """
     rng = np.random.default_rng(seed * 1_000_003 + step * 1009 + rank)
     out = []
@@ -179,7 +187,8 @@ def make_samples(
         out.append(
             {
                 "index": (step * world_size + rank) * n + slot,
-                "source": f"s3://bucket/sft/a.jsonl:{slot + 1}",
+                "source": source_of(slot),
+                "location": f"s3://bucket/sft/a.jsonl:{slot + 1}",
                 "ids": rng.integers(0, 150000, size=length).tolist(),
                 "grids": grids,
                 "patches": rng.standard_normal((p, patch_dim), dtype=np.float32),
@@ -223,6 +232,7 @@ def build_record_batch(
     cols = [
         pa.array([s["index"] for s in samples], pa.int64()),
         pa.array([s["source"] for s in samples], pa.string()),
+        pa.array([s["location"] for s in samples], pa.string()),
         fsl(ids, L, pa.int64()),
         fsl(labels, L, pa.int64()),
         fsl(mask, L, pa.int64()),
@@ -291,7 +301,8 @@ def make_packed_samples(
         out.append(
             {
                 "index": first_index + k,
-                "source": f"file:///data/a.jsonl:{first_index + k + 1}",
+                "source": source_of(first_index + k),
+                "location": f"file:///data/a.jsonl:{first_index + k + 1}",
                 "ids": ids,
                 "grids": grids,
                 "patches": rng.standard_normal((p, patch_dim), dtype=np.float32),
@@ -303,7 +314,8 @@ def make_packed_samples(
 def packed_arrays(rows: list[list[dict]], *, patch_dim: int = PATCH_DIM) -> dict[str, Any]:
     """The columns of a packed batch of ``rows`` (each a list of samples, :func:`make_packed_samples`),
     as the sink writes them: numpy ``ids``, ``labels``, ``mask`` ``(R, L)`` and ``positions``
-    ``(R, 4, L)``; per-row lists ``cu``, ``index``, ``source``, ``patches``, ``grids``. Labels:
+    ``(R, 4, L)``; per-row lists ``cu``, ``index``, ``source``, ``location``, ``patches``,
+    ``grids``. Labels:
     each sample's second half trained, -100 on its first token and the padding. Tests break them
     before :func:`packed_record_batch`."""
     lengths = [sum(len(s["ids"]) for s in row) for row in rows]
@@ -337,6 +349,7 @@ def packed_arrays(rows: list[list[dict]], *, patch_dim: int = PATCH_DIM) -> dict
         "cu": cu,
         "index": [[s["index"] for s in row] for row in rows],
         "source": [[s["source"] for s in row] for row in rows],
+        "location": [[s["location"] for s in row] for row in rows],
         "patches": [
             np.concatenate([s["patches"] for s in row])
             if any(len(s["patches"]) for s in row)
@@ -372,6 +385,7 @@ def packed_record_batch(a: dict[str, Any], *, patch_dim: int = PATCH_DIM) -> pa.
     cols = [
         list_of(a["index"], pa.int64()),
         list_of(a["source"], pa.string()),
+        list_of(a["location"], pa.string()),
         fsl(a["ids"], L, pa.int64()),
         fsl(a["labels"], L, pa.int64()),
         fsl(a["mask"], L, pa.int64()),
@@ -398,7 +412,7 @@ def write_batch(
     rdir = rank_dir(root, rank, generation)
     rdir.mkdir(mode=0o700, parents=True, exist_ok=True)
     meta = {
-        "stoker.format_version": "2",
+        "stoker.format_version": "3",
         "stoker.step": str(step),
         "stoker.rank": str(rank),
         "stoker.slots": str(slots),
@@ -464,7 +478,7 @@ def write_manifest(
         json.dumps(
             {
                 **{k: v for k, v in optional.items() if v is not None},
-                "format_version": 2,
+                "format_version": 3,
                 "job_name": job_name,
                 "generation": generation,
                 "world_size": world_size,

@@ -73,6 +73,7 @@ def _check_batch(batch: Batch) -> None:
         j = next(x for x in [*range(k + 1, b), *range(k)] if x in filled)
         assert batch.sample_index[k] == batch.sample_index[j]
         assert batch.source[k] == batch.source[j]
+        assert batch.location[k] == batch.location[j]
         assert np.array_equal(batch.input_ids[k], batch.input_ids[j])
 
 
@@ -108,6 +109,7 @@ def _read_rank(
             seen.rows[batch.step] = {
                 "sample_index": batch.sample_index.tolist(),
                 "source": list(batch.source),
+                "location": list(batch.location),
                 "backfilled": batch.backfilled_slots,
                 "input_ids": batch.input_ids.copy(),
             }
@@ -298,7 +300,7 @@ def test_manifest_and_layout(runs) -> None:
     m = runs["manifest1"]
     n = len(_records())
     steps = -(-n // (WORLD_SIZE * MICRO_BATCH))
-    assert m["format_version"] == 2 and m["job_name"] == "e2e"
+    assert m["format_version"] == 3 and m["job_name"] == "e2e"
     assert (m["world_size"], m["micro_batch_size"]) == (WORLD_SIZE, MICRO_BATCH)
     assert (m["num_records"], m["epochs"], m["steps_per_epoch"], m["num_steps"]) == (
         n,
@@ -335,15 +337,16 @@ def test_accounting_and_seeded_order(runs) -> None:
     filled: list[int] = []
     for seen in runs["first"]:
         for step, row in seen.rows.items():
-            for k, (index, source) in enumerate(
-                zip(row["sample_index"], row["source"], strict=True)
+            for k, (index, source, location) in enumerate(
+                zip(row["sample_index"], row["source"], row["location"], strict=True)
             ):
                 assert index // (WORLD_SIZE * MICRO_BATCH) == step
+                assert source == "dataset"  # the one-source mixture of stoker.dataset.path
                 if k in row["backfilled"]:
                     continue
                 assert index % MICRO_BATCH == k
                 filled.append(index)
-                assert source.endswith(f"train.jsonl:{lines[order[index]]}"), (index, source)
+                assert location.endswith(f"train.jsonl:{lines[order[index]]}"), (index, location)
     dead = read_dead_letters(runs["job_dir"] / "dead-letters")
     dead_index = [d["sample_index"] for d in dead]
     assert len(filled) + len(dead) == n
@@ -365,5 +368,6 @@ def test_resumed_generation_reproduces_the_batches(runs) -> None:
         for step in resumed.steps:
             a, b = first.rows[step], resumed.rows[step]
             assert a["sample_index"] == b["sample_index"] and a["source"] == b["source"]
+            assert a["location"] == b["location"]
             assert a["backfilled"] == b["backfilled"]
             assert np.array_equal(a["input_ids"], b["input_ids"])

@@ -176,9 +176,10 @@ def check_viewer(nb: nbformat.NotebookNode, batch) -> None:
     assert sorted(rows) == list(range(batch.num_samples))
     for row, outs in rows.items():
         header = plain(outs[0]["data"]["text/html"])
-        assert batch.source[row] in header and f"sample_index {batch.sample_index[row]}" in header
+        assert batch.location[row] in header and f"sample_index {batch.sample_index[row]}" in header
+        assert f"source {batch.source[row]} " in header
         assert ("back-filled" in header) == (row in batch.backfilled_slots)
-        record = recs[int(batch.source[row].rsplit(":", 1)[1])]
+        record = recs[int(batch.location[row].rsplit(":", 1)[1])]
         figures = [o for o in outs if "image/png" in o.get("data", {})]
         n_images = len(images_of(record))
         if n_images:  # one figure per sample, one panel per image
@@ -249,7 +250,7 @@ def test_unpatchify_of_the_job_output_matches_pillow(job_dir) -> None:
         per_row = (batch.input_ids == 151652).sum(axis=1)  # <|vision_start|>
         first = np.concatenate([[0], np.cumsum(per_row)])
         for row in range(batch.num_samples):
-            record = recs[int(batch.source[row].rsplit(":", 1)[1])]
+            record = recs[int(batch.location[row].rsplit(":", 1)[1])]
             if record["id"] not in ("llava-0001", "llava-0003") or row in batch.backfilled_slots:
                 continue
             i = int(first[row])

@@ -54,6 +54,7 @@ def _expected_arrays(samples):
         ).reshape(-1, 3),
         "sample_index": np.array([s["index"] for s in samples], dtype=np.int64),
         "source": [s["source"] for s in samples],
+        "location": [s["location"] for s in samples],
     }
 
 
@@ -312,7 +313,7 @@ def test_empty_batch_b0(shm_root, seq_len):
     assert b.pixel_values.shape == (0, PATCH_DIM) and b.pixel_values.dtype == np.float32
     assert b.image_grid_thw.shape == (0, 3) and b.image_grid_thw.dtype == np.int64
     assert b.sample_index.shape == (0,)
-    assert b.source == []
+    assert b.source == [] and b.location == []
     assert b.backfilled_slots == ()
     assert next(reader).num_samples == 4  # an empty step does not stop the epoch
     assert reader.samples_read == 4
@@ -377,6 +378,7 @@ def test_sliced_arrays_respect_offsets(shm_root):
         np.array([g for s in samples[2:5] for g in s["grids"]], np.int64).reshape(-1, 3),
     )
     assert b.source == exp["source"][2:5]
+    assert b.location == exp["location"][2:5]
 
 
 def test_in_memory_offsets_are_respected_without_copy():
@@ -685,8 +687,8 @@ def test_uint8_batch_without_vision_settings_or_for_another_d_is_an_error(shm_ro
         read_batch_file(path, vision=qwen3)
 
 
-# ------------------------------------------------------------------ format_version 2: resume,
-# generations, back-fill
+# ------------------------------------------------------------------ resume, generations,
+# back-fill
 
 
 def _ack(shm_root, rank=0, generation=GEN):
@@ -927,10 +929,10 @@ def test_row_count_other_than_micro_batch_size_is_a_format_error(shm_root):
         next(BatchReader(shm_root, 0, timeout_s=5))
 
 
-def test_manifest_v2_fields(shm_root):
+def test_manifest_fields(shm_root):
     write_manifest(shm_root, world_size=2, num_steps=6, epochs=2, first_step=3, shuffle_seed=None)
     m = BatchReader(shm_root, 0, timeout_s=5).manifest
-    assert (m.format_version, m.generation, m.world_size, m.micro_batch_size) == (2, GEN, 2, 4)
+    assert (m.format_version, m.generation, m.world_size, m.micro_batch_size) == (3, GEN, 2, 4)
     assert (m.epochs, m.steps_per_epoch, m.num_steps, m.first_step) == (2, 3, 6, 3)
     assert m.shuffle_seed is None and m.num_records == 24 and m.patch_dim == PATCH_DIM
 
@@ -938,7 +940,11 @@ def test_manifest_v2_fields(shm_root):
 @pytest.mark.parametrize(
     ("change", "match"),
     [
-        ({"format_version": 1}, "format_version 1 is not supported"),
+        (
+            {"format_version": 2},
+            r"format_version 2 is not supported \(expected 3\); the job and the reader come from "
+            "different releases",
+        ),
         ({"generation": "../x"}, "invalid generation"),
         ({"first_step": None}, "invalid manifest"),
     ],

@@ -78,6 +78,7 @@ def test_packed_batch_reads_as_documented(shm_root):
     assert b.sample_index.dtype == np.int64
     assert b.sample_index.tolist() == [s["index"] for s in samples]
     assert b.source == [s["source"] for s in samples]
+    assert b.location == [s["location"] for s in samples]
     assert b.row_offsets.tolist() == [0, 2, 3, 6]
     spans = []
     for r, row in enumerate(rows):
@@ -182,6 +183,7 @@ def test_sliced_packed_columns_respect_their_offsets(shm_root):
     kept = [s for row in rows[2:] for s in row]
     assert b.sample_index.tolist() == [s["index"] for s in kept]
     assert b.source == [s["source"] for s in kept]
+    assert b.location == [s["location"] for s in kept]
     assert b.row_offsets.tolist() == [0, len(rows[2]), len(kept)]
     assert b.cu_seqlens.tolist() == _expected_cu(expected)
     np.testing.assert_array_equal(b.input_ids, expected["ids"])
@@ -321,11 +323,16 @@ def _wider_than_the_longest_row(a):
 
 
 def _row_without_a_sample(a):
-    a["index"][1], a["source"][1] = [], []
+    a["index"][1], a["source"][1], a["location"][1] = [], [], []
 
 
-def _sources_in_other_rows(a):
-    a["source"][0], a["source"][1] = a["source"][0][:1], a["source"][0][1:] + a["source"][1]
+def _in_other_rows(column):
+    """Moves all but the first of row 0's ``column`` entries to row 1."""
+
+    def breaks(a):
+        a[column][0], a[column][1] = a[column][0][:1], a[column][0][1:] + a[column][1]
+
+    return breaks
 
 
 def _two_boundaries_short(a):
@@ -371,7 +378,8 @@ ADVERSARIAL = [
     (_two_boundaries_short, r"row 2's cu_seqlens has 3 boundaries for its 3 samples"),
     (_one_boundary_short, "row 2's attention_mask is not 1 on its"),
     (_row_without_a_sample, "row 1 of the packed batch lists no sample"),
-    (_sources_in_other_rows, "sample_index and source list different samples per row"),
+    (_in_other_rows("source"), "sample_index and source list different samples per row"),
+    (_in_other_rows("location"), "sample_index and location list different samples per row"),
     (_mask_hole, "row 2's attention_mask is not 1 on its"),
     (_tail_mask, "row 0's attention_mask is not 1 on its"),
     (_first_label, "row 0's labels are not -100 on every sample's first token"),

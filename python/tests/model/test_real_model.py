@@ -358,8 +358,8 @@ def read_all(job_dir: Path) -> list[Batch]:
 
 def row_records(batch: Batch, records: dict[tuple[str, int], Record]) -> list[Record]:
     rows = []
-    for source in batch.source:
-        uri, _, line = source.rpartition(":")
+    for location in batch.location:
+        uri, _, line = location.rpartition(":")
         rows.append(records[(Path(uri.removeprefix("file:")).name, int(line))])
     return rows
 
@@ -392,7 +392,7 @@ def test_batches_train_the_real_model_as_the_processor_output_does(dataset, pres
         for batch in batches:
             if batch.num_samples == 0:
                 continue
-            where = f"{preset_key} step {batch.step} rank {batch.rank} ({batch.source})"
+            where = f"{preset_key} step {batch.step} rank {batch.rank} ({batch.location})"
             ours = batch.to_torch()
             theirs = tensors(reference.batch(row_records(batch, records)))
             assert sorted(ours) == sorted(theirs), where

@@ -80,6 +80,7 @@ def assert_is_sample_batch(batch, samples):
     assert batch["image_grid_thw"].tolist() == grids
     assert batch.sample_index.tolist() == [s["index"] for s in samples]
     assert batch.source == [s["source"] for s in samples]
+    assert batch.location == [s["location"] for s in samples]
 
 
 def consumed(root: Path, rank: int, generation="g1") -> int:
@@ -505,11 +506,12 @@ def test_device_hand_off_gives_the_plain_paths_values_in_owned_memory(shm_root, 
             assert torch.equal(m[k], p[k]), k
             assert m[k].data_ptr() != p[k].data_ptr()
             m[k].add_(0)  # writable: memory the batch owns, not the read-only mapping
-        assert (m.step, m.rank, m.generation, m.source, m.backfilled_slots) == (
+        assert (m.step, m.rank, m.generation, m.source, m.location, m.backfilled_slots) == (
             p.step,
             p.rank,
             p.generation,
             p.source,
+            p.location,
             p.backfilled_slots,
         )
         assert torch.equal(m.sample_index, p.sample_index)

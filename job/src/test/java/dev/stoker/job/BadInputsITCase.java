@@ -404,7 +404,7 @@ class BadInputsITCase {
         Outcome(JobRun.Result run) throws IOException {
             this.run = run;
             for (JobRun.Sample s : run.samples()) {
-                String file = s.source().substring(0, s.source().lastIndexOf(':'));
+                String file = s.location().substring(0, s.location().lastIndexOf(':'));
                 String id = id(file, s.line());
                 assertThat(batched.put(id, s)).as("record %s batched once", id).isNull();
             }

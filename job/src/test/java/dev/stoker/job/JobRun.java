@@ -41,12 +41,16 @@ import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
  */
 final class JobRun {
     static final ObjectMapper JSON = new ObjectMapper();
-    private static final Pattern SOURCE_LINE = Pattern.compile(":(\\d+)$");
+    private static final Pattern LOCATION_LINE = Pattern.compile(":(\\d+)$");
 
-    /** One row of a batch file. */
+    /**
+     * One row of a batch file: {@code source} the mixture source's name, {@code location} {@code
+     * <file URI>:<line>}.
+     */
     record Sample(
             long sampleIndex,
             String source,
+            String location,
             long line,
             int rank,
             long step,
@@ -302,8 +306,9 @@ final class JobRun {
                         continue; // a copy standing in for a dead letter or a padding slot
                     }
                     String source = root.getVector("source").getObject(r).toString();
-                    Matcher m = SOURCE_LINE.matcher(source);
-                    assertThat(m.find()).as("source %s ends with :line", source).isTrue();
+                    String location = root.getVector("location").getObject(r).toString();
+                    Matcher m = LOCATION_LINE.matcher(location);
+                    assertThat(m.find()).as("location %s ends with :line", location).isTrue();
                     List<long[]> grids = new ArrayList<>();
                     for (Object g : (List<?>) root.getVector("image_grid_thw").getObject(r)) {
                         List<?> thw = (List<?>) g;
@@ -328,6 +333,7 @@ final class JobRun {
                             new Sample(
                                     index.get(r),
                                     source,
+                                    location,
                                     Long.parseLong(m.group(1)),
                                     rank,
                                     step,

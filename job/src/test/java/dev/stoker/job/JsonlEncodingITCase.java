@@ -141,7 +141,7 @@ class JsonlEncodingITCase {
                         .collect(
                                 Collectors.groupingBy(
                                         s ->
-                                                Path.of(s.source().replaceFirst(":\\d+$", ""))
+                                                Path.of(s.location().replaceFirst(":\\d+$", ""))
                                                         .getFileName()
                                                         .toString(),
                                         Collectors.counting()));
@@ -151,13 +151,13 @@ class JsonlEncodingITCase {
                         Map.of("a-utf8.jsonl", 4L, "b-utf8-bom.jsonl", 3L));
         List<Long> bomLines =
                 run.samples().stream()
-                        .filter(s -> s.source().contains("b-utf8-bom.jsonl"))
+                        .filter(s -> s.location().contains("b-utf8-bom.jsonl"))
                         .map(JobRun.Sample::line)
                         .sorted()
                         .toList();
         assertThat(bomLines).containsExactly(1L, 2L, 3L);
         assertThat(run.samples())
-                .filteredOn(s -> s.source().endsWith("a-utf8.jsonl:4"))
+                .filteredOn(s -> s.location().endsWith("a-utf8.jsonl:4"))
                 .as("the NFD-named image, referenced as NFD, is one image in a batch")
                 .singleElement()
                 .satisfies(s -> assertThat(s.gridThw()).hasSize(1));

@@ -216,7 +216,7 @@ class S3FaultsITCase {
         }
         Set<String> batched = new java.util.HashSet<>();
         for (JobRun.Sample s : run.samples()) {
-            String where = s.source().substring(s.source().lastIndexOf('/') + 1);
+            String where = s.location().substring(s.location().lastIndexOf('/') + 1);
             assertThat(batched.add(where)).as("one sample for %s", where).isTrue();
         }
         int expectedDeadLetters = 0;

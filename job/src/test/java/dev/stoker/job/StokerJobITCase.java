@@ -156,13 +156,15 @@ class StokerJobITCase {
         // per (source, epoch) the records taken, from the batches and the dead letters
         Map<String, List<String>> taken = new java.util.TreeMap<>();
         for (JobRun.Sample s : run.samples()) {
-            String file = s.source().substring(0, s.source().lastIndexOf(':'));
+            String file = s.location().substring(0, s.location().lastIndexOf(':'));
             String source =
                     dirToSource.get(
                             Path.of(java.net.URI.create(file))
                                     .getParent()
                                     .getFileName()
                                     .toString());
+            // the batch names each sample's mixture source, the one its file belongs to
+            assertThat(s.source()).as("source of %s", s.location()).isEqualTo(source);
             taken.computeIfAbsent(
                             source + "@" + run.plan().epochOf(s.sampleIndex()),
                             k -> new ArrayList<>())
@@ -213,15 +215,15 @@ class StokerJobITCase {
         boolean llavaAboveBudget = false;
         int messagesWithPrompt = 0;
         for (JobRun.Sample s : run.samples()) {
-            boolean messages = s.source().contains("/qwen-messages/");
+            boolean messages = s.location().contains("/qwen-messages/");
             for (long[] thw : s.gridThw()) {
                 if (messages) {
                     if (!ownBudget.contains(s.line())) {
                         assertThat(thw[0] * thw[1] * thw[2])
-                                .as(s.source())
+                                .as(s.location())
                                 .isLessThanOrEqualTo(budget);
                     }
-                } else if (s.source().contains("/llava-style/")) {
+                } else if (s.location().contains("/llava-style/")) {
                     llavaAboveBudget |= thw[0] * thw[1] * thw[2] > budget;
                 }
             }
@@ -229,7 +231,7 @@ class StokerJobITCase {
             if (messages) {
                 messagesWithPrompt += hasPrompt ? 1 : 0;
             } else {
-                assertThat(hasPrompt).as("sample %s has no charts prompt", s.source()).isFalse();
+                assertThat(hasPrompt).as("sample %s has no charts prompt", s.location()).isFalse();
             }
         }
         assertThat(llavaAboveBudget).as("the other sources keep the job's budget").isTrue();

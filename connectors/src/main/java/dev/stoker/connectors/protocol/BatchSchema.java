@@ -12,8 +12,9 @@ import org.apache.arrow.vector.types.pojo.Schema;
 /**
  * The Arrow schema of one batch file, as defined in {@code schema/batch-schema.json}.
  *
- * <p>Columns: {@code sample_index} int64, {@code source} utf8, {@code input_ids}, {@code labels}
- * and {@code attention_mask} fixed_size_list&lt;int64&gt;[L], {@code pixel_values}
+ * <p>Columns: {@code sample_index} int64, {@code source} utf8 (the sample's mixture source name),
+ * {@code location} utf8 ({@code <JSONL file URI>:<1-based line>}), {@code input_ids}, {@code
+ * labels} and {@code attention_mask} fixed_size_list&lt;int64&gt;[L], {@code pixel_values}
  * list&lt;fixed_size_list&lt;float32&gt;[D]&gt; (with {@link PixelDtype#BFLOAT16}:
  * list&lt;fixed_size_list&lt;uint16&gt;[D]&gt; holding bfloat16 bits; with {@link
  * PixelDtype#UINT8}: list&lt;fixed_size_list&lt;uint8&gt;[D]&gt; holding the samples before
@@ -22,9 +23,10 @@ import org.apache.arrow.vector.types.pojo.Schema;
  * document's {@code packed} entries say and add the {@code packed_only} columns.
  */
 public final class BatchSchema {
-    public static final int FORMAT_VERSION = 2;
+    public static final int FORMAT_VERSION = 3;
     public static final String SAMPLE_INDEX = "sample_index";
     public static final String SOURCE = "source";
+    public static final String LOCATION = "location";
     public static final String INPUT_IDS = "input_ids";
     public static final String LABELS = "labels";
     public static final String ATTENTION_MASK = "attention_mask";
@@ -106,8 +108,8 @@ public final class BatchSchema {
     }
 
     /**
-     * The schema of a packed batch: as {@link #forBatch}, but {@code sample_index} and {@code
-     * source} are a list per row (the row's samples), and {@code position_ids}
+     * The schema of a packed batch: as {@link #forBatch}, but {@code sample_index}, {@code source}
+     * and {@code location} are a list per row (the row's samples), and {@code position_ids}
      * (fixed_size_list&lt;int64&gt;[4L]) and {@code cu_seqlens} (list&lt;int32&gt;) follow.
      */
     public static Schema forPackedBatch(
@@ -119,10 +121,12 @@ public final class BatchSchema {
             int seqLen, int patchDim, PixelDtype pixelDtype, boolean packed) {
         List<Field> fields = new ArrayList<>();
         fields.add(packed ? list(SAMPLE_INDEX, INT64) : scalar(SAMPLE_INDEX, INT64));
-        fields.add(
-                packed
-                        ? list(SOURCE, ArrowType.Utf8.INSTANCE)
-                        : scalar(SOURCE, ArrowType.Utf8.INSTANCE));
+        for (String name : List.of(SOURCE, LOCATION)) {
+            fields.add(
+                    packed
+                            ? list(name, ArrowType.Utf8.INSTANCE)
+                            : scalar(name, ArrowType.Utf8.INSTANCE));
+        }
         fields.add(fixedList(INPUT_IDS, seqLen, INT64));
         fields.add(fixedList(LABELS, seqLen, INT64));
         fields.add(fixedList(ATTENTION_MASK, seqLen, INT64));

@@ -5,6 +5,7 @@ import dev.stoker.connectors.protocol.PixelDtype;
 import dev.stoker.operators.image.Patchifier;
 import dev.stoker.operators.image.Patchifier.PatchRows;
 import dev.stoker.operators.image.QwenVisionConfig;
+import dev.stoker.operators.model.RecordRef;
 import dev.stoker.operators.model.TokenizedSample;
 import dev.stoker.operators.model.TrainingBatch;
 import dev.stoker.operators.pack.MropePositions;
@@ -13,8 +14,10 @@ import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.ShortBuffer;
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.stream.Collectors;
 import org.apache.arrow.memory.ArrowBuf;
@@ -22,6 +25,7 @@ import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.vector.BaseFixedWidthVector;
 import org.apache.arrow.vector.BigIntVector;
 import org.apache.arrow.vector.BitVectorHelper;
+import org.apache.arrow.vector.FieldVector;
 import org.apache.arrow.vector.IntVector;
 import org.apache.arrow.vector.VarCharVector;
 import org.apache.arrow.vector.VectorSchemaRoot;
@@ -31,10 +35,12 @@ import org.apache.arrow.vector.complex.ListVector;
 /**
  * Turns a {@link TrainingBatch} into a {@link VectorSchemaRoot} of the {@link BatchSchema}.
  *
- * <p>Token columns are right-padded to the longest sample: {@code input_ids} with the pad token id,
- * {@code labels} with -100, {@code attention_mask} with 0. {@code pixel_values} are the samples'
- * resized RGB bytes normalised and patchified ({@link Patchifier}) patch row by patch row straight
- * into the Arrow buffer, as float32 or converted to bfloat16 ({@link PixelDtype}); with {@link
+ * <p>Each sample's {@code source} is its mixture source's name ({@link RecordRef#source}), its
+ * {@code location} {@code <file>:<line>} ({@link RecordRef#file}, {@link RecordRef#line}). Token
+ * columns are right-padded to the longest sample: {@code input_ids} with the pad token id, {@code
+ * labels} with -100, {@code attention_mask} with 0. {@code pixel_values} are the samples' resized
+ * RGB bytes normalised and patchified ({@link Patchifier}) patch row by patch row straight into the
+ * Arrow buffer, as float32 or converted to bfloat16 ({@link PixelDtype}); with {@link
  * PixelDtype#UINT8} they are patchified only ({@link Patchifier#patchifyBytes}), one byte per
  * value, and the trainer normalises them. A packed batch ({@link TrainingBatch#rowOf}) puts its
  * samples one after another in rows, labels -100 on each sample's first token, and adds {@code
@@ -93,7 +99,8 @@ public final class ArrowBatchEncoder {
      * when this encoder packs, a packed one (several samples per row, with {@code position_ids} and
      * {@code cu_seqlens}).
      *
-     * @throws IllegalArgumentException if a sample's arrays are inconsistent (labels length differs
+     * @throws IllegalArgumentException if a sample has no mixture source name ({@link
+     *     RecordRef#source} {@code null}) or its arrays are inconsistent (labels length differs
      *     from input_ids, image_grid_thw not {@code (n, 3)} with grid_t 1 and grid sides multiples
      *     of merge_size, resized RGB bytes not exactly those of the grids, image tokens that do not
      *     match the grids), a packed batch's rows are not non-decreasing from 0 or longer than the
@@ -158,11 +165,7 @@ public final class ArrowBatchEncoder {
                                 ? BatchSchema.forPackedBatch(seqLen, patchDim, pixelDtype, metadata)
                                 : BatchSchema.forBatch(seqLen, patchDim, pixelDtype, metadata),
                         allocator);
-        if (packed) {
-            fillPackedProvenance(root, batch, rows);
-        } else {
-            fillProvenance(root, batch);
-        }
+        fillProvenance(root, batch, rows, packed);
         fillTokens(root, BatchSchema.INPUT_IDS, batch, rows, seqLen, Column.INPUT_IDS);
         fillTokens(root, BatchSchema.LABELS, batch, rows, seqLen, Column.LABELS);
         fillTokens(root, BatchSchema.ATTENTION_MASK, batch, rows, seqLen, Column.ATTENTION_MASK);
@@ -219,50 +222,51 @@ public final class ArrowBatchEncoder {
         return rows;
     }
 
-    private static void fillProvenance(VectorSchemaRoot root, TrainingBatch batch) {
-        BigIntVector index = (BigIntVector) root.getVector(BatchSchema.SAMPLE_INDEX);
-        VarCharVector source = (VarCharVector) root.getVector(BatchSchema.SOURCE);
-        int n = batch.samples.length;
-        index.allocateNew(n);
-        source.allocateNew(n);
-        for (int r = 0; r < n; r++) {
-            TokenizedSample s = batch.samples[r];
-            index.setSafe(r, s.ref.sampleIndex);
-            source.setSafe(r, sourceOf(s));
-        }
-        index.setValueCount(n);
-        source.setValueCount(n);
-    }
-
-    private static void fillPackedProvenance(
-            VectorSchemaRoot root, TrainingBatch batch, int[][] rows) {
-        ListVector indexList = (ListVector) root.getVector(BatchSchema.SAMPLE_INDEX);
-        ListVector sourceList = (ListVector) root.getVector(BatchSchema.SOURCE);
-        BigIntVector index = (BigIntVector) indexList.getDataVector();
-        VarCharVector source = (VarCharVector) sourceList.getDataVector();
-        int n = batch.samples.length;
-        indexList.allocateNew();
-        sourceList.allocateNew();
-        index.allocateNew(n);
-        source.allocateNew(n);
-        for (int r = 0; r < rows.length; r++) {
-            indexList.startNewValue(r);
-            sourceList.startNewValue(r);
-            for (int k : rows[r]) {
-                index.setSafe(k, batch.samples[k].ref.sampleIndex);
-                source.setSafe(k, sourceOf(batch.samples[k]));
+    /**
+     * {@code sample_index}, {@code source} (the sample's mixture source name) and {@code location}
+     * ({@code <file>:<line>}) of every sample: one value per row when unpacked; when packed a list
+     * per row, the row's samples in order.
+     */
+    private static void fillProvenance(
+            VectorSchemaRoot root, TrainingBatch batch, int[][] rows, boolean packed) {
+        List<ListVector> lists = new ArrayList<>();
+        if (packed) {
+            for (String name :
+                    List.of(BatchSchema.SAMPLE_INDEX, BatchSchema.SOURCE, BatchSchema.LOCATION)) {
+                ListVector list = (ListVector) root.getVector(name);
+                list.allocateNew();
+                lists.add(list);
             }
-            indexList.endValue(r, rows[r].length);
-            sourceList.endValue(r, rows[r].length);
+        }
+        BigIntVector index = (BigIntVector) values(root, BatchSchema.SAMPLE_INDEX, packed);
+        VarCharVector source = (VarCharVector) values(root, BatchSchema.SOURCE, packed);
+        VarCharVector location = (VarCharVector) values(root, BatchSchema.LOCATION, packed);
+        int n = batch.samples.length;
+        index.allocateNew(n);
+        source.allocateNew(n);
+        location.allocateNew(n);
+        for (int k = 0; k < n; k++) {
+            RecordRef ref = batch.samples[k].ref;
+            index.setSafe(k, ref.sampleIndex);
+            source.setSafe(k, ref.source.getBytes(StandardCharsets.UTF_8));
+            location.setSafe(k, (ref.file + ":" + ref.line).getBytes(StandardCharsets.UTF_8));
         }
         index.setValueCount(n);
         source.setValueCount(n);
-        indexList.setValueCount(rows.length);
-        sourceList.setValueCount(rows.length);
+        location.setValueCount(n);
+        for (ListVector list : lists) {
+            for (int r = 0; r < rows.length; r++) {
+                list.startNewValue(r);
+                list.endValue(r, rows[r].length);
+            }
+            list.setValueCount(rows.length);
+        }
     }
 
-    private static byte[] sourceOf(TokenizedSample s) {
-        return (s.ref.file + ":" + s.ref.line).getBytes(StandardCharsets.UTF_8);
+    /** The vector of a column's values: the column when unpacked, its list's items when packed. */
+    private static FieldVector values(VectorSchemaRoot root, String name, boolean packed) {
+        FieldVector column = root.getVector(name);
+        return packed ? ((ListVector) column).getDataVector() : column;
     }
 
     private enum Column {
@@ -503,6 +507,10 @@ public final class ArrowBatchEncoder {
     }
 
     private void check(TokenizedSample s) {
+        if (s.ref.source == null) {
+            throw new IllegalArgumentException(
+                    s.ref + ": no mixture source name (the batches' source column)");
+        }
         if (s.labels.length != s.inputIds.length) {
             throw new IllegalArgumentException(
                     s.ref

@@ -12,7 +12,10 @@ import org.apache.arrow.memory.RootAllocator;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 
-/** The encoder refuses samples whose resized bytes do not match their image grids. */
+/**
+ * The encoder refuses samples whose resized bytes do not match their image grids, and samples
+ * without a mixture source name.
+ */
 class ArrowBatchEncoderTest {
     private final BufferAllocator allocator = new RootAllocator();
     private final ArrowBatchEncoder encoder =
@@ -24,13 +27,12 @@ class ArrowBatchEncoderTest {
     }
 
     private void encode(byte[] rgb, long... thw) {
+        encode(new RecordRef("chat", "file:/d.jsonl", 7, 6, "r"), rgb, thw);
+    }
+
+    private void encode(RecordRef ref, byte[] rgb, long... thw) {
         TokenizedSample sample =
-                new TokenizedSample(
-                        new RecordRef("file:/d.jsonl", 7, 6, "r"),
-                        new long[] {1, 2},
-                        new long[] {-100, 2},
-                        rgb,
-                        thw);
+                new TokenizedSample(ref, new long[] {1, 2}, new long[] {-100, 2}, rgb, thw);
         TrainingBatch batch =
                 new TrainingBatch(0, 0, 1, new TokenizedSample[] {sample}, new int[0]);
         encoder.encode(batch, allocator).close();
@@ -56,5 +58,13 @@ class ArrowBatchEncoderTest {
         assertThatThrownBy(() -> encode(new byte[0], 1))
                 .isInstanceOf(IllegalArgumentException.class)
                 .hasMessageContaining("image_grid_thw is not (n, 3)");
+    }
+
+    @Test
+    void aSampleWithoutASourceNameIsRefused() {
+        assertThatThrownBy(() -> encode(new RecordRef("file:/d.jsonl", 7, 6, "r"), new byte[0]))
+                .isInstanceOf(IllegalArgumentException.class)
+                .hasMessageContaining("file:/d.jsonl:7")
+                .hasMessageContaining("no mixture source name");
     }
 }

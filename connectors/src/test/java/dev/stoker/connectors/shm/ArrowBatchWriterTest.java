@@ -79,7 +79,27 @@ class ArrowBatchWriterTest {
         return (float) (u * (1 / 255.0));
     }
 
-    /** A sample with {@code len} tokens and {@code patches} one-pixel patches in images thw. */
+    /** The mixture source of sample index {@code index}: chat for even indices, ocr for odd. */
+    private static String sourceOf(long index) {
+        return index % 2 == 0 ? "chat" : "ocr";
+    }
+
+    /** The {@code source} and {@code location} of each row, as {@code source@location}. */
+    private static List<String> provenance(VectorSchemaRoot root) {
+        List<String> out = new ArrayList<>();
+        for (int r = 0; r < root.getRowCount(); r++) {
+            out.add(
+                    root.getVector(BatchSchema.SOURCE).getObject(r)
+                            + "@"
+                            + root.getVector(BatchSchema.LOCATION).getObject(r));
+        }
+        return out;
+    }
+
+    /**
+     * A sample of source {@link #sourceOf}{@code (index)} from line {@code index + 1}, with {@code
+     * len} tokens and {@code patches} one-pixel patches in images thw.
+     */
     private static TokenizedSample sample(long index, int len, int patches, long... thw) {
         long[] ids = new long[len];
         long[] labels = new long[len];
@@ -92,7 +112,8 @@ class ArrowBatchWriterTest {
             px[i] = (byte) (index * 16 + i);
         }
         return new TokenizedSample(
-                new RecordRef("file:/data/train.jsonl", index + 1, index, "id-" + index),
+                new RecordRef(
+                        sourceOf(index), "file:/data/train.jsonl", index + 1, index, "id-" + index),
                 ids,
                 labels,
                 px,
@@ -180,8 +201,9 @@ class ArrowBatchWriterTest {
             assertThat(root.getSchema().getCustomMetadata().keySet())
                     .containsExactlyInAnyOrderElementsOf(documented);
             assertThat(((BigIntVector) root.getVector("sample_index")).get(0)).isEqualTo(6);
-            assertThat(root.getVector("source").getObject(1).toString())
-                    .isEqualTo("file:/data/train.jsonl:8");
+            assertThat(provenance(root))
+                    .containsExactly(
+                            "chat@file:/data/train.jsonl:7", "ocr@file:/data/train.jsonl:8");
 
             BigIntVector ids =
                     (BigIntVector)
@@ -241,11 +263,18 @@ class ArrowBatchWriterTest {
             assertThat(index0.get(1)).isEqualTo(1);
             assertThat(step0.getSchema().getCustomMetadata())
                     .containsEntry("stoker.backfilled_slots", "0");
+            // the copy carries the source and location of the row it copies
+            assertThat(provenance(step0))
+                    .containsExactly(
+                            "ocr@file:/data/train.jsonl:2", "ocr@file:/data/train.jsonl:2");
             VectorSchemaRoot step1 =
                     read(jobDir.resolve("gen-g1/rank-0/step-0000000001.arrow"), allocator, open);
             assertThat(step1.getRowCount()).isEqualTo(2);
             assertThat(step1.getSchema().getCustomMetadata())
                     .containsEntry("stoker.backfilled_slots", "1");
+            assertThat(provenance(step1))
+                    .containsExactly(
+                            "chat@file:/data/train.jsonl:3", "chat@file:/data/train.jsonl:3");
         }
     }
 
@@ -272,6 +301,9 @@ class ArrowBatchWriterTest {
                     (BigIntVector)
                             ((FixedSizeListVector) root.getVector("input_ids")).getDataVector();
             assertThat(ids.get(3)).isEqualTo(1003); // 4th token of the sample staged earlier
+            assertThat(provenance(root))
+                    .containsExactly(
+                            "chat@file:/data/train.jsonl:1", "ocr@file:/data/train.jsonl:2");
             Float4Vector floats =
                     (Float4Vector)
                             ((FixedSizeListVector)

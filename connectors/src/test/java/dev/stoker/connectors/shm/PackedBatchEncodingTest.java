@@ -35,7 +35,10 @@ class PackedBatchEncodingTest {
         allocator.close();
     }
 
-    /** vision(): patch 1, merge 1, so an image of grid (1, 1, w) has w tokens and w*3 bytes. */
+    /**
+     * A sample of source chat (even {@code index}) or ocr (odd) from line {@code index + 1};
+     * vision(): patch 1, merge 1, so an image of grid (1, 1, w) has w tokens and w*3 bytes.
+     */
     private static TokenizedSample sample(long index, long[] ids, long... thw) {
         long[] labels = new long[ids.length];
         for (int i = 0; i < ids.length; i++) {
@@ -46,7 +49,8 @@ class PackedBatchEncodingTest {
             bytes += (int) (thw[i + 1] * thw[i + 2] * 3);
         }
         return new TokenizedSample(
-                new RecordRef("file:/d.jsonl", index + 1, index, null),
+                new RecordRef(
+                        index % 2 == 0 ? "chat" : "ocr", "file:/d.jsonl", index + 1, index, null),
                 ids,
                 labels,
                 new byte[bytes],
@@ -79,8 +83,16 @@ class PackedBatchEncodingTest {
             ListVector index = (ListVector) root.getVector(BatchSchema.SAMPLE_INDEX);
             assertThat(List.copyOf(index.getObject(0))).isEqualTo(List.of(4L, 9L));
             assertThat(List.copyOf(index.getObject(1))).isEqualTo(List.of(2L));
-            assertThat(((ListVector) root.getVector(BatchSchema.SOURCE)).getObject(1).get(0))
-                    .hasToString("file:/d.jsonl:3");
+            ListVector source = (ListVector) root.getVector(BatchSchema.SOURCE);
+            ListVector location = (ListVector) root.getVector(BatchSchema.LOCATION);
+            assertThat(source.getObject(0)).map(Object::toString).containsExactly("chat", "ocr");
+            assertThat(location.getObject(0))
+                    .map(Object::toString)
+                    .containsExactly("file:/d.jsonl:5", "file:/d.jsonl:10");
+            assertThat(source.getObject(1)).map(Object::toString).containsExactly("chat");
+            assertThat(location.getObject(1))
+                    .map(Object::toString)
+                    .containsExactly("file:/d.jsonl:3");
 
             // L = 7, the longest row (3 + 4 tokens)
             BigIntVector ids = data(root, BatchSchema.INPUT_IDS);

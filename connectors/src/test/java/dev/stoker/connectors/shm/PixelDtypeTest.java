@@ -215,7 +215,7 @@ class PixelDtypeTest {
 
     private static TokenizedSample sample(int slot, byte[] rgb, long[] grids) {
         return new TokenizedSample(
-                new RecordRef("file:/d.jsonl", slot + 1, slot, "r" + slot),
+                new RecordRef(RecordRef.SINGLE_SOURCE, "file:/d.jsonl", slot + 1, slot, "r" + slot),
                 new long[] {1, 2},
                 new long[] {-100, 2},
                 rgb,
@@ -230,14 +230,14 @@ class PixelDtypeTest {
     private VectorSchemaRoot encode(PixelDtype dtype) {
         TokenizedSample withImages =
                 new TokenizedSample(
-                        new RecordRef("file:/d.jsonl", 1, 0, "a"),
+                        new RecordRef(RecordRef.SINGLE_SOURCE, "file:/d.jsonl", 1, 0, "a"),
                         new long[] {1, 2},
                         new long[] {-100, 2},
                         RGB,
                         new long[] {1, 2, 2});
         TokenizedSample textOnly =
                 new TokenizedSample(
-                        new RecordRef("file:/d.jsonl", 2, 1, "b"),
+                        new RecordRef(RecordRef.SINGLE_SOURCE, "file:/d.jsonl", 2, 1, "b"),
                         new long[] {3},
                         new long[] {3},
                         new byte[0],

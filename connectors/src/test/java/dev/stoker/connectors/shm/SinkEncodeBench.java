@@ -52,7 +52,8 @@ public final class SinkEncodeBench {
             random.nextBytes(px);
             batch[i] =
                     new TokenizedSample(
-                            new RecordRef("bench.jsonl", i + 1, i, "r" + i),
+                            new RecordRef(
+                                    RecordRef.SINGLE_SOURCE, "bench.jsonl", i + 1, i, "r" + i),
                             new long[400],
                             new long[400],
                             px,
