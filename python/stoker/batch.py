@@ -57,8 +57,9 @@ class Batch:
       job writes, bit for bit (:func:`normalize_uint8`).
     * ``image_grid_thw``: ``(I, 3)`` int64, (grid_t, grid_h, grid_w) per image, in patches.
     * ``sample_index``: ``(S,)`` int64, slot index of each sample's record in the run's
-      deterministic order (``epoch * steps_per_epoch * W * B + position in the epoch's shuffled
-      order``); a back-filled sample repeats the index of the sample it copies.
+      deterministic order (``(mixture_start_step + epoch * steps_per_epoch) * W * B + position
+      in the epoch's shuffled order``); a back-filled sample repeats the index of the sample it
+      copies.
     * ``source``: ``list[str]`` of length S, the name of the mixture source each sample's record
       belongs to (``"dataset"`` for a job run with ``stoker.dataset.path``), as in the dead
       letters.

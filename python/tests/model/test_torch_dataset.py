@@ -300,6 +300,7 @@ def test_state_round_trips_through_a_torch_checkpoint_to_exactly_the_next_batche
             "epochs": 1,
             "model_preset": PRESET,
             "packing_max_tokens": None,
+            "mixture_start_step": 0,
         },
     }
     path = tmp_path / "ckpt.pt"
@@ -429,6 +430,32 @@ def test_a_generation_with_another_sequence_followed_while_reading_is_an_error(s
     with pytest.raises(DataStateError, match="shuffle_seed: checkpoint 0, job 5"):
         next(it)
     assert ds.state_dict()["next_step"] == 2, "the batch of the other sequence was not handed over"
+
+
+def test_a_new_stage_at_the_next_step_is_followed_while_reading_and_saved(shm_root):
+    job(shm_root, num_steps=2)  # g1 has steps 0, 1 of a 6-step run
+    write_manifest(
+        shm_root,
+        world_size=W,
+        num_steps=6,
+        micro_batch_size=B,
+        dataset_fingerprint=FP,
+        model_preset=PRESET,
+    )
+    ds = StokerDataset(shm_root, rank=0, world_size=W, timeout_s=10)
+    it = iter(ds)
+    assert [next(it).step, next(it).step] == [0, 1]
+    # the next curriculum stage takes over at step 2 (--stoker.mixture.start-step 2)
+    other = "sha256:" + "3" * 64
+    resubmit(shm_root, first_step=2, num_steps=6, mixture_start_step=2, dataset_fingerprint=other)
+    assert next(it).step == 2
+    state = ds.state_dict()
+    assert state["next_step"] == 3
+    assert (state["sequence"]["dataset_fingerprint"], state["sequence"]["mixture_start_step"]) == (
+        other,
+        2,
+    )
+    ds.close()
 
 
 # ---------------------------------------------------------------------- resume command
