@@ -84,25 +84,26 @@ final class StartupChecks {
 
     /**
      * When images come from S3, lists each source's image root once with the job's S3 settings
-     * ({@link JobPlan#s3Settings}).
+     * ({@link JobPlan#s3Settings}), all through one client.
      *
      * @throws IllegalConfigurationException naming the option (and source) the image root comes
      *     from, its value and the S3 error
      */
     static void checkS3(Configuration conf, MixturePlan mixture, S3ClientSettings settings) {
-        java.util.Set<String> checked = new java.util.HashSet<>();
+        java.util.Set<String> roots = new java.util.LinkedHashSet<>();
         for (int s = 0; s < mixture.order.numSources(); s++) {
-            String root = mixture.rootOf(s);
-            if (!S3ImageStore.isS3(root) || !checked.add(root)) {
-                continue;
+            if (S3ImageStore.isS3(mixture.rootOf(s))) {
+                roots.add(mixture.rootOf(s));
             }
-            try {
-                S3ImageStore.checkReachable(root, settings);
-            } catch (IOException | RuntimeException e) {
+        }
+        java.util.Map<String, String> failed = S3ImageStore.unreachableRoots(roots, settings);
+        for (int s = 0; s < mixture.order.numSources(); s++) {
+            String why = failed.get(mixture.rootOf(s));
+            if (why != null) {
                 throw new IllegalConfigurationException(
                         whereRootComesFrom(conf, mixture.spec, mixture.spec.sources.get(s))
                                 + " is not reachable with the stoker.s3.* settings: "
-                                + e.getMessage());
+                                + why);
             }
         }
     }

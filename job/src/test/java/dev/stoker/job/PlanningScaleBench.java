@@ -252,11 +252,13 @@ public final class PlanningScaleBench {
         double reusedS = (System.nanoTime() - start) / 1e9;
         long heapKept = usedHeap() - heapBefore;
         if (plan.imagesOnS3()) {
-            // a part of StokerJob.build beside the planning: one LIST per S3 image root
+            // a part of StokerJob.build beside the planning: one LIST per S3 image root, all
+            // through
+            // one client
             System.err.printf(
                     Locale.ROOT,
                     "StartupChecks.checkS3: %.1f s for %d sources' image roots%n",
-                    time(() -> StartupChecks.checkS3(conf, plan)),
+                    time(() -> StartupChecks.checkS3(conf, plan, JobPlan.s3Settings(conf))),
                     plan.order.numSources());
         }
         return new Planning(

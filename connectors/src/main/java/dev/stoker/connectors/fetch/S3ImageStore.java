@@ -5,12 +5,16 @@ import dev.stoker.operators.model.RejectedRecordException;
 import java.io.IOException;
 import java.net.URI;
 import java.time.Duration;
+import java.util.Collection;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.BiConsumer;
 import software.amazon.awssdk.awscore.exception.AwsServiceException;
@@ -485,40 +489,58 @@ public final class S3ImageStore implements AutoCloseable {
     }
 
     /**
-     * Checks before submission that {@code root}'s bucket answers with these settings: one {@code
-     * ListObjectsV2} of at most one key under the prefix (an empty prefix is fine).
+     * Checks before submission that each root's bucket answers with these settings: one {@code
+     * ListObjectsV2} of at most one key under each prefix (an empty prefix is fine), all at once
+     * through one client (a client of its own per root would cost its shutdown, about 2 s, each).
      *
-     * @param root image root {@code s3://bucket/prefix}
+     * @param roots image roots {@code s3://bucket/prefix}
      * @param settings endpoint, region, credentials and timeouts of the job's S3 client
-     * @throws IOException naming the endpoint and the reason (unreachable endpoint, unknown bucket,
-     *     denied credentials, timeout)
+     * @return each root that did not answer, with the reason naming the endpoint (unreachable
+     *     endpoint, unknown bucket, denied credentials, timeout); empty when all did
      */
-    public static void checkReachable(String root, S3ClientSettings settings) throws IOException {
-        URI uri = URI.create(root.endsWith("/") ? root : root + "/");
-        String prefix = uri.getPath().isEmpty() ? "" : uri.getPath().substring(1);
+    public static Map<String, String> unreachableRoots(
+            Collection<String> roots, S3ClientSettings settings) {
+        Map<String, String> failed = new LinkedHashMap<>();
         try (S3AsyncClient client = settings.createClient(List.of())) {
-            client.listObjectsV2(
-                            ListObjectsV2Request.builder()
-                                    .bucket(uri.getAuthority())
-                                    .prefix(prefix)
-                                    .maxKeys(1)
-                                    .build())
-                    .get(settings.requestTimeout.toMillis() + 1000, TimeUnit.MILLISECONDS);
-        } catch (ExecutionException e) {
-            throw new IOException(
-                    "S3 ("
-                            + settings
-                            + ") did not list "
-                            + root
-                            + ": "
-                            + unwrap(e.getCause()).getMessage(),
-                    e.getCause());
-        } catch (java.util.concurrent.TimeoutException e) {
-            throw new IOException("S3 (" + settings + ") did not answer for " + root, e);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            throw new IOException("interrupted while checking " + root, e);
+            Map<String, CompletableFuture<?>> lists = new LinkedHashMap<>();
+            for (String root : roots) {
+                URI uri = URI.create(root.endsWith("/") ? root : root + "/");
+                String prefix = uri.getPath().isEmpty() ? "" : uri.getPath().substring(1);
+                lists.put(
+                        root,
+                        client.listObjectsV2(
+                                ListObjectsV2Request.builder()
+                                        .bucket(uri.getAuthority())
+                                        .prefix(prefix)
+                                        .maxKeys(1)
+                                        .build()));
+            }
+            long deadline = System.nanoTime() + settings.requestTimeout.toNanos() + 1_000_000_000L;
+            for (Map.Entry<String, CompletableFuture<?>> list : lists.entrySet()) {
+                try {
+                    list.getValue()
+                            .get(Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
+                } catch (ExecutionException e) {
+                    failed.put(
+                            list.getKey(),
+                            "S3 ("
+                                    + settings
+                                    + ") did not list "
+                                    + list.getKey()
+                                    + ": "
+                                    + unwrap(e.getCause()).getMessage());
+                } catch (TimeoutException e) {
+                    failed.put(
+                            list.getKey(),
+                            "S3 (" + settings + ") did not answer for " + list.getKey());
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    failed.put(list.getKey(), "interrupted while checking " + list.getKey());
+                    return failed;
+                }
+            }
         }
+        return failed;
     }
 
     /** Closes the client; GETs still in flight fail (callers that are closing ignore them). */
