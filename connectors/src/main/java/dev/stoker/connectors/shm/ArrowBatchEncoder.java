@@ -123,24 +123,17 @@ public final class ArrowBatchEncoder {
             check(s);
         }
         int[][] rows = rows(batch);
-        int seqLen = 0;
-        for (int[] row : rows) {
-            int length = 0;
-            for (int k : row) {
-                length += batch.samples[k].inputIds.length;
-            }
-            if (packed && length > packingMaxTokens) {
-                throw new IllegalArgumentException(
-                        "batch (step "
-                                + batch.step
-                                + ", rank "
-                                + batch.rank
-                                + ") has a row of "
-                                + length
-                                + " tokens, more than "
-                                + packingMaxTokens);
-            }
-            seqLen = Math.max(seqLen, length);
+        int seqLen = seqLen(batch, rows);
+        if (packed && seqLen > packingMaxTokens) {
+            throw new IllegalArgumentException(
+                    "batch (step "
+                            + batch.step
+                            + ", rank "
+                            + batch.rank
+                            + ") has a row of "
+                            + seqLen
+                            + " tokens, more than "
+                            + packingMaxTokens);
         }
         // insertion-ordered, so the file's bytes do not depend on the JVM's Map.of iteration order
         Map<String, String> metadata = new LinkedHashMap<>();
@@ -181,9 +174,11 @@ public final class ArrowBatchEncoder {
 
     /**
      * The samples of each row: {@code {k}} for row {@code k} of an unpacked batch; the runs of
-     * {@link TrainingBatch#rowOf} of a packed one.
+     * {@link TrainingBatch#rowOf} of a packed one (each row holds at least one sample).
+     *
+     * @throws IllegalArgumentException if a packed batch's rows are not non-decreasing from 0
      */
-    private static int[][] rows(TrainingBatch batch) {
+    static int[][] rows(TrainingBatch batch) {
         int n = batch.samples.length;
         if (batch.rowOf == null) {
             int[][] rows = new int[n][];
@@ -220,6 +215,24 @@ public final class ArrowBatchEncoder {
             }
         }
         return rows;
+    }
+
+    /** The tokens of {@code row}: its samples' {@code input_ids} lengths summed. */
+    static int rowTokens(TrainingBatch batch, int[] row) {
+        int length = 0;
+        for (int k : row) {
+            length += batch.samples[k].inputIds.length;
+        }
+        return length;
+    }
+
+    /** The padded length {@code L} of the token columns, in tokens: the longest row's tokens. */
+    static int seqLen(TrainingBatch batch, int[][] rows) {
+        int seqLen = 0;
+        for (int[] row : rows) {
+            seqLen = Math.max(seqLen, rowTokens(batch, row));
+        }
+        return seqLen;
     }
 
     /**

@@ -4,7 +4,6 @@ import dev.stoker.operators.batch.Backfill;
 import dev.stoker.operators.batch.BatchPlan;
 import dev.stoker.operators.model.SlotResult;
 import dev.stoker.operators.model.TokenizedSample;
-import dev.stoker.operators.model.TrainingBatch;
 import java.io.IOException;
 import java.util.HashMap;
 import java.util.HashSet;
@@ -22,15 +21,15 @@ import org.apache.flink.metrics.MetricGroup;
  * yet staged is staged as a file ({@link SlotStager}), so a restore finds every slot that arrived
  * before its checkpoint on disk while Flink's state holds none of them; slots that arrived after it
  * are sent again by the restored source. A slot whose batch completes between two checkpoints is
- * never written anywhere but the batch file. Metrics: those of {@link RankPublisher}, and {@code
- * slotsStaged}, {@code slotsBackfilled}, {@code slotsSkippedAlreadyConsumed}.
+ * never written anywhere but the batch file. Metrics: those of {@link RankPublisher} (back-filled
+ * rows among them: {@code backfilledSamples}), and {@code slotsStaged}, {@code
+ * slotsSkippedAlreadyConsumed}.
  */
 final class ArrowBatchWriter implements SinkWriter<SlotResult> {
     private final BatchPlan plan;
     private final RankPublisher publisher;
     private final SlotStager stager;
     private final Counter slotsStaged;
-    private final Counter slotsBackfilled;
     private final Counter slotsSkipped;
 
     /** Slots this writer instance received, by slot index, until their batch is written. */
@@ -45,7 +44,6 @@ final class ArrowBatchWriter implements SinkWriter<SlotResult> {
         this.publisher = publisher;
         this.stager = stager;
         this.slotsStaged = metrics.counter("slotsStaged");
-        this.slotsBackfilled = metrics.counter("slotsBackfilled");
         this.slotsSkipped = metrics.counter("slotsSkippedAlreadyConsumed");
     }
 
@@ -63,9 +61,7 @@ final class ArrowBatchWriter implements SinkWriter<SlotResult> {
         if (slots == null) {
             return;
         }
-        TrainingBatch batch = Backfill.fill(step, rank, slots);
-        publisher.publish(batch);
-        slotsBackfilled.inc(batch.backfilledSlots.length);
+        publisher.publish(Backfill.fill(step, rank, slots));
         long first = plan.firstIndex(step, rank);
         for (int k = 0; k < plan.microBatchSize(); k++) {
             waiting.remove(first + k);

@@ -22,7 +22,8 @@ import org.apache.flink.metrics.MetricGroup;
  *
  * <p>Metrics per rank: {@code batchesWritten}, {@code batchesAhead} (batch files written and not
  * yet consumed, counted on disk) and the trainer's feedback ({@link TrainerFeedbackMetrics});
- * overall: {@code batchBytesWritten}.
+ * overall: {@code batchBytesWritten} and, in total and per mixture source, {@code paddingTokens}
+ * and {@code backfilledSamples} ({@link BatchAccounting}).
  */
 final class RankPublisher implements AutoCloseable {
     private static final long ACK_REFRESH_MS = 50;
@@ -36,6 +37,7 @@ final class RankPublisher implements AutoCloseable {
                     RootAllocator.configBuilder().allocationManagerFactory(memory).build());
     private final MetricGroup metrics;
     private final Counter bytesWritten;
+    private final BatchAccounting accounting;
     private final Map<Integer, Counter> batchesWritten = new HashMap<>();
 
     /** Serves this node's acks to the source's gate on another host, or {@code null}. */
@@ -56,6 +58,7 @@ final class RankPublisher implements AutoCloseable {
         this.metrics = metrics;
         this.ackServer = ackServer;
         this.bytesWritten = metrics.counter("batchBytesWritten");
+        this.accounting = new BatchAccounting(metrics);
     }
 
     /**
@@ -75,6 +78,7 @@ final class RankPublisher implements AutoCloseable {
     void publish(TrainingBatch batch) throws IOException {
         Counter written = written(batch.rank);
         bytesWritten.inc(files.write(batch, allocator));
+        accounting.count(batch);
         if (batch.step <= consumedStep(batch.rank, true)) {
             Files.deleteIfExists(layout.batchFile(batch.step, batch.rank));
         }

@@ -1,6 +1,8 @@
 package dev.stoker.connectors.shm;
 
+import static dev.stoker.operators.accounting.Accounting.SOURCE_GROUP;
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.entry;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
@@ -9,11 +11,13 @@ import dev.stoker.connectors.protocol.BatchSchema;
 import dev.stoker.connectors.protocol.Manifest;
 import dev.stoker.connectors.protocol.PixelDtype;
 import dev.stoker.connectors.protocol.ShmLayout;
+import dev.stoker.operators.accounting.Accounting;
 import dev.stoker.operators.batch.BatchPlan;
 import dev.stoker.operators.image.QwenVisionConfig;
 import dev.stoker.operators.model.RecordRef;
 import dev.stoker.operators.model.SlotResult;
 import dev.stoker.operators.model.TokenizedSample;
+import dev.stoker.operators.model.TrainingBatch;
 import java.io.IOException;
 import java.nio.channels.FileChannel;
 import java.nio.file.Files;
@@ -21,7 +25,9 @@ import java.nio.file.Path;
 import java.nio.file.attribute.PosixFilePermissions;
 import java.util.ArrayList;
 import java.util.Comparator;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.stream.Stream;
 import org.apache.arrow.memory.RootAllocator;
 import org.apache.arrow.vector.BigIntVector;
@@ -32,8 +38,9 @@ import org.apache.arrow.vector.complex.ListVector;
 import org.apache.arrow.vector.ipc.ArrowFileReader;
 import org.apache.arrow.vector.types.pojo.ArrowType;
 import org.apache.arrow.vector.types.pojo.Field;
-import org.apache.flink.metrics.groups.SinkWriterMetricGroup;
+import org.apache.flink.metrics.MetricGroup;
 import org.apache.flink.metrics.groups.UnregisteredMetricsGroup;
+import org.apache.flink.metrics.testutils.MetricListener;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -125,19 +132,20 @@ class ArrowBatchWriterTest {
     }
 
     private ArrowBatchWriter writer(BatchPlan plan) {
-        ShmLayout layout = layout();
-        SinkWriterMetricGroup metrics = UnregisteredMetricsGroup.createSinkWriterMetricGroup();
+        return writer(plan, UnregisteredMetricsGroup.createSinkWriterMetricGroup());
+    }
+
+    private ArrowBatchWriter writer(BatchPlan plan, MetricGroup metrics) {
         return new ArrowBatchWriter(
                 plan,
-                new RankPublisher(
-                        layout,
-                        0,
-                        new BatchFileWriter(
-                                layout, new ArrowBatchEncoder(vision(), PAD, PixelDtype.FLOAT32)),
-                        metrics,
-                        null),
-                new SlotStager(layout),
+                publisher(new ArrowBatchEncoder(vision(), PAD, PixelDtype.FLOAT32), metrics),
+                new SlotStager(layout()),
                 metrics);
+    }
+
+    private RankPublisher publisher(ArrowBatchEncoder encoder, MetricGroup metrics) {
+        ShmLayout layout = layout();
+        return new RankPublisher(layout, 0, new BatchFileWriter(layout, encoder), metrics, null);
     }
 
     /** Closes what a test opened, before the allocator it came from. */
@@ -276,6 +284,127 @@ class ArrowBatchWriterTest {
                     .containsExactly(
                             "chat@file:/data/train.jsonl:3", "chat@file:/data/train.jsonl:3");
         }
+    }
+
+    /**
+     * The sink's accounting of an unpacked batch with two sources, a short sample and a back-filled
+     * row, against what the test reads in the file: each row's padding (L minus its attention mask)
+     * for the row's source, each back-filled row for the source of the sample it copies.
+     */
+    @Test
+    void paddingAndBackfilledRowsAreCountedPerSource() throws Exception {
+        BatchPlan plan = new BatchPlan(3, 1, 3, 1); // step 0: slot indices 0, 1, 2
+        MetricListener metrics = new MetricListener();
+        try (ArrowBatchWriter w = writer(plan, metrics.getMetricGroup())) {
+            w.write(SlotResult.empty(0), null); // a dead letter: a copy of slot 1 fills it
+            w.write(SlotResult.of(sample(1, 2, 1, 1, 1, 1)), null); // ocr, 2 tokens
+            w.write(SlotResult.of(sample(2, 5, 1, 1, 1, 1)), null); // chat, 5 tokens
+        }
+        try (RootAllocator allocator = new RootAllocator();
+                Closer open = new Closer()) {
+            VectorSchemaRoot root =
+                    read(jobDir.resolve("gen-g1/rank-0/step-0000000000.arrow"), allocator, open);
+            Map<String, Long> padding = paddingBySource(root);
+            Map<String, Long> backfilled = backfilledBySource(root);
+            // rows: ocr (copy) and ocr, 2 tokens each, and chat, 5 tokens; L = 5
+            assertThat(padding).containsOnly(entry("ocr", 6L), entry("chat", 0L));
+            assertThat(backfilled).containsOnly(entry("ocr", 1L));
+            assertCounted(metrics, Accounting.PADDING_TOKENS, padding);
+            assertCounted(metrics, Accounting.BACKFILLED_SAMPLES, backfilled);
+            assertThat(metrics.getCounter(SOURCE_GROUP, "chat", Accounting.BACKFILLED_SAMPLES))
+                    .as("registered on a source's first back-filled row")
+                    .isEmpty();
+        }
+    }
+
+    /**
+     * A packed batch: a row's padding tail counts for the source of the row's last sample, a
+     * back-filled sample for its own (the copied sample's) source.
+     */
+    @Test
+    void packedPaddingCountsForTheRowsLastSample() throws Exception {
+        TrainingBatch batch =
+                new TrainingBatch(
+                        0,
+                        0,
+                        2,
+                        new TokenizedSample[] {sample(4, 3, 0), sample(9, 4, 0), sample(2, 2, 0)},
+                        new int[] {2});
+        batch.rowOf = new int[] {0, 0, 1}; // rows: chat + ocr (7 tokens), chat (2 tokens)
+        MetricListener metrics = new MetricListener();
+        try (RankPublisher publisher =
+                publisher(
+                        new ArrowBatchEncoder(vision(), PAD, PixelDtype.FLOAT32, 8),
+                        metrics.getMetricGroup())) {
+            publisher.publish(batch);
+        }
+        try (RootAllocator allocator = new RootAllocator();
+                Closer open = new Closer()) {
+            VectorSchemaRoot root =
+                    read(jobDir.resolve("gen-g1/rank-0/step-0000000000.arrow"), allocator, open);
+            Map<String, Long> padding = paddingBySource(root);
+            Map<String, Long> backfilled = backfilledBySource(root);
+            assertThat(padding).containsOnly(entry("ocr", 0L), entry("chat", 5L));
+            assertThat(backfilled).containsOnly(entry("chat", 1L));
+            assertCounted(metrics, Accounting.PADDING_TOKENS, padding);
+            assertCounted(metrics, Accounting.BACKFILLED_SAMPLES, backfilled);
+        }
+    }
+
+    /** The {@code source} of each sample of row {@code r}: one unpacked, a list when packed. */
+    private static List<String> rowSources(VectorSchemaRoot root, int r) {
+        Object value = root.getVector(BatchSchema.SOURCE).getObject(r);
+        if (value instanceof List<?> list) {
+            return list.stream().map(Object::toString).toList();
+        }
+        return List.of(value.toString());
+    }
+
+    /** Per source of each row's last sample: L minus the row's attention mask, summed. */
+    private static Map<String, Long> paddingBySource(VectorSchemaRoot root) {
+        FixedSizeListVector mask = (FixedSizeListVector) root.getVector("attention_mask");
+        BigIntVector values = (BigIntVector) mask.getDataVector();
+        int seqLen = mask.getListSize();
+        Map<String, Long> padding = new HashMap<>();
+        for (int r = 0; r < root.getRowCount(); r++) {
+            long tokens = 0;
+            for (int t = 0; t < seqLen; t++) {
+                tokens += values.get(r * seqLen + t);
+            }
+            List<String> sources = rowSources(root, r);
+            padding.merge(sources.get(sources.size() - 1), seqLen - tokens, Long::sum);
+        }
+        return padding;
+    }
+
+    /** Per source: the samples {@code stoker.backfilled_slots} lists (positions in row order). */
+    private static Map<String, Long> backfilledBySource(VectorSchemaRoot root) {
+        List<String> samples = new ArrayList<>();
+        for (int r = 0; r < root.getRowCount(); r++) {
+            samples.addAll(rowSources(root, r));
+        }
+        Map<String, Long> backfilled = new HashMap<>();
+        String slots = root.getSchema().getCustomMetadata().get(BatchSchema.BACKFILLED_SLOTS_KEY);
+        for (String slot : slots.split(",")) {
+            if (!slot.isEmpty()) {
+                backfilled.merge(samples.get(Integer.parseInt(slot)), 1L, Long::sum);
+            }
+        }
+        return backfilled;
+    }
+
+    /** Count {@code name}'s metric of each source is {@code expected}'s, its total their sum. */
+    private static void assertCounted(
+            MetricListener metrics, String name, Map<String, Long> expected) {
+        expected.forEach(
+                (source, n) ->
+                        assertThat(metrics.getCounter(SOURCE_GROUP, source, name))
+                                .as("%s of %s", name, source)
+                                .hasValueSatisfying(c -> assertThat(c.getCount()).isEqualTo(n)));
+        long total = expected.values().stream().mapToLong(Long::longValue).sum();
+        assertThat(metrics.getCounter(name))
+                .as("%s in total", name)
+                .hasValueSatisfying(c -> assertThat(c.getCount()).isEqualTo(total));
     }
 
     @Test

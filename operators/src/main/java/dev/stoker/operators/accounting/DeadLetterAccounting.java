@@ -54,7 +54,10 @@ public final class DeadLetterAccounting extends RichMapFunction<DeadLetter, Slot
             perSourceAndReason
                     .computeIfAbsent(
                             dl.ref.source,
-                            s -> reasonCounters(Accounting.sourceGroup(getRuntimeContext(), s)))
+                            s ->
+                                    reasonCounters(
+                                            Accounting.sourceGroup(
+                                                    getRuntimeContext().getMetricGroup(), s)))
                     .get(dl.reason)
                     .inc();
         }
