@@ -839,10 +839,42 @@ def test_shared_memory_contract_same_directory_per_namespace_and_job_same_uid() 
     (init,) = edge["initContainers"]
     init_mount = _shm_mount(edge, init)
     assert init_mount["mountPath"] == edge_mount["mountPath"]
+    path, owner = init_mount["mountPath"], f"{FLINK_UID}:{FLINK_UID}"
     assert init["command"][-1] == (
-        f"chmod 0700 {init_mount['mountPath']} && "
-        f"chown {FLINK_UID}:{FLINK_UID} {init_mount['mountPath']}"
+        f'[ "$(stat -c %u:%g {path})" = {owner} ] || '
+        f"{{ chmod 0700 {path} && chown {owner} {path}; }}"
     )
+
+
+@pytest.mark.parametrize("owner", ["0:0", "9999:9999"])
+def test_the_init_container_hands_the_directory_over_once(tmp_path: Path, owner: str) -> None:
+    """Its command, run as written: a root-owned directory is chmod-ed and chown-ed, one owned
+    by 9999 already is left alone (a restarted pod's root without FOWNER could not chmod it)."""
+    (init,) = _edge()["spec"]["template"]["spec"]["initContainers"]
+    path = _shm_mount(_edge()["spec"]["template"]["spec"], init)["mountPath"]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    for tool, body in {
+        "stat": f'echo "{owner}"',
+        "chmod": f'echo "chmod $*" >> {calls}',
+        "chown": f'echo "chown $*" >> {calls}',
+    }.items():
+        (bin_dir / tool).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / tool).chmod(0o755)
+    result = subprocess.run(
+        [*init["command"][:2], init["command"][2]],
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 0, result.stderr
+    done = calls.read_text().splitlines() if calls.exists() else []
+    if owner == "0:0":
+        assert done == [f"chmod 0700 {path}", f"chown {FLINK_UID}:{FLINK_UID} {path}"]
+    else:
+        assert done == []
 
 
 def _batch_file_bound(args: dict[str, str]) -> int:
