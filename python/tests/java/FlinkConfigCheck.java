@@ -5,9 +5,10 @@
  *
  *   java -cp '<flink home>/lib/*:<plugin jars>:<job jar>' FlinkConfigCheck.java JAR... < keys.tsv
  *
- * It loads every class of the JARs named (those of org.apache.flink and dev.stoker only) whose
- * name ends in Options, Config or Parameters, or that lives in a ...configuration package, and
- * collects their static ConfigOption fields: the key (with the prefix of a
+ * It loads every class of the JARs named (those of org.apache.flink and dev.stoker only, none of
+ * Flink's shaded libraries) whose name ends in Options, Config or Parameters, or that lives in a
+ * ...configuration package (a JAR named as all:JAR: every top-level class of those packages, for
+ * plugins whose options live in their factories), and collects their static ConfigOption fields: the key (with the prefix of a
  * Documentation.SuffixOption, and a <placeholder> such as external-resource.<resource_name>.amount
  * matching one dot-free name), its fallback and deprecated keys, and the field's value type.
  *
@@ -43,6 +44,7 @@ public class FlinkConfigCheck {
                     "(org/apache/flink|dev/stoker)/(.*/)?"
                             + "([A-Za-z0-9]*(Options|Config|Parameters)|configuration/[A-Za-z0-9$]+)"
                             + "\\.class");
+    private static final Pattern ALL = Pattern.compile("(org/apache/flink|dev/stoker)/.*\\.class");
     private static final Pattern PLACEHOLDER = Pattern.compile("<[^>]+>");
 
     /** One key an option answers to. */
@@ -54,11 +56,16 @@ public class FlinkConfigCheck {
     public static void main(String[] args) throws Exception {
         List<Key> keys = new ArrayList<>();
         int classes = 0;
-        for (String jar : args) {
-            try (JarFile file = new JarFile(jar)) {
+        for (String arg : args) {
+            boolean all = arg.startsWith("all:");
+            try (JarFile file = new JarFile(all ? arg.substring(4) : arg)) {
                 for (Enumeration<JarEntry> e = file.entries(); e.hasMoreElements(); ) {
                     String name = e.nextElement().getName();
-                    if (!CLASS.matcher(name).matches()) {
+                    boolean candidate =
+                            all
+                                    ? ALL.matcher(name).matches() && !name.contains("$")
+                                    : CLASS.matcher(name).matches();
+                    if (!candidate || name.contains("/shaded/")) {
                         continue;
                     }
                     String className = name.substring(0, name.length() - 6).replace('/', '.');
@@ -151,7 +158,15 @@ public class FlinkConfigCheck {
         }
         int fewest = matches.stream().mapToInt(Key::placeholders).min().getAsInt();
         List<Key> best = matches.stream().filter(k -> k.placeholders() == fewest).toList();
-        List<Key> current = best.stream().filter(k -> !k.deprecated()).toList();
+        // an option's own key before another option's fallback key (rest.port: RestOptions.PORT,
+        // also the fallback of rest.bind-port); the value must suit every one of them
+        List<Key> current =
+                best.stream()
+                        .filter(k -> !k.deprecated())
+                        .sorted(
+                                java.util.Comparator.comparing(
+                                        (Key k) -> !k.entry().option().key().equals(k.key())))
+                        .toList();
         Key chosen = current.isEmpty() ? best.get(0) : current.get(0);
         Entry entry = chosen.entry();
         for (Key k : current.isEmpty() ? best : current) {
