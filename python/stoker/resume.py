@@ -17,7 +17,9 @@ the options after ``--`` already set them; an option there that contradicts the 
 ``--stoker.packing.enabled true`` for a state of unpacked batches) is an error. The other
 options (dataset, tokenizer, output root...) must be the original run's. To change the mixture at
 the checkpoint (the next stage), pass the new spec and ``--stoker.mixture.start-step`` equal to
-the state's ``next_step``: then only the job's name and world size come from the state.
+the state's ``next_step``: then only the job's name and world size come from the state, and the
+command restores no savepoint (the new stage starts from nothing; the job refuses the previous
+stage's savepoint, whose records in flight are the old mixture's).
 
 A command line holding a character a terminal cannot show (a control character, a bidi
 override, a lone surrogate: in a job name or an option) is printed escaped
@@ -151,8 +153,7 @@ def resume_command(
     return [
         flink,
         "run",
-        "-s",
-        savepoint,
+        *([] if new_stage else ["-s", savepoint]),
         jar,
         *options,
         *extra,

@@ -270,6 +270,7 @@ def test_resume_command_keeps_a_stage_and_changes_the_mixture_only_when_told(shm
     stage2 = _stage2(shm_root, [{"mixture": "s2.yaml", **seq2}])
     in_stage2 = make_state(stage2, 0, 9, "g2")
     cmd = resume_command([in_stage2], "sp", options=["--stoker.mixture.path", "s2.yaml"])
+    assert cmd[2:4] == ["-s", "sp"]
     i = cmd.index("--stoker.mixture.start-step")
     assert cmd[i + 1] == "6" and cmd[-2:] == ["--stoker.resume-step", "8"]
     with pytest.raises(DataStateError, match="--stoker.mixture.start-step 0 contradicts"):
@@ -287,6 +288,7 @@ def test_resume_command_keeps_a_stage_and_changes_the_mixture_only_when_told(shm
         "4",
     ]
     cmd = resume_command([state], "sp", options=change)
+    assert cmd[:3] == ["flink", "run", "job/target/stoker-job.jar"]  # no savepoint: a new stage
     assert cmd[cmd.index("--stoker.dp-world-size") + 1] == "2"
     assert cmd.count("--stoker.epochs") == 1 and cmd.count("--stoker.shuffle.seed") == 1
     assert cmd[-2:] == ["--stoker.resume-step", "5"]

@@ -25,9 +25,13 @@ final class Generation {
     final String stamp;
     final long resumeStep;
 
-    private Generation(String stamp, long resumeStep) {
+    /** Whether the submission restores a savepoint ({@code flink run -s}). */
+    final boolean fromSavepoint;
+
+    private Generation(String stamp, long resumeStep, boolean fromSavepoint) {
         this.stamp = stamp;
         this.resumeStep = resumeStep;
+        this.fromSavepoint = fromSavepoint;
     }
 
     /** First step this generation produces. */
@@ -45,10 +49,12 @@ final class Generation {
      */
     static Generation plan(Configuration conf, ReadableConfig env) {
         long resume = -1;
+        boolean fromSavepoint =
+                conf.getOptional(StateRecoveryOptions.SAVEPOINT_PATH).isPresent()
+                        || env.getOptional(StateRecoveryOptions.SAVEPOINT_PATH).isPresent();
         if (conf.contains(StokerOptions.RESUME_STEP)) {
             resume = conf.get(StokerOptions.RESUME_STEP);
-        } else if (conf.getOptional(StateRecoveryOptions.SAVEPOINT_PATH).isPresent()
-                || env.getOptional(StateRecoveryOptions.SAVEPOINT_PATH).isPresent()) {
+        } else if (fromSavepoint) {
             resume = Ack.lastStepConsumedByAllRanks(Path.of(StokerConfig.jobDir(conf))).orElse(-1L);
         }
         byte[] random = new byte[3];
@@ -57,6 +63,6 @@ final class Generation {
                 STAMP.format(ZonedDateTime.now(ZoneOffset.UTC))
                         + "-"
                         + HexFormat.of().formatHex(random);
-        return new Generation(stamp, resume);
+        return new Generation(stamp, resume, fromSavepoint);
     }
 }

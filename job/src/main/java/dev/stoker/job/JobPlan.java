@@ -130,7 +130,8 @@ final class JobPlan {
      * @param env the execution environment's configuration (a savepoint path set by {@code flink
      *     run -s})
      * @throws IllegalConfigurationException naming the option, spec field or source that does not
-     *     work, and why; a {@code stoker.mixture.start-step} after the first step produced
+     *     work, and why; a {@code stoker.mixture.start-step} after the first step produced, or a
+     *     new stage restoring a savepoint
      */
     static JobPlan of(Configuration conf, ReadableConfig env) {
         StokerConfig.checkImageRoot(conf);
@@ -162,6 +163,19 @@ final class JobPlan {
                             + " "
                             + (batches.startStep() - 1)
                             + " (the last step the trainer consumed of the previous stage)");
+        }
+        if (batches.startStep() > 0
+                && batches.startStep() == generation.firstStep()
+                && generation.fromSavepoint) {
+            throw new IllegalConfigurationException(
+                    "--"
+                            + StokerOptions.MIXTURE_START_STEP.key()
+                            + " "
+                            + batches.startStep()
+                            + " starts a new stage at this submission's first step, but it restores a"
+                            + " savepoint: the records in flight there are the previous stage's."
+                            + " Submit the new stage without the savepoint (flink run without -s);"
+                            + " it starts from nothing");
         }
         List<Map<String, Object>> earlierStages =
                 Manifest.readPlanHistory(java.nio.file.Path.of(StokerConfig.jobDir(conf)));

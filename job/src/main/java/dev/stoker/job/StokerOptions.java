@@ -57,9 +57,10 @@ public final class StokerOptions {
                                     + " starts: its plan's epochs count from here, after the steps an earlier"
                                     + " stage's mixture produced (the next curriculum stage). 0: the run's"
                                     + " first mixture. Changing the mixture at a resume needs it: resubmit"
-                                    + " (from the savepoint or not) with the new spec, this option and"
-                                    + " stoker.resume-step at or after start-step - 1; every later resume of"
-                                    + " the stage passes the same value. The manifest records it"
+                                    + " without the previous stage's savepoint (its records in flight are the"
+                                    + " old mixture's) with the new spec, this option and stoker.resume-step"
+                                    + " start-step - 1; every later resume of the stage (from its own"
+                                    + " savepoints) passes the same value. The manifest records it"
                                     + " (mixture_start_step) and the stages so far (plan_history), and a"
                                     + " trainer's data state from the previous stage is accepted only at"
                                     + " exactly this step. docs/data-guide.md#changing-the-mixture-at-a-resume.");

@@ -1,6 +1,7 @@
 package dev.stoker.job;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import dev.stoker.testkit.ExpectedFaultFilter;
@@ -19,6 +20,7 @@ import org.apache.flink.api.common.JobID;
 import org.apache.flink.api.common.JobStatus;
 import org.apache.flink.configuration.CheckpointingOptions;
 import org.apache.flink.configuration.Configuration;
+import org.apache.flink.configuration.IllegalConfigurationException;
 import org.apache.flink.configuration.RestartStrategyOptions;
 import org.apache.flink.configuration.StateBackendOptions;
 import org.apache.flink.configuration.StateRecoveryOptions;
@@ -149,6 +151,16 @@ class ExactlyOnceITCase {
                         "    system_prompt: Read the chart.",
                         ""));
         numSteps = EPOCHS * (long) Math.ceil((20 + 45 + 30) / 6.0);
+        // the next stage's mixture: the same sources with other counts (36 records per epoch)
+        Files.writeString(
+                datasetRoot.resolve("mixture-stage2.yaml"),
+                String.join(
+                        "\n",
+                        "sources:",
+                        "  - {name: chat, path: chat, image_root: ., count: 10}",
+                        "  - {name: ocr, path: ocr, image_root: ., count: 20}",
+                        "  - {name: charts, path: charts, image_root: ., count: 6}",
+                        ""));
     }
 
     private static MiniCluster miniCluster;
@@ -330,6 +342,77 @@ class ExactlyOnceITCase {
                                 ? Long.compare(a.step(), b.step())
                                 : a.rank() - b.rank());
         assertThat(all).containsExactlyElementsOf(reference);
+    }
+
+    /**
+     * The next stage's mixture takes over at the trainer's step: refused from the previous stage's
+     * savepoint (its records in flight are the old mixture's), accepted without it; the stage then
+     * resumes from its own savepoint at an earlier trainer step and another parallelism, delivering
+     * the steps again exactly as before; the manifest's plan history holds both stages.
+     * (StokerJobITCase checks a stage's batches against a fresh run of its mixture.)
+     */
+    @Test
+    void aNewMixtureTakesOverWithoutThePreviousStagesSavepointAndResumesFromItsOwn()
+            throws Exception {
+        long stopAt = 8;
+        long start = stopAt + 1;
+        long stageSteps = start + EPOCHS * (long) Math.ceil(36 / 6.0);
+        TrainerSim first = new TrainerSim(jobDir(), WORLD_SIZE, 0, stopAt, 0);
+        JobClient job = submit(config(2), 300);
+        first.await(120_000);
+        awaitPrefetched(stopAt + PREFETCH_DEPTH);
+        String savepoint = stopWithSavepoint(job);
+        Configuration refused = stage2(resumeConfig(2, savepoint, stopAt, false), start);
+        assertThatThrownBy(
+                        () ->
+                                StokerJob.build(
+                                        StreamExecutionEnvironment.getExecutionEnvironment(refused),
+                                        refused))
+                .isInstanceOf(IllegalConfigurationException.class)
+                .hasMessageContaining("Submit the new stage without the savepoint");
+
+        // stage 2 at parallelism 4 from nothing; the trainer stops after step 14
+        long stopAgainAt = 14;
+        TrainerSim second = new TrainerSim(jobDir(), WORLD_SIZE, start, stopAgainAt, 0);
+        Configuration conf = stage2(config(4), start);
+        conf.set(StokerOptions.RESUME_STEP, stopAt);
+        JobClient job2 = submit(conf, 300);
+        List<TrainerSim.Consumed> before = second.await(120_000);
+        JsonNode history =
+                JobRun.JSON
+                        .readTree(jobDir().resolve("manifest.json").toFile())
+                        .get("plan_history");
+        assertThat(history).hasSize(2);
+        assertThat(history.get(0).get("mixture").asText()).endsWith("/mixture.yaml");
+        assertThat(history.get(1).get("mixture").asText()).endsWith("/mixture-stage2.yaml");
+        assertThat(history.get(1).get("mixture_start_step").asLong()).isEqualTo(start);
+        awaitPrefetched(stopAgainAt + PREFETCH_DEPTH);
+        String savepoint2 = stopWithSavepoint(job2);
+
+        // the trainer restarted from its checkpoint of step 11: steps 12.. again, at parallelism 1
+        long trainerCheckpoint = 11;
+        List<TrainerSim.Consumed> after;
+        try (TrainerSim third =
+                new TrainerSim(jobDir(), WORLD_SIZE, trainerCheckpoint + 1, stageSteps - 1, 0)) {
+            JobClient job3 =
+                    submit(
+                            stage2(resumeConfig(1, savepoint2, trainerCheckpoint, false), start),
+                            300);
+            after = third.await(180_000);
+            awaitStatus(job3, JobStatus.FINISHED);
+            assertThat(restoredFromSavepoint(job3.getJobID())).isTrue();
+        }
+        assertThat(after).hasSize((int) (stageSteps - trainerCheckpoint - 1) * WORLD_SIZE);
+        assertThat(after.stream().filter(c -> c.step() <= stopAgainAt).toList())
+                .containsExactlyInAnyOrderElementsOf(
+                        before.stream().filter(c -> c.step() > trainerCheckpoint).toList());
+        CLUSTER.freshOutputRoot();
+    }
+
+    private Configuration stage2(Configuration conf, long start) {
+        conf.set(StokerOptions.MIXTURE_PATH, datasetRoot.resolve("mixture-stage2.yaml").toString());
+        conf.set(StokerOptions.MIXTURE_START_STEP, start);
+        return conf;
     }
 
     @Test
