@@ -8,12 +8,13 @@ from pathlib import Path
 import pyarrow as pa
 from conftest import SCHEMA_JSON, write_manifest
 
-from stoker import Manifest, VisionSettings, protocol, schema
+from stoker import Manifest, VisionSettings, data_state, protocol, schema
 
 
 def test_schema_py_agrees_with_batch_schema_json():
     spec = json.loads(SCHEMA_JSON.read_text())
     assert spec["format_version"] == protocol.FORMAT_VERSION
+    assert list(data_state.SEQUENCE_FIELDS) == spec["sequence_fields"]
     cols = spec["columns"]
     assert [c["name"] for c in cols] == list(schema.COLUMN_NAMES)
     for c, mine in zip(cols, schema.COLUMNS, strict=True):

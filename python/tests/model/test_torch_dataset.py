@@ -413,7 +413,8 @@ def test_another_world_size_micro_batch_or_rank_is_an_error_naming_both(shm_root
         StokerDataset(shm_root, rank=0, world_size=W, timeout_s=10).load_state_dict(broken)
 
 
-def test_a_generation_with_another_sequence_followed_while_reading_is_an_error(shm_root):
+def reading_steps_0_and_1_of_6(shm_root):
+    """A dataset that has read steps 0 and 1 of generation g1 of a 6-step run, and its iterator."""
     job(shm_root, num_steps=2)  # g1 has steps 0, 1 of a 6-step run
     write_manifest(
         shm_root,
@@ -426,6 +427,11 @@ def test_a_generation_with_another_sequence_followed_while_reading_is_an_error(s
     ds = StokerDataset(shm_root, rank=0, world_size=W, timeout_s=10)
     it = iter(ds)
     assert [next(it).step, next(it).step] == [0, 1]
+    return ds, it
+
+
+def test_a_generation_with_another_sequence_followed_while_reading_is_an_error(shm_root):
+    ds, it = reading_steps_0_and_1_of_6(shm_root)
     resubmit(shm_root, first_step=2, shuffle_seed=5, num_steps=6)
     with pytest.raises(DataStateError, match="shuffle_seed: checkpoint 0, job 5"):
         next(it)
@@ -433,18 +439,7 @@ def test_a_generation_with_another_sequence_followed_while_reading_is_an_error(s
 
 
 def test_a_new_stage_at_the_next_step_is_followed_while_reading_and_saved(shm_root):
-    job(shm_root, num_steps=2)  # g1 has steps 0, 1 of a 6-step run
-    write_manifest(
-        shm_root,
-        world_size=W,
-        num_steps=6,
-        micro_batch_size=B,
-        dataset_fingerprint=FP,
-        model_preset=PRESET,
-    )
-    ds = StokerDataset(shm_root, rank=0, world_size=W, timeout_s=10)
-    it = iter(ds)
-    assert [next(it).step, next(it).step] == [0, 1]
+    ds, it = reading_steps_0_and_1_of_6(shm_root)
     # the next curriculum stage takes over at step 2 (--stoker.mixture.start-step 2)
     other = "sha256:" + "3" * 64
     resubmit(shm_root, first_step=2, num_steps=6, mixture_start_step=2, dataset_fingerprint=other)
