@@ -300,25 +300,27 @@ final class JobPlan {
      * request.
      */
     static S3ClientSettings s3Settings(Configuration conf) {
-        S3ClientSettings s = new S3ClientSettings();
-        s.endpoint = conf.get(StokerOptions.S3_ENDPOINT);
-        s.region = conf.get(StokerOptions.S3_REGION);
-        s.pathStyleAccess = conf.get(StokerOptions.S3_PATH_STYLE_ACCESS);
-        s.accessKey = conf.get(StokerOptions.S3_ACCESS_KEY);
-        s.secretKey = conf.get(StokerOptions.S3_SECRET_KEY);
-        s.maxConnections = conf.get(StokerOptions.S3_MAX_CONNECTIONS);
-        s.maxAttempts = conf.get(StokerOptions.S3_MAX_ATTEMPTS);
-        s.requestTimeout = conf.get(StokerOptions.S3_REQUEST_TIMEOUT);
+        Duration request = conf.get(StokerOptions.S3_REQUEST_TIMEOUT);
         if (!conf.contains(StokerOptions.S3_REQUEST_TIMEOUT)) {
             Duration limit = conf.get(StokerOptions.FETCH_TIMEOUT).multipliedBy(9).dividedBy(10);
-            s.requestTimeout = s.requestTimeout.compareTo(limit) < 0 ? s.requestTimeout : limit;
+            request = request.compareTo(limit) < 0 ? request : limit;
         }
         Duration attempt = conf.get(StokerOptions.S3_ATTEMPT_TIMEOUT);
-        s.attemptTimeout = attempt.compareTo(s.requestTimeout) < 0 ? attempt : s.requestTimeout;
-        s.retryBaseDelay = conf.get(StokerOptions.S3_RETRY_BASE_DELAY);
-        s.retryMaxDelay = conf.get(StokerOptions.S3_RETRY_MAX_DELAY);
-        s.getsPerSecondPerPrefix = conf.get(StokerOptions.S3_GETS_PER_SECOND_PER_PREFIX);
-        s.hedgeAfter = conf.get(StokerOptions.S3_HEDGE_AFTER);
-        return s;
+        return S3ClientSettings.builder()
+                .endpoint(conf.get(StokerOptions.S3_ENDPOINT))
+                .region(conf.get(StokerOptions.S3_REGION))
+                .pathStyleAccess(conf.get(StokerOptions.S3_PATH_STYLE_ACCESS))
+                .credentials(
+                        conf.get(StokerOptions.S3_ACCESS_KEY),
+                        conf.get(StokerOptions.S3_SECRET_KEY))
+                .maxConnections(conf.get(StokerOptions.S3_MAX_CONNECTIONS))
+                .maxAttempts(conf.get(StokerOptions.S3_MAX_ATTEMPTS))
+                .requestTimeout(request)
+                .attemptTimeout(attempt.compareTo(request) < 0 ? attempt : request)
+                .retryBaseDelay(conf.get(StokerOptions.S3_RETRY_BASE_DELAY))
+                .retryMaxDelay(conf.get(StokerOptions.S3_RETRY_MAX_DELAY))
+                .getsPerSecondPerPrefix(conf.get(StokerOptions.S3_GETS_PER_SECOND_PER_PREFIX))
+                .hedgeAfter(conf.get(StokerOptions.S3_HEDGE_AFTER))
+                .build();
     }
 }

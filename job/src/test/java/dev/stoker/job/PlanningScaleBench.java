@@ -466,12 +466,8 @@ public final class PlanningScaleBench {
      * unless done before (the spec goes last and marks a complete upload).
      */
     private static void upload(Path dir, String name, Configuration options) throws Exception {
-        S3ClientSettings settings = new S3ClientSettings();
-        settings.endpoint = options.toMap().get("s3.endpoint");
-        settings.pathStyleAccess = true;
-        settings.accessKey = LocalS3Server.ACCESS_KEY;
-        settings.secretKey = LocalS3Server.SECRET_KEY;
-        settings.maxConnections = READ_THREADS;
+        S3ClientSettings settings =
+                JobPlan.s3Settings(options).toBuilder().maxConnections(READ_THREADS).build();
         long start = System.nanoTime();
         try (S3AsyncClient client = settings.createClient(List.of())) {
             if (client.listBuckets().join().buckets().stream()

@@ -19,14 +19,12 @@ final class S3FileSystems {
         return Configuration.fromMap(s3.flinkS3Options());
     }
 
-    /** Image-fetch client settings for {@code s3}: its endpoint and keys, path-style. */
+    /**
+     * Image-fetch client settings for {@code s3}: the job's own, built from {@link #config}'s
+     * {@code s3.*} options (endpoint, keys, path-style) and the {@code stoker.s3.*} defaults.
+     */
     static S3ClientSettings clientSettings(LocalS3Server s3) {
-        S3ClientSettings s = new S3ClientSettings();
-        s.endpoint = s3.endpoint();
-        s.pathStyleAccess = true;
-        s.accessKey = LocalS3Server.ACCESS_KEY;
-        s.secretKey = LocalS3Server.SECRET_KEY;
-        return s;
+        return JobPlan.s3Settings(config(s3));
     }
 
     /** Initializes Flink's filesystems with the S3 plugin configured for {@code s3}. */

@@ -109,8 +109,8 @@ public final class S3LatencyBench {
         int capacity = StokerOptions.FETCH_CAPACITY.defaultValue();
         try (LocalS3Server s3 = new LocalS3Server().start()) {
             uploadPayloads(s3, 100 * 1024);
-            S3ClientSettings settings = S3FileSystems.clientSettings(s3);
-            settings.maxConnections = capacity;
+            S3ClientSettings settings =
+                    S3FileSystems.clientSettings(s3).toBuilder().maxConnections(capacity).build();
             S3FetchMetrics metrics = new S3FetchMetrics(new UnregisteredMetricsGroup());
             try (S3ImageStore store = store(settings, metrics, 0, java.time.Duration.ZERO)) {
                 round(store, gets / 4, capacity); // warm-up
@@ -148,8 +148,8 @@ public final class S3LatencyBench {
             uploadPayloads(s3, 20 * 1024);
             s3.faults().setFaults(new FaultInjectingBlobStore.Faults(20, 0, 0, "data/images/.*"));
             s3.faults().setRateLimit(serverRate);
-            S3ClientSettings settings = S3FileSystems.clientSettings(s3);
-            settings.maxConnections = capacity;
+            S3ClientSettings settings =
+                    S3FileSystems.clientSettings(s3).toBuilder().maxConnections(capacity).build();
             for (int round = 1; round <= 2; round++) {
                 for (double clientRate : new double[] {0, 0.9 * serverRate}) {
                     S3FetchMetrics metrics = new S3FetchMetrics(new UnregisteredMetricsGroup());
@@ -183,8 +183,10 @@ public final class S3LatencyBench {
         int capacity = StokerOptions.FETCH_CAPACITY.defaultValue();
         try (LocalS3Server s3 = new LocalS3Server().start()) {
             uploadPayloads(s3, 20 * 1024);
-            S3ClientSettings settings = S3FileSystems.clientSettings(s3);
-            settings.maxConnections = 2 * capacity; // room for the hedges
+            S3ClientSettings settings = // room for the hedges
+                    S3FileSystems.clientSettings(s3).toBuilder()
+                            .maxConnections(2 * capacity)
+                            .build();
             for (int round = 1; round <= 2; round++) {
                 for (long hedgeMs : new long[] {0, 100}) {
                     s3.faults()
@@ -319,9 +321,13 @@ public final class S3LatencyBench {
             S3FetchMetrics metrics,
             double getsPerSecondPerPrefix,
             java.time.Duration hedgeAfter) {
-        settings.getsPerSecondPerPrefix = getsPerSecondPerPrefix;
-        settings.hedgeAfter = hedgeAfter;
-        return new S3ImageStore(1 << 20, settings, metrics);
+        return new S3ImageStore(
+                1 << 20,
+                settings.toBuilder()
+                        .getsPerSecondPerPrefix(getsPerSecondPerPrefix)
+                        .hedgeAfter(hedgeAfter)
+                        .build(),
+                metrics);
     }
 
     /** images/s of one job run under {@code faults}. */

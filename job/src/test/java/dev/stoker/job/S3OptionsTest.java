@@ -31,11 +31,11 @@ class S3OptionsTest {
                             "12"
                         });
         S3ClientSettings s = JobPlan.s3Settings(conf);
-        assertThat(s.endpoint).isEqualTo("http://127.0.0.1:9000");
-        assertThat(s.pathStyleAccess).isTrue();
-        assertThat(s.accessKey).isEqualTo("AKIDEXAMPLE");
-        assertThat(s.secretKey).isEqualTo("wJalrXUtnFEMI-example-secret");
-        assertThat(s.maxConnections)
+        assertThat(s.endpoint()).isEqualTo("http://127.0.0.1:9000");
+        assertThat(s.pathStyleAccess()).isTrue();
+        assertThat(s.accessKey()).isEqualTo("AKIDEXAMPLE");
+        assertThat(s.secretKey()).isEqualTo("wJalrXUtnFEMI-example-secret");
+        assertThat(s.maxConnections())
                 .as("connections are their own option, not the async capacity")
                 .isEqualTo(12);
         assertThat(s.toString()).doesNotContain("wJalrXUtnFEMI-example-secret");
@@ -44,9 +44,18 @@ class S3OptionsTest {
     @Test
     void connectionsDefaultToTheirOwnOptionsDefault() {
         Configuration conf = StokerConfig.fromArgs(new String[] {"--stoker.fetch.capacity", "8"});
-        assertThat(JobPlan.s3Settings(conf).maxConnections)
+        assertThat(JobPlan.s3Settings(conf).maxConnections())
                 .isEqualTo(StokerOptions.S3_MAX_CONNECTIONS.defaultValue())
                 .isEqualTo(64);
+    }
+
+    @Test
+    void theClientSettingsHaveNoDefaultsOfTheirOwn() {
+        assertThatThrownBy(() -> S3ClientSettings.builder().region("us-east-1").build())
+                .isInstanceOf(IllegalArgumentException.class)
+                .hasMessageContaining("maxConnections");
+        assertThat(JobPlan.s3Settings(new Configuration()).maxAttempts())
+                .isEqualTo(StokerOptions.S3_MAX_ATTEMPTS.defaultValue());
     }
 
     @Test
@@ -57,8 +66,8 @@ class S3OptionsTest {
                             "--s3.endpoint", "http://a:1", "--stoker.s3.endpoint", "http://b:2"
                         });
         S3ClientSettings s = JobPlan.s3Settings(conf);
-        assertThat(s.endpoint).isEqualTo("http://b:2");
-        assertThat(s.accessKey).isNull();
+        assertThat(s.endpoint()).isEqualTo("http://b:2");
+        assertThat(s.accessKey()).isNull();
         assertThat(s.credentialsProvider().getClass().getSimpleName())
                 .isEqualTo("DefaultCredentialsProvider");
     }
@@ -83,8 +92,8 @@ class S3OptionsTest {
                         });
         StokerConfig.validate(conf);
         S3ClientSettings s = JobPlan.s3Settings(conf);
-        assertThat(s.requestTimeout).isEqualTo(Duration.ofMillis(4500));
-        assertThat(s.attemptTimeout).isEqualTo(Duration.ofMillis(4500));
+        assertThat(s.requestTimeout()).isEqualTo(Duration.ofMillis(4500));
+        assertThat(s.attemptTimeout()).isEqualTo(Duration.ofMillis(4500));
 
         conf.set(StokerOptions.S3_REQUEST_TIMEOUT, Duration.ofSeconds(5));
         assertThatThrownBy(() -> StokerConfig.validate(conf))

@@ -32,52 +32,143 @@ import software.amazon.awssdk.services.s3.S3AsyncClient;
  * and full jitter, at most {@code maxAttempts} attempts; 403 and 404 are never retried. The SDK's
  * retry circuit breaker (token bucket) is off so that every request gets its full attempt budget
  * under a burst of transient errors.
+ *
+ * <p>Immutable, built with {@link #builder()}: the job builds it from its {@code stoker.s3.*}
+ * options, where the defaults are declared (once).
  */
 public final class S3ClientSettings implements Serializable {
-    private static final long serialVersionUID = 1L;
+    private static final long serialVersionUID = 2L;
+
+    private final String endpoint;
+    private final String region;
+    private final boolean pathStyleAccess;
+    private final String accessKey;
+    private final String secretKey;
+    private final int maxConnections;
+    private final Duration attemptTimeout;
+    private final Duration requestTimeout;
+    private final int maxAttempts;
+    private final Duration retryBaseDelay;
+    private final Duration retryMaxDelay;
+    private final double getsPerSecondPerPrefix;
+    private final Duration hedgeAfter;
+
+    private S3ClientSettings(Builder b) {
+        endpoint = b.endpoint;
+        region = required(b.region, "region");
+        pathStyleAccess = b.pathStyleAccess;
+        accessKey = b.accessKey;
+        secretKey = b.secretKey;
+        maxConnections = positive(b.maxConnections, "maxConnections");
+        attemptTimeout = required(b.attemptTimeout, "attemptTimeout");
+        requestTimeout = required(b.requestTimeout, "requestTimeout");
+        maxAttempts = positive(b.maxAttempts, "maxAttempts");
+        retryBaseDelay = required(b.retryBaseDelay, "retryBaseDelay");
+        retryMaxDelay = required(b.retryMaxDelay, "retryMaxDelay");
+        if (b.getsPerSecondPerPrefix == null || b.getsPerSecondPerPrefix < 0) {
+            throw new IllegalArgumentException(
+                    "S3ClientSettings.getsPerSecondPerPrefix must be set and >= 0, got "
+                            + b.getsPerSecondPerPrefix);
+        }
+        getsPerSecondPerPrefix = b.getsPerSecondPerPrefix;
+        hedgeAfter = required(b.hedgeAfter, "hedgeAfter");
+    }
+
+    /**
+     * A builder with nothing set: every setting except the endpoint and the keys must be given (the
+     * defaults live once, in the job's {@code stoker.s3.*} options).
+     */
+    public static Builder builder() {
+        return new Builder();
+    }
+
+    /** A builder holding these settings, to change some. */
+    public Builder toBuilder() {
+        Builder b = new Builder();
+        b.endpoint = endpoint;
+        b.region = region;
+        b.pathStyleAccess = pathStyleAccess;
+        b.accessKey = accessKey;
+        b.secretKey = secretKey;
+        b.maxConnections = maxConnections;
+        b.attemptTimeout = attemptTimeout;
+        b.requestTimeout = requestTimeout;
+        b.maxAttempts = maxAttempts;
+        b.retryBaseDelay = retryBaseDelay;
+        b.retryMaxDelay = retryMaxDelay;
+        b.getsPerSecondPerPrefix = getsPerSecondPerPrefix;
+        b.hedgeAfter = hedgeAfter;
+        return b;
+    }
 
     /** {@code http(s)://host:port} of an S3-compatible server; null for AWS's regional endpoint. */
-    public String endpoint;
+    public String endpoint() {
+        return endpoint;
+    }
 
     /** AWS region name, e.g. {@code us-east-1}. */
-    public String region = "us-east-1";
+    public String region() {
+        return region;
+    }
 
     /** Path-style addressing ({@code endpoint/bucket/key}) instead of virtual-host style. */
-    public boolean pathStyleAccess;
+    public boolean pathStyleAccess() {
+        return pathStyleAccess;
+    }
 
     /** Access key id; null to use the default credential chain. */
-    public String accessKey;
+    public String accessKey() {
+        return accessKey;
+    }
 
     /** Secret access key; null to use the default credential chain. Never logged. */
-    public String secretKey;
+    public String secretKey() {
+        return secretKey;
+    }
 
     /**
      * HTTP connections per client: the most GETs (hedged ones included) it has on the wire at once.
      * {@link S3ImageStore} queues the GETs beyond it itself, so the client never makes a request
      * wait for a pooled connection while its timeouts run.
      */
-    public int maxConnections = 64;
+    public int maxConnections() {
+        return maxConnections;
+    }
 
     /** Time limit of one HTTP attempt (first byte to last byte); exceeded attempts are retried. */
-    public Duration attemptTimeout = Duration.ofSeconds(10);
+    public Duration attemptTimeout() {
+        return attemptTimeout;
+    }
 
     /** Time limit of one GET including all its retries. */
-    public Duration requestTimeout = Duration.ofSeconds(30);
+    public Duration requestTimeout() {
+        return requestTimeout;
+    }
 
     /** Attempts per GET, the first one included (1 = no retry). */
-    public int maxAttempts = 5;
+    public int maxAttempts() {
+        return maxAttempts;
+    }
 
     /** Base delay of the exponential backoff (full jitter) between attempts. */
-    public Duration retryBaseDelay = Duration.ofMillis(100);
+    public Duration retryBaseDelay() {
+        return retryBaseDelay;
+    }
 
     /** Upper bound of one backoff delay. */
-    public Duration retryMaxDelay = Duration.ofSeconds(5);
+    public Duration retryMaxDelay() {
+        return retryMaxDelay;
+    }
 
     /** Client-side GETs per second per key prefix (per subtask); 0 = no limit. */
-    public double getsPerSecondPerPrefix;
+    public double getsPerSecondPerPrefix() {
+        return getsPerSecondPerPrefix;
+    }
 
     /** Send a second GET for one still running after this long; zero = never (no hedging). */
-    public Duration hedgeAfter = Duration.ZERO;
+    public Duration hedgeAfter() {
+        return hedgeAfter;
+    }
 
     /** The retry strategy described in the class comment. */
     public RetryStrategy retryStrategy() {
@@ -159,5 +250,121 @@ public final class S3ClientSettings implements Serializable {
                 + ", retryMaxDelay="
                 + retryMaxDelay
                 + "}";
+    }
+
+    private static <T> T required(T value, String name) {
+        if (value == null) {
+            throw new IllegalArgumentException("S3ClientSettings." + name + " is not set");
+        }
+        return value;
+    }
+
+    private static int positive(Integer value, String name) {
+        if (value == null || value < 1) {
+            throw new IllegalArgumentException(
+                    "S3ClientSettings." + name + " must be set and >= 1, got " + value);
+        }
+        return value;
+    }
+
+    /** Builds {@link S3ClientSettings}; {@link #build()} names the first setting left unset. */
+    public static final class Builder {
+        private String endpoint;
+        private String region;
+        private boolean pathStyleAccess;
+        private String accessKey;
+        private String secretKey;
+        private Integer maxConnections;
+        private Duration attemptTimeout;
+        private Duration requestTimeout;
+        private Integer maxAttempts;
+        private Duration retryBaseDelay;
+        private Duration retryMaxDelay;
+        private Double getsPerSecondPerPrefix;
+        private Duration hedgeAfter;
+
+        private Builder() {}
+
+        /** See {@link S3ClientSettings#endpoint()}; null or empty for AWS. */
+        public Builder endpoint(String value) {
+            endpoint = value;
+            return this;
+        }
+
+        /** See {@link S3ClientSettings#region()}. */
+        public Builder region(String value) {
+            region = value;
+            return this;
+        }
+
+        /** See {@link S3ClientSettings#pathStyleAccess()}. */
+        public Builder pathStyleAccess(boolean value) {
+            pathStyleAccess = value;
+            return this;
+        }
+
+        /** Static credentials; both null for the default credential chain. */
+        public Builder credentials(String accessKeyId, String secretAccessKey) {
+            accessKey = accessKeyId;
+            secretKey = secretAccessKey;
+            return this;
+        }
+
+        /** See {@link S3ClientSettings#maxConnections()}. */
+        public Builder maxConnections(int value) {
+            maxConnections = value;
+            return this;
+        }
+
+        /** See {@link S3ClientSettings#attemptTimeout()}. */
+        public Builder attemptTimeout(Duration value) {
+            attemptTimeout = value;
+            return this;
+        }
+
+        /** See {@link S3ClientSettings#requestTimeout()}. */
+        public Builder requestTimeout(Duration value) {
+            requestTimeout = value;
+            return this;
+        }
+
+        /** See {@link S3ClientSettings#maxAttempts()}. */
+        public Builder maxAttempts(int value) {
+            maxAttempts = value;
+            return this;
+        }
+
+        /** See {@link S3ClientSettings#retryBaseDelay()}. */
+        public Builder retryBaseDelay(Duration value) {
+            retryBaseDelay = value;
+            return this;
+        }
+
+        /** See {@link S3ClientSettings#retryMaxDelay()}. */
+        public Builder retryMaxDelay(Duration value) {
+            retryMaxDelay = value;
+            return this;
+        }
+
+        /** See {@link S3ClientSettings#getsPerSecondPerPrefix()}. */
+        public Builder getsPerSecondPerPrefix(double value) {
+            getsPerSecondPerPrefix = value;
+            return this;
+        }
+
+        /** See {@link S3ClientSettings#hedgeAfter()}. */
+        public Builder hedgeAfter(Duration value) {
+            hedgeAfter = value;
+            return this;
+        }
+
+        /**
+         * The settings.
+         *
+         * @throws IllegalArgumentException naming a setting that is unset or out of range
+         */
+        public S3ClientSettings build() {
+            return new S3ClientSettings(this);
+        }
     }
 }

@@ -68,11 +68,11 @@ public final class S3ImageStore implements AutoCloseable {
     public S3ImageStore(long maxObjectBytes, S3ClientSettings settings, S3FetchMetrics metrics) {
         this.maxObjectBytes = maxObjectBytes;
         this.metrics = metrics;
-        this.rateLimiter = new PrefixRateLimiter(settings.getsPerSecondPerPrefix);
-        this.connections = new ConnectionPermits(settings.maxConnections);
-        this.hedgeAfter = settings.hedgeAfter;
-        this.attemptTimeout = settings.attemptTimeout;
-        this.requestTimeout = settings.requestTimeout;
+        this.rateLimiter = new PrefixRateLimiter(settings.getsPerSecondPerPrefix());
+        this.connections = new ConnectionPermits(settings.maxConnections());
+        this.hedgeAfter = settings.hedgeAfter();
+        this.attemptTimeout = settings.attemptTimeout();
+        this.requestTimeout = settings.requestTimeout();
         this.client = settings.createClient(List.of(metrics.attemptCounter()));
     }
 
@@ -515,7 +515,8 @@ public final class S3ImageStore implements AutoCloseable {
                                         .maxKeys(1)
                                         .build()));
             }
-            long deadline = System.nanoTime() + settings.requestTimeout.toNanos() + 1_000_000_000L;
+            long deadline =
+                    System.nanoTime() + settings.requestTimeout().toNanos() + 1_000_000_000L;
             for (Map.Entry<String, CompletableFuture<?>> list : lists.entrySet()) {
                 try {
                     list.getValue()

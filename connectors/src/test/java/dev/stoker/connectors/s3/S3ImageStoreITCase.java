@@ -54,14 +54,25 @@ class S3ImageStoreITCase {
         return new S3FetchMetrics(new UnregisteredMetricsGroup());
     }
 
-    /** Client settings for the test server: its endpoint and keys, path-style. */
-    private static S3ClientSettings clientSettings() {
-        S3ClientSettings s = new S3ClientSettings();
-        s.endpoint = S3.endpoint();
-        s.pathStyleAccess = true;
-        s.accessKey = LocalS3Server.ACCESS_KEY;
-        s.secretKey = LocalS3Server.SECRET_KEY;
-        return s;
+    /**
+     * Client settings for the test server: its endpoint and keys, path-style, and the job's default
+     * limits (stoker.s3.*: 64 connections, 5 attempts, 10 s per attempt, 30 s per GET, backoff 100
+     * ms to 5 s, no rate limit, no hedging), which the tests below change where they need to.
+     */
+    private static S3ClientSettings.Builder clientSettings() {
+        return S3ClientSettings.builder()
+                .endpoint(S3.endpoint())
+                .region("us-east-1")
+                .pathStyleAccess(true)
+                .credentials(LocalS3Server.ACCESS_KEY, LocalS3Server.SECRET_KEY)
+                .maxConnections(64)
+                .maxAttempts(5)
+                .attemptTimeout(Duration.ofSeconds(10))
+                .requestTimeout(Duration.ofSeconds(30))
+                .retryBaseDelay(Duration.ofMillis(100))
+                .retryMaxDelay(Duration.ofSeconds(5))
+                .getsPerSecondPerPrefix(0)
+                .hedgeAfter(Duration.ZERO);
     }
 
     private static S3ImageStore store(S3ClientSettings settings, S3FetchMetrics metrics) {
@@ -81,7 +92,7 @@ class S3ImageStoreITCase {
     @Test
     void readsObjectsRelativeToTheRootAndCountsThem() {
         S3FetchMetrics metrics = metrics();
-        try (S3ImageStore store = store(clientSettings(), metrics)) {
+        try (S3ImageStore store = store(clientSettings().build(), metrics)) {
             assertThat(store.read(ROOT, "images/a.jpg").join()).containsExactly(1, 2, 3);
             assertThat(store.read(ROOT, "images/../images/a.jpg").join()).containsExactly(1, 2, 3);
         }
@@ -98,8 +109,7 @@ class S3ImageStoreITCase {
                         BUCKET,
                         "data/images/a.jpg",
                         FaultInjectingBlobStore.Body.firstByteAfter(60_000));
-        S3ClientSettings settings = clientSettings();
-        settings.hedgeAfter = Duration.ofMillis(200);
+        S3ClientSettings settings = clientSettings().hedgeAfter(Duration.ofMillis(200)).build();
         S3FetchMetrics metrics = metrics();
         long start = System.nanoTime();
         try (S3ImageStore store = store(settings, metrics)) {
@@ -116,7 +126,7 @@ class S3ImageStoreITCase {
     @Test
     void missingObjectIsNotFoundNamingTheKeyWithoutRetry() {
         S3FetchMetrics metrics = metrics();
-        try (S3ImageStore store = store(clientSettings(), metrics)) {
+        try (S3ImageStore store = store(clientSettings().build(), metrics)) {
             RejectedRecordException e = rejection(store, "images/none.png");
             assertThat(e.reason()).isEqualTo(RejectReason.IMAGE_NOT_FOUND);
             assertThat(e.getMessage()).contains("s3://images/data/images/none.png").contains("404");
@@ -127,23 +137,25 @@ class S3ImageStoreITCase {
 
     @Test
     void forbiddenIsAFetchFailureWithoutRetryAndWithoutTheSecret() {
-        S3ClientSettings wrong = clientSettings();
-        wrong.secretKey = "not-the-secret-0123456789";
+        S3ClientSettings wrong =
+                clientSettings()
+                        .credentials(LocalS3Server.ACCESS_KEY, "not-the-secret-0123456789")
+                        .build();
         S3FetchMetrics metrics = metrics();
         try (S3ImageStore store = store(wrong, metrics)) {
             RejectedRecordException e = rejection(store, "images/a.jpg");
             assertThat(e.reason()).isEqualTo(RejectReason.FETCH_FAILED);
             assertThat(e.getMessage()).contains("s3://images/data/images/a.jpg").contains("403");
-            assertThat(e.toString()).doesNotContain(wrong.secretKey);
+            assertThat(e.toString()).doesNotContain(wrong.secretKey());
         }
         assertThat(metrics.retries()).isZero();
-        assertThat(wrong.toString()).doesNotContain(wrong.secretKey).contains(S3.endpoint());
+        assertThat(wrong.toString()).doesNotContain(wrong.secretKey()).contains(S3.endpoint());
     }
 
     @Test
     void keysOutsideTheImageRootAreRejectedBeforeAnyRequest() {
         S3FetchMetrics metrics = metrics();
-        try (S3ImageStore store = store(clientSettings(), metrics)) {
+        try (S3ImageStore store = store(clientSettings().build(), metrics)) {
             for (String path :
                     List.of(
                             "../other/secret.jpg",
@@ -171,7 +183,7 @@ class S3ImageStoreITCase {
                         java.text.Normalizer.normalize(
                                 "images/" + NFD_NAME, java.text.Normalizer.Form.NFC))
                 .isEqualTo(nfc);
-        try (S3ImageStore store = store(clientSettings(), metrics())) {
+        try (S3ImageStore store = store(clientSettings().build(), metrics())) {
             assertThat(store.read(ROOT, "images/" + NFD_NAME).join()).containsExactly(7);
             RejectedRecordException e = rejection(store, nfc);
             assertThat(e.reason()).isEqualTo(RejectReason.IMAGE_NOT_FOUND);
@@ -185,7 +197,7 @@ class S3ImageStoreITCase {
 
     @Test
     void oversizedObjectIsRejectedFromItsTotalSize() {
-        try (S3ImageStore store = store(clientSettings(), metrics())) {
+        try (S3ImageStore store = store(clientSettings().build(), metrics())) {
             RejectedRecordException e = rejection(store, "images/big.jpg");
             assertThat(e.reason()).isEqualTo(RejectReason.IMAGE_TOO_LARGE);
             assertThat(e.getMessage()).contains("1000 bytes");
@@ -195,8 +207,7 @@ class S3ImageStoreITCase {
     @Test
     void throttlingAndServerErrorsAreRetriedUntilTheObjectArrives() {
         S3.faults().answerNext(BUCKET, "data/images/a.jpg", 503, 500, 503);
-        S3ClientSettings settings = clientSettings();
-        settings.retryBaseDelay = Duration.ofMillis(10);
+        S3ClientSettings settings = clientSettings().retryBaseDelay(Duration.ofMillis(10)).build();
         S3FetchMetrics metrics = metrics();
         try (S3ImageStore store = store(settings, metrics)) {
             assertThat(store.read(ROOT, "images/a.jpg").join()).containsExactly(1, 2, 3);
@@ -208,9 +219,8 @@ class S3ImageStoreITCase {
     @Test
     void endlessSlowDownIsAFetchFailureAfterTheAttemptBudget() {
         S3.faults().answerNext(BUCKET, "data/images/a.jpg", 503, 503, 503, 503);
-        S3ClientSettings settings = clientSettings();
-        settings.maxAttempts = 4;
-        settings.retryBaseDelay = Duration.ofMillis(10);
+        S3ClientSettings settings =
+                clientSettings().maxAttempts(4).retryBaseDelay(Duration.ofMillis(10)).build();
         S3FetchMetrics metrics = metrics();
         try (S3ImageStore store = store(settings, metrics)) {
             RejectedRecordException e = rejection(store, "images/a.jpg");
@@ -229,10 +239,12 @@ class S3ImageStoreITCase {
         try (ServerSocket s = new ServerSocket(0)) {
             closedPort = s.getLocalPort();
         }
-        S3ClientSettings settings = clientSettings();
-        settings.endpoint = "http://127.0.0.1:" + closedPort;
-        settings.maxAttempts = 3;
-        settings.retryBaseDelay = Duration.ofMillis(10);
+        S3ClientSettings settings =
+                clientSettings()
+                        .endpoint("http://127.0.0.1:" + closedPort)
+                        .maxAttempts(3)
+                        .retryBaseDelay(Duration.ofMillis(10))
+                        .build();
         S3FetchMetrics metrics = metrics();
         try (S3ImageStore store = store(settings, metrics)) {
             RejectedRecordException e = rejection(store, "images/a.jpg");
@@ -261,11 +273,13 @@ class S3ImageStoreITCase {
                             });
             acceptor.setDaemon(true);
             acceptor.start();
-            S3ClientSettings settings = clientSettings();
-            settings.endpoint = "http://127.0.0.1:" + silent.getLocalPort();
-            settings.maxAttempts = 3;
-            settings.attemptTimeout = Duration.ofMillis(300);
-            settings.retryBaseDelay = Duration.ofMillis(10);
+            S3ClientSettings settings =
+                    clientSettings()
+                            .endpoint("http://127.0.0.1:" + silent.getLocalPort())
+                            .maxAttempts(3)
+                            .attemptTimeout(Duration.ofMillis(300))
+                            .retryBaseDelay(Duration.ofMillis(10))
+                            .build();
             S3FetchMetrics metrics = metrics();
             long start = System.nanoTime();
             int attempts;
@@ -309,11 +323,13 @@ class S3ImageStoreITCase {
                         BUCKET,
                         "data/images/a.jpg",
                         FaultInjectingBlobStore.Body.firstByteAfter(500));
-        S3ClientSettings settings = clientSettings();
-        settings.maxConnections = 2;
-        settings.maxAttempts = 1;
-        settings.attemptTimeout = Duration.ofSeconds(2);
-        settings.requestTimeout = Duration.ofSeconds(2);
+        S3ClientSettings settings =
+                clientSettings()
+                        .maxConnections(2)
+                        .maxAttempts(1)
+                        .attemptTimeout(Duration.ofSeconds(2))
+                        .requestTimeout(Duration.ofSeconds(2))
+                        .build();
         S3FetchMetrics metrics = metrics();
         long start = System.nanoTime();
         try (S3ImageStore store = store(settings, metrics)) {
@@ -352,11 +368,13 @@ class S3ImageStoreITCase {
                         BUCKET,
                         "data/images/big.jpg",
                         FaultInjectingBlobStore.Body.firstByteAfter(120_000));
-        S3ClientSettings settings = clientSettings();
-        settings.maxConnections = connections;
-        settings.maxAttempts = 1;
-        settings.attemptTimeout = Duration.ofMillis(500);
-        settings.requestTimeout = Duration.ofSeconds(1);
+        S3ClientSettings settings =
+                clientSettings()
+                        .maxConnections(connections)
+                        .maxAttempts(1)
+                        .attemptTimeout(Duration.ofMillis(500))
+                        .requestTimeout(Duration.ofSeconds(1))
+                        .build();
         S3FetchMetrics metrics = metrics();
         try (S3ImageStore store = store(settings, metrics)) {
             for (int round = 0; round < 3; round++) {
@@ -383,7 +401,7 @@ class S3ImageStoreITCase {
                 }
                 assertThat(Duration.ofNanos(System.nanoTime() - start))
                         .as("round %d: GETs after the timeouts get a connection at once", round)
-                        .isLessThan(settings.requestTimeout);
+                        .isLessThan(settings.requestTimeout());
             }
         } finally {
             S3.faults().clearAnswers();
