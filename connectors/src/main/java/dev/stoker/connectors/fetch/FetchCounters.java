@@ -1,5 +1,6 @@
 package dev.stoker.connectors.fetch;
 
+import dev.stoker.operators.metrics.MetricNames;
 import org.apache.flink.metrics.Counter;
 import org.apache.flink.metrics.MetricGroup;
 import org.apache.flink.metrics.ThreadSafeSimpleCounter;
@@ -13,8 +14,8 @@ final class FetchCounters {
     private final Counter bytes;
 
     FetchCounters(MetricGroup group) {
-        images = group.counter("imagesFetched", new ThreadSafeSimpleCounter());
-        bytes = group.counter("imageBytesFetched", new ThreadSafeSimpleCounter());
+        images = group.counter(MetricNames.Fetch.IMAGES_FETCHED, new ThreadSafeSimpleCounter());
+        bytes = group.counter(MetricNames.Fetch.IMAGE_BYTES_FETCHED, new ThreadSafeSimpleCounter());
     }
 
     /** Counts one fetched image of {@code byteCount} bytes. */

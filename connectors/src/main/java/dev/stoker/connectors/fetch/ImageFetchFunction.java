@@ -1,6 +1,7 @@
 package dev.stoker.connectors.fetch;
 
 import com.codahale.metrics.SlidingWindowReservoir;
+import dev.stoker.operators.metrics.MetricNames;
 import dev.stoker.operators.model.DeadLetter;
 import dev.stoker.operators.model.FetchedRecord;
 import dev.stoker.operators.model.PerSource;
@@ -62,9 +63,9 @@ public final class ImageFetchFunction
         readLatencyMs =
                 getRuntimeContext()
                         .getMetricGroup()
-                        .addGroup("fs")
+                        .addGroup(MetricNames.Fetch.FS_GROUP)
                         .histogram(
-                                "readLatencyMs",
+                                MetricNames.Fetch.READ_LATENCY_MS,
                                 new DropwizardHistogramWrapper(
                                         new com.codahale.metrics.Histogram(
                                                 new SlidingWindowReservoir(10_000))));

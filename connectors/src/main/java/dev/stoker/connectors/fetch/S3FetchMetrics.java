@@ -1,6 +1,7 @@
 package dev.stoker.connectors.fetch;
 
 import com.codahale.metrics.SlidingWindowReservoir;
+import dev.stoker.operators.metrics.MetricNames;
 import dev.stoker.operators.model.RejectReason;
 import dev.stoker.operators.model.Stage;
 import java.util.EnumMap;
@@ -61,22 +62,28 @@ public final class S3FetchMetrics {
     private final Counter hedged;
     private final Map<RejectReason, Counter> failures = new EnumMap<>(RejectReason.class);
 
-    /** Registers the metrics on {@code group} (typically {@code operatorGroup.addGroup("s3")}). */
+    /**
+     * Registers the metrics on {@code group} (typically {@code
+     * operatorGroup.addGroup(MetricNames.Fetch.S3_GROUP)}).
+     */
     public S3FetchMetrics(MetricGroup group) {
-        group.gauge("requestsInFlight", (Gauge<Integer>) inFlight::get);
-        group.gauge("getsWaitingForConnection", (Gauge<Integer>) waitingForConnection::get);
+        group.gauge(MetricNames.Fetch.REQUESTS_IN_FLIGHT, (Gauge<Integer>) inFlight::get);
+        group.gauge(
+                MetricNames.Fetch.GETS_WAITING_FOR_CONNECTION,
+                (Gauge<Integer>) waitingForConnection::get);
         latencyMs =
                 group.histogram(
-                        "getLatencyMs",
+                        MetricNames.Fetch.GET_LATENCY_MS,
                         new DropwizardHistogramWrapper(
                                 new com.codahale.metrics.Histogram(
                                         new SlidingWindowReservoir(10_000))));
-        bytes = group.counter("bytesFetched", new ThreadSafeSimpleCounter());
-        group.meter("bytesPerSecond", new MeterView(bytes));
-        retries = group.counter("retries", new ThreadSafeSimpleCounter());
-        transientFailures = group.counter("transientFailures", new ThreadSafeSimpleCounter());
-        hedged = group.counter("hedgedGets", new ThreadSafeSimpleCounter());
-        MetricGroup failureGroup = group.addGroup("failures");
+        bytes = group.counter(MetricNames.Fetch.BYTES_FETCHED, new ThreadSafeSimpleCounter());
+        group.meter(MetricNames.Fetch.BYTES_PER_SECOND, new MeterView(bytes));
+        retries = group.counter(MetricNames.Fetch.RETRIES, new ThreadSafeSimpleCounter());
+        transientFailures =
+                group.counter(MetricNames.Fetch.TRANSIENT_FAILURES, new ThreadSafeSimpleCounter());
+        hedged = group.counter(MetricNames.Fetch.HEDGED_GETS, new ThreadSafeSimpleCounter());
+        MetricGroup failureGroup = group.addGroup(MetricNames.Fetch.FAILURES_GROUP);
         for (RejectReason reason : RejectReason.values()) {
             if (reason.stage() == Stage.FETCH || reason == RejectReason.UNSAFE_PATH) {
                 failures.put(

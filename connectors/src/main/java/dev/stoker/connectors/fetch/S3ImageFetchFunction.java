@@ -1,5 +1,6 @@
 package dev.stoker.connectors.fetch;
 
+import dev.stoker.operators.metrics.MetricNames;
 import dev.stoker.operators.model.DeadLetter;
 import dev.stoker.operators.model.FetchedRecord;
 import dev.stoker.operators.model.PerSource;
@@ -77,7 +78,9 @@ public final class S3ImageFetchFunction
 
     @Override
     public void open(OpenContext openContext) {
-        metrics = new S3FetchMetrics(getRuntimeContext().getMetricGroup().addGroup("s3"));
+        metrics =
+                new S3FetchMetrics(
+                        getRuntimeContext().getMetricGroup().addGroup(MetricNames.Fetch.S3_GROUP));
         store = new S3ImageStore(maxObjectBytes, settings, metrics);
         inFlight = Collections.synchronizedMap(new IdentityHashMap<>());
         fetched = new FetchCounters(getRuntimeContext().getMetricGroup());

@@ -2,6 +2,7 @@ package dev.stoker.connectors.shm;
 
 import dev.stoker.operators.batch.Backfill;
 import dev.stoker.operators.batch.BatchPlan;
+import dev.stoker.operators.metrics.MetricNames;
 import dev.stoker.operators.model.SlotResult;
 import dev.stoker.operators.model.TokenizedSample;
 import java.io.IOException;
@@ -43,8 +44,8 @@ final class ArrowBatchWriter implements SinkWriter<SlotResult> {
         this.plan = plan;
         this.publisher = publisher;
         this.stager = stager;
-        this.slotsStaged = metrics.counter("slotsStaged");
-        this.slotsSkipped = metrics.counter("slotsSkippedAlreadyConsumed");
+        this.slotsStaged = metrics.counter(MetricNames.Sink.SLOTS_STAGED);
+        this.slotsSkipped = metrics.counter(MetricNames.Sink.SLOTS_SKIPPED_ALREADY_CONSUMED);
     }
 
     @Override

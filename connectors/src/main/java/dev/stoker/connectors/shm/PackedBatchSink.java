@@ -1,5 +1,6 @@
 package dev.stoker.connectors.shm;
 
+import dev.stoker.operators.metrics.MetricNames;
 import dev.stoker.operators.model.TrainingBatch;
 import java.io.IOException;
 import org.apache.flink.api.connector.sink2.Sink;
@@ -38,7 +39,8 @@ public final class PackedBatchSink implements Sink<TrainingBatch> {
     @Override
     public SinkWriter<TrainingBatch> createWriter(WriterInitContext context) throws IOException {
         RankPublisher publisher = output.open(context, maxTokens);
-        Counter skipped = context.metricGroup().counter("batchesSkippedAlreadyConsumed");
+        Counter skipped =
+                context.metricGroup().counter(MetricNames.Sink.BATCHES_SKIPPED_ALREADY_CONSUMED);
         return new SinkWriter<>() {
             @Override
             public void write(TrainingBatch batch, Context ctx) throws IOException {

@@ -3,6 +3,7 @@ package dev.stoker.connectors.shm;
 import dev.stoker.connectors.feedback.AckServer;
 import dev.stoker.connectors.protocol.Ack;
 import dev.stoker.connectors.protocol.ShmLayout;
+import dev.stoker.operators.metrics.MetricNames;
 import dev.stoker.operators.model.TrainingBatch;
 import java.io.IOException;
 import java.io.UncheckedIOException;
@@ -57,7 +58,7 @@ final class RankPublisher implements AutoCloseable {
         this.files = files;
         this.metrics = metrics;
         this.ackServer = ackServer;
-        this.bytesWritten = metrics.counter("batchBytesWritten");
+        this.bytesWritten = metrics.counter(MetricNames.Sink.BATCH_BYTES_WRITTEN);
         this.accounting = new BatchAccounting(metrics);
     }
 
@@ -96,11 +97,11 @@ final class RankPublisher implements AutoCloseable {
         } catch (IOException e) {
             throw new IllegalStateException("Cannot clean " + layout.rankDir(rank), e);
         }
-        MetricGroup group = metrics.addGroup("rank", String.valueOf(rank));
+        MetricGroup group = metrics.addGroup(MetricNames.Sink.RANK_GROUP, String.valueOf(rank));
         // counted on disk, so the gauge stays right across failovers and rescaling
-        group.gauge("batchesAhead", () -> publishedBatches(layout.rankDir(rank)));
+        group.gauge(MetricNames.Sink.BATCHES_AHEAD, () -> publishedBatches(layout.rankDir(rank)));
         TrainerFeedbackMetrics.register(group, layout.ackFile(rank));
-        return group.counter("batchesWritten");
+        return group.counter(MetricNames.Sink.BATCHES_WRITTEN);
     }
 
     /**

@@ -1,6 +1,7 @@
 package dev.stoker.connectors.shm;
 
 import dev.stoker.connectors.protocol.Ack;
+import dev.stoker.operators.metrics.MetricNames;
 import java.nio.file.Path;
 import org.apache.flink.metrics.Gauge;
 import org.apache.flink.metrics.MetricGroup;
@@ -30,8 +31,8 @@ public final class TrainerFeedbackMetrics {
     /** Registers the gauges for the rank whose acknowledgement file is {@code ackFile}. */
     public static void register(MetricGroup rankGroup, Path ackFile) {
         TrainerFeedbackMetrics m = new TrainerFeedbackMetrics(ackFile);
-        rankGroup.gauge("trainerWaitTimeRatio", (Gauge<Double>) m::waitTimeRatio);
-        rankGroup.gauge("trainerConsumedStep", (Gauge<Long>) m::consumedStep);
+        rankGroup.gauge(MetricNames.Sink.TRAINER_WAIT_TIME_RATIO, (Gauge<Double>) m::waitTimeRatio);
+        rankGroup.gauge(MetricNames.Sink.TRAINER_CONSUMED_STEP, (Gauge<Long>) m::consumedStep);
     }
 
     /** The reader's wait-time ratio ({@link Ack#ratio()}), else -1. */

@@ -1,6 +1,7 @@
 package dev.stoker.connectors.source;
 
 import dev.stoker.connectors.feedback.AckFeed;
+import dev.stoker.operators.metrics.MetricNames;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -85,8 +86,8 @@ final class StepEnumerator implements SplitEnumerator<StepSplit, StepEnumeratorS
                 nextStep,
                 endStep - 1,
                 returned.size());
-        context.metricGroup().gauge("prefetchAllowedStep", () -> allowedStep);
-        context.metricGroup().gauge("ackedStep", () -> ackedStep);
+        context.metricGroup().gauge(MetricNames.Source.PREFETCH_ALLOWED_STEP, () -> allowedStep);
+        context.metricGroup().gauge(MetricNames.Source.ACKED_STEP, () -> ackedStep);
         if (gate.isBounded()) {
             context.callAsync(feed::poll, this::onAcks, 0, feed.pollPeriodMs());
         }

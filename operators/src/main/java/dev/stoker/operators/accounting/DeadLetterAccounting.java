@@ -1,5 +1,6 @@
 package dev.stoker.operators.accounting;
 
+import dev.stoker.operators.metrics.MetricNames;
 import dev.stoker.operators.model.DeadLetter;
 import dev.stoker.operators.model.RejectReason;
 import dev.stoker.operators.model.SlotResult;
@@ -24,8 +25,6 @@ public final class DeadLetterAccounting extends RichMapFunction<DeadLetter, Slot
     private static final long serialVersionUID = 1L;
     private static final Logger LOG = LoggerFactory.getLogger(DeadLetterAccounting.class);
 
-    private static final String BY_REASON = "deadLettersByReason";
-
     private transient Accounting.Count total;
     private transient Map<RejectReason, Counter> perReason;
     private transient Map<String, Map<RejectReason, Counter>> perSourceAndReason;
@@ -39,7 +38,7 @@ public final class DeadLetterAccounting extends RichMapFunction<DeadLetter, Slot
 
     private static Map<RejectReason, Counter> reasonCounters(MetricGroup group) {
         Map<RejectReason, Counter> counters = new EnumMap<>(RejectReason.class);
-        MetricGroup reasons = group.addGroup(BY_REASON);
+        MetricGroup reasons = group.addGroup(MetricNames.DeadLetters.BY_REASON_GROUP);
         for (RejectReason r : RejectReason.values()) {
             counters.put(r, reasons.counter(r.name()));
         }

@@ -1,5 +1,6 @@
 package dev.stoker.operators.image;
 
+import dev.stoker.operators.metrics.MetricNames;
 import dev.stoker.operators.model.DeadLetter;
 import dev.stoker.operators.model.DeadLetters;
 import dev.stoker.operators.model.FetchedRecord;
@@ -58,9 +59,9 @@ public class PreprocessImagesFunction
         processors = new HashMap<>();
         QwenImageProcessor any = new QwenImageProcessor(configs.first());
         MetricGroup metrics = getRuntimeContext().getMetricGroup();
-        imagesPreprocessed = metrics.counter("imagesPreprocessed");
-        imagesRejected = metrics.counter("imagesRejected");
-        preprocessNanos = metrics.counter("imagePreprocessNanos");
+        imagesPreprocessed = metrics.counter(MetricNames.Preprocess.IMAGES_PREPROCESSED);
+        imagesRejected = metrics.counter(MetricNames.Preprocess.IMAGES_REJECTED);
+        preprocessNanos = metrics.counter(MetricNames.Preprocess.IMAGE_PREPROCESS_NANOS);
         cost =
                 new PreprocessMetrics(
                         metrics, configs.first().patchSize, any.nativeJpeg(), any.nativeWebp());

@@ -1,5 +1,6 @@
 package dev.stoker.operators.image;
 
+import dev.stoker.operators.metrics.MetricNames;
 import dev.stoker.operators.model.PreprocessedImage;
 import org.apache.flink.metrics.Counter;
 import org.apache.flink.metrics.Gauge;
@@ -37,12 +38,14 @@ public final class PreprocessMetrics {
     public PreprocessMetrics(
             MetricGroup group, int patchSize, boolean nativeJpeg, boolean nativeWebp) {
         this.pixelsPerPatch = patchSize * patchSize;
-        this.megapixels = group.counter("imageMegapixels");
-        group.gauge("preprocessMsPerMegapixel", (Gauge<Double>) this::msPerMegapixel);
+        this.megapixels = group.counter(MetricNames.Preprocess.IMAGE_MEGAPIXELS);
+        group.gauge(
+                MetricNames.Preprocess.PREPROCESS_MS_PER_MEGAPIXEL,
+                (Gauge<Double>) this::msPerMegapixel);
         int jpegNative = nativeJpeg ? 1 : 0;
-        group.gauge("jpegDecoderNative", (Gauge<Integer>) () -> jpegNative);
+        group.gauge(MetricNames.Preprocess.JPEG_DECODER_NATIVE, (Gauge<Integer>) () -> jpegNative);
         int webpNative = nativeWebp ? 1 : 0;
-        group.gauge("webpDecoderNative", (Gauge<Integer>) () -> webpNative);
+        group.gauge(MetricNames.Preprocess.WEBP_DECODER_NATIVE, (Gauge<Integer>) () -> webpNative);
     }
 
     /** Records one preprocessed image and the wall time it took. */

@@ -1,6 +1,7 @@
 package dev.stoker.operators.pack;
 
 import dev.stoker.operators.batch.BatchPlan;
+import dev.stoker.operators.metrics.MetricNames;
 import dev.stoker.operators.model.SlotResult;
 import dev.stoker.operators.model.TokenizedSample;
 import dev.stoker.operators.model.TrainingBatch;
@@ -75,16 +76,16 @@ public final class PackStepFunction extends KeyedProcessFunction<Long, SlotResul
                 getRuntimeContext()
                         .getState(new ValueStateDescriptor<>("step-slots-arrived", Types.INT));
         MetricGroup group = getRuntimeContext().getMetricGroup();
-        stepsPacked = group.counter("stepsPacked");
-        samplesPacked = group.counter("samplesPacked");
+        stepsPacked = group.counter(MetricNames.Pack.STEPS_PACKED);
+        samplesPacked = group.counter(MetricNames.Pack.SAMPLES_PACKED);
         group.gauge(
-                "packingPaddingRatio",
+                MetricNames.Pack.PACKING_PADDING_RATIO,
                 (Gauge<Double>) () -> positions == 0 ? 0.0 : 1.0 - (double) tokens / positions);
         group.gauge(
-                "packedTokensPerRow",
+                MetricNames.Pack.PACKED_TOKENS_PER_ROW,
                 (Gauge<Double>) () -> rows == 0 ? 0.0 : (double) tokens / rows);
-        group.gauge("rankTokenImbalance", (Gauge<Double>) () -> tokenImbalance);
-        group.gauge("rankPatchImbalance", (Gauge<Double>) () -> patchImbalance);
+        group.gauge(MetricNames.Pack.RANK_TOKEN_IMBALANCE, (Gauge<Double>) () -> tokenImbalance);
+        group.gauge(MetricNames.Pack.RANK_PATCH_IMBALANCE, (Gauge<Double>) () -> patchImbalance);
     }
 
     @Override
