@@ -9,6 +9,8 @@ the per-row sample lists, ``cu_seqlens`` and ``position_ids`` against each other
 valid, even after the file is unlinked, for as long as an array or tensor built on it is alive.
 A file that breaks the contract raises :class:`~stoker.protocol.BatchFormatError` naming it.
 This module reads a file; which file and when is :class:`~stoker.reader.BatchReader`'s part.
+The column views are :mod:`stoker.arrow_columns`', the packed-batch checks :mod:`stoker.packed`'s
+and the pixel normalisation :mod:`stoker.pixels`'.
 """
 
 from __future__ import annotations
@@ -21,21 +23,28 @@ from types import EllipsisType
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.ipc
 
+from .arrow_columns import data_buffer, fixed_rows, list_of_fixed, list_values, strings, view
+from .packed import check_packed
+from .pixels import bfloat16_to_float32, normalize_uint8, normalize_uint8_torch
 from .protocol import BatchFormatError, Manifest, VisionSettings
-from .schema import COLUMNS, PACKING_MAX_TOKENS_KEY, PIXEL_DTYPES, POSITION_AXES, match_column
+from .schema import (
+    BACKFILLED_SLOTS_KEY,
+    COLUMNS,
+    IMAGE_TOKEN_ID_KEY,
+    PACKING_MAX_TOKENS_KEY,
+    PAD_TOKEN_ID_KEY,
+    PIXEL_DTYPE_KEY,
+    PIXEL_DTYPES,
+    RANK_KEY,
+    SLOTS_KEY,
+    STEP_KEY,
+    match_column,
+)
 
-__all__ = [
-    "Batch",
-    "bfloat16_to_float32",
-    "normalize_uint8",
-    "normalize_uint8_torch",
-    "read_batch_file",
-    "validate_schema",
-]
+__all__ = ["Batch", "read_batch_file", "validate_schema"]
 
 
 @dataclass
@@ -179,7 +188,7 @@ class Batch:
     @property
     def pad_token_id(self) -> int | None:
         """Pad token id from the schema metadata, if present."""
-        v = self.metadata.get("stoker.pad_token_id")
+        v = self.metadata.get(PAD_TOKEN_ID_KEY)
         return int(v) if v not in (None, "") else None
 
     def file_bytes(self) -> memoryview:
@@ -197,7 +206,7 @@ class Batch:
         Raises:
             BatchFormatError: the file's metadata lacks it or it is not an integer.
         """
-        v = self.metadata.get("stoker.image_token_id")
+        v = self.metadata.get(IMAGE_TOKEN_ID_KEY)
         try:
             return int(v)  # type: ignore[arg-type]
         except (TypeError, ValueError):
@@ -412,102 +421,6 @@ class Batch:
         return self.vision
 
 
-def _normalization(vision: VisionSettings, d: int) -> tuple[float, np.ndarray, np.ndarray]:
-    """``(rescale_factor, mean, std)``: the factor as a float64, mean and std as float32 ``(C,)``
-    (each rounded from its float64 value, as the sink's ``(float) mean[c]``)."""
-    c = len(vision.image_mean)
-    if len(vision.image_std) != c or c == 0 or d % c:
-        raise ValueError(
-            f"pixel_values rows of {d} values cannot be split into the {c} channels of "
-            f"image_mean {vision.image_mean} / image_std {vision.image_std}"
-        )
-    mean = np.asarray(vision.image_mean, np.float64).astype(np.float32)
-    std = np.asarray(vision.image_std, np.float64).astype(np.float32)
-    return float(vision.rescale_factor), mean, std
-
-
-def normalize_uint8(pixels: np.ndarray, vision: VisionSettings) -> np.ndarray:
-    """Normalize uint8 ``pixel_values`` (a ``stoker.pixel_dtype=uint8`` batch's) with numpy.
-
-    Value ``j`` of a row belongs to channel ``c = j // (D / C)`` (C = 3 channels), and becomes,
-    in this order, each step rounded to float32 as the Java sink computes it
-    (``Patchifier``: ``((float) (u * rescale_factor) - (float) mean[c]) / (float) std[c]``)::
-
-        x = float32(float64(u) * rescale_factor)   # the product in float64, then rounded
-        x = x - float32(image_mean[c])             # float32 subtraction
-        x = x / float32(image_std[c])              # float32 division
-
-    Separate IEEE operations (no fused multiply-add), so the result is bit for bit the float32
-    ``pixel_values`` of a FLOAT32 job.
-
-    Args:
-        pixels: ``(P, D)`` uint8.
-        vision: the job's vision settings (``Manifest.vision``): ``rescale_factor``,
-            ``image_mean``, ``image_std``.
-
-    Returns:
-        A new ``(P, D)`` float32 array.
-
-    Raises:
-        ValueError: ``pixels`` is not 2-D uint8, or D is not a multiple of the channels.
-    """
-    u = np.asarray(pixels)
-    if u.dtype != np.uint8 or u.ndim != 2:
-        raise ValueError(f"pixels must be (P, D) uint8, got {u.dtype} {u.shape}")
-    scale, mean, std = _normalization(vision, u.shape[1])
-    c = mean.shape[0]
-    x = (u.astype(np.float64) * scale).astype(np.float32)
-    channels = x.reshape(u.shape[0], c, u.shape[1] // c)
-    channels -= mean[None, :, None]
-    channels /= std[None, :, None]
-    return x
-
-
-def normalize_uint8_torch(pixels: Any, vision: VisionSettings, *, dtype: Any = None) -> Any:
-    """:func:`normalize_uint8` with torch, on ``pixels``' device (CPU, CUDA, ...).
-
-    The same operations in the same order as :func:`normalize_uint8` (a float64 multiply
-    rounded to float32, then a float32 subtraction and a float32 division, each its own
-    kernel), so on the CPU the float32 result is bit for bit the FLOAT32 job's; ``dtype``
-    ``torch.bfloat16`` then rounds it to nearest even (``Tensor.to``), as the BFLOAT16 sink
-    does. Temporary memory: 8 bytes per value (the float64 product).
-
-    Args:
-        pixels: ``(P, D)`` torch.uint8 tensor.
-        vision: the job's vision settings (``Manifest.vision``).
-        dtype: ``torch.float32`` (default) or ``torch.bfloat16``.
-
-    Returns:
-        A new ``(P, D)`` tensor of ``dtype`` on ``pixels.device``.
-
-    Raises:
-        ValueError: ``pixels`` is not a 2-D uint8 tensor, D is not a multiple of the channels,
-            or ``dtype`` is neither float32 nor bfloat16.
-    """
-    import torch
-
-    dtype = torch.float32 if dtype is None else dtype
-    if dtype not in (torch.float32, torch.bfloat16):
-        raise ValueError(f"dtype must be torch.float32 or torch.bfloat16, got {dtype!r}")
-    if not isinstance(pixels, torch.Tensor) or pixels.dtype != torch.uint8 or pixels.dim() != 2:
-        got = f"{pixels.dtype} {tuple(pixels.shape)}" if hasattr(pixels, "dtype") else type(pixels)
-        raise ValueError(f"pixels must be a (P, D) torch.uint8 tensor, got {got}")
-    p, d = pixels.shape
-    scale, mean, std = _normalization(vision, d)
-    c = mean.shape[0]
-    x = pixels.to(torch.float64).mul_(scale).to(torch.float32)
-    channels = x.view(p, c, d // c)
-    channels.sub_(torch.from_numpy(mean).to(pixels.device).view(1, c, 1))
-    channels.div_(torch.from_numpy(std).to(pixels.device).view(1, c, 1))
-    return x if dtype == torch.float32 else x.to(dtype)
-
-
-def bfloat16_to_float32(bits: np.ndarray) -> np.ndarray:
-    """Widen bfloat16 values given as their uint16 bits (``Batch.pixel_values`` of a bfloat16
-    batch) to float32, exactly (bfloat16 is the upper half of a float32). Returns a new array."""
-    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
-
-
 def checks_for(manifest: Manifest, rank: int, step: int) -> dict[str, Any]:
     """:func:`read_batch_file`'s checks (and vision settings) for the file of (``step``,
     ``rank``) of ``manifest``'s generation."""
@@ -519,242 +432,6 @@ def checks_for(manifest: Manifest, rank: int, step: int) -> dict[str, Any]:
         "vision": manifest.vision,
         "packing_max_tokens": manifest.packing_max_tokens,
     }
-
-
-def _data_buffer(arr: pa.Array, path: Path, col: str) -> pa.Buffer | None:
-    if arr.null_count:
-        raise BatchFormatError(
-            f"{path}: column {col!r} holds {arr.null_count} nulls; nulls are not allowed"
-        )
-    return arr.buffers()[1]
-
-
-def _view(
-    buf: pa.Buffer | None, dtype: npt.DTypeLike, start: int, count: int, path: Path, col: str
-) -> np.ndarray:
-    """``count`` elements of ``dtype`` starting at element ``start`` of ``buf``, without a copy."""
-    dtype = np.dtype(dtype)
-    if count == 0:
-        a = np.empty(0, dtype=dtype)
-        a.flags.writeable = False
-        return a
-    need = (start + count) * dtype.itemsize
-    if buf is None or buf.size < need:
-        have = 0 if buf is None else buf.size
-        raise BatchFormatError(
-            f"{path}: column {col!r} data buffer holds {have} bytes, needs {need} (truncated file?)"
-        )
-    return np.frombuffer(buf, dtype=dtype, count=count, offset=start * dtype.itemsize)
-
-
-def _fixed_rows(arr: pa.Array, path: Path, col: str, dtype: str) -> np.ndarray:
-    """(B, L) view of a ``fixed_size_list<prim>[L]`` array, respecting both offsets."""
-    if arr.null_count:
-        raise BatchFormatError(
-            f"{path}: column {col!r} holds {arr.null_count} nulls; nulls are not allowed"
-        )
-    width = arr.type.list_size
-    child = arr.values  # ignores arr.offset; account for it explicitly
-    buf = _data_buffer(child, path, col)
-    start = child.offset + arr.offset * width
-    return _view(buf, dtype, start, len(arr) * width, path, col).reshape(len(arr), width)
-
-
-def _list_of_fixed(arr: pa.Array, path: Path, col: str, dtype: str) -> np.ndarray:
-    """(N, W) view of the items of a ``list<fixed_size_list<prim>[W]>`` array (rows concatenated)."""
-    if arr.null_count:
-        raise BatchFormatError(
-            f"{path}: column {col!r} holds {arr.null_count} nulls; nulls are not allowed"
-        )
-    width = arr.type.value_type.list_size
-    if len(arr) == 0:
-        first = last = 0
-    else:
-        offsets = arr.offsets  # accounts for arr.offset; length B + 1, zero-copy int32 view
-        first, last = offsets[0].as_py(), offsets[len(arr)].as_py()
-        if last < first:
-            raise BatchFormatError(f"{path}: column {col!r} has decreasing list offsets")
-    inner = arr.values  # fixed_size_list array, ignores arr.offset (offsets already include it)
-    if inner.null_count:
-        raise BatchFormatError(f"{path}: column {col!r} holds null items; nulls are not allowed")
-    leaf = inner.values
-    buf = _data_buffer(leaf, path, col)
-    start = leaf.offset + (inner.offset + first) * width
-    n = last - first
-    return _view(buf, dtype, start, n * width, path, col).reshape(n, width)
-
-
-def _list_offsets(arr: pa.Array, path: Path, col: str) -> tuple[int, np.ndarray]:
-    """The first offset of a ``list<...>`` array and its ``(len+1,)`` int64 offsets relative
-    to it, checked non-decreasing."""
-    if arr.null_count:
-        raise BatchFormatError(
-            f"{path}: column {col!r} holds {arr.null_count} nulls; nulls are not allowed"
-        )
-    if len(arr) == 0:
-        return 0, np.zeros(1, dtype=np.int64)
-    raw = arr.offsets.to_numpy(zero_copy_only=False).astype(np.int64)  # accounts for arr.offset
-    if np.any(np.diff(raw) < 0):
-        raise BatchFormatError(f"{path}: column {col!r} has decreasing list offsets")
-    return int(raw[0]), raw - raw[0]
-
-
-def _list_values(arr: pa.Array, path: Path, col: str, dtype: str) -> tuple[np.ndarray, np.ndarray]:
-    """``(values, offsets)`` of a ``list<prim>`` array: the items of every row concatenated, a
-    view of the file, and ``(len+1,)`` int64 offsets of each row's items in them."""
-    first, offsets = _list_offsets(arr, path, col)
-    leaf = arr.values  # ignores arr.offset (the offsets include it)
-    buf = _data_buffer(leaf, path, col)
-    values = _view(buf, dtype, leaf.offset + first, int(offsets[-1]), path, col)
-    return values, offsets
-
-
-def _strings(arr: pa.Array, path: Path, col: str) -> tuple[list[str], np.ndarray]:
-    """``(items, offsets)`` of a ``list<utf8>`` array, as :func:`_list_values`."""
-    _, offsets = _list_offsets(arr, path, col)
-    items = arr.flatten()  # respects the offsets
-    if items.null_count:
-        raise BatchFormatError(f"{path}: column {col!r} holds null items; nulls are not allowed")
-    return items.to_pylist(), offsets
-
-
-@dataclass
-class _Packing:
-    """What :func:`_check_packed` derives from a packed batch's columns."""
-
-    position_rows: np.ndarray  # (R, 4L) view, as stored
-    position_ids: np.ndarray  # (4, R, L) view of it
-    cu_seqlens: np.ndarray  # (N+1,) int32, new
-    row_offsets: np.ndarray  # (R+1,) int64
-    sample_spans: np.ndarray  # (S, 3) int64
-
-
-def _check_packed(
-    path: Path,
-    cols: dict[str, pa.Array],
-    input_ids: np.ndarray,
-    labels: np.ndarray,
-    attention_mask: np.ndarray,
-    row_offsets: np.ndarray,
-    max_tokens: int,
-    pad_token_id: int | None,
-) -> _Packing:
-    """Check a packed batch's rows, sample lists, ``cu_seqlens`` and ``position_ids`` against
-    each other (docs/batch-protocol.md, "Packed batches") and derive the reader's arrays."""
-    rows, seq_len = input_ids.shape
-    counts = np.diff(row_offsets)
-    if rows and counts.min() < 1:
-        r = int(np.argmin(counts))
-        raise BatchFormatError(f"{path}: row {r} of the packed batch lists no sample")
-    if seq_len > max_tokens:
-        raise BatchFormatError(
-            f"{path}: rows of L={seq_len} tokens, more than {PACKING_MAX_TOKENS_KEY}={max_tokens}"
-        )
-
-    pos_col = cols["position_ids"]
-    if len(pos_col) != rows:
-        raise BatchFormatError(f"{path}: column 'position_ids' has {len(pos_col)} rows, not {rows}")
-    per_row = _fixed_rows(pos_col, path, "position_ids", "int64")  # (R, 4L)
-    if per_row.shape[1] != POSITION_AXES * seq_len:
-        raise BatchFormatError(
-            f"{path}: column 'position_ids' has {per_row.shape[1]} values per row, not "
-            f"{POSITION_AXES} * L = {POSITION_AXES * seq_len}"
-        )
-    position_ids = per_row.reshape(rows, POSITION_AXES, seq_len).transpose(1, 0, 2)
-
-    cu_col = cols["cu_seqlens"]
-    if len(cu_col) != rows:
-        raise BatchFormatError(f"{path}: column 'cu_seqlens' has {len(cu_col)} rows, not {rows}")
-    cu, cu_offsets = _list_values(cu_col, path, "cu_seqlens", "int32")
-    cu_counts = np.diff(cu_offsets)
-    tails = cu_counts - 1 - counts  # 1 where the row has a padding tail, else 0
-    bad = np.flatnonzero((tails < 0) | (tails > 1))
-    if bad.size:
-        r = int(bad[0])
-        raise BatchFormatError(
-            f"{path}: row {r}'s cu_seqlens has {int(cu_counts[r])} boundaries for its "
-            f"{int(counts[r])} samples (expected {int(counts[r]) + 1}, or one more for a "
-            "padding tail)"
-        )
-    if rows:
-        starts, ends = cu_offsets[:-1], cu_offsets[1:] - 1
-        if np.any(cu[starts] != 0) or np.any(cu[ends] != seq_len):
-            r = int(np.flatnonzero((cu[starts] != 0) | (cu[ends] != seq_len))[0])
-            raise BatchFormatError(
-                f"{path}: row {r}'s cu_seqlens {cu[starts[r] : ends[r] + 1].tolist()} does not "
-                f"run from 0 to L={seq_len}"
-            )
-        within = np.ones(cu.size - 1, dtype=bool)
-        within[ends[:-1]] = False  # a row's last boundary and the next row's 0
-        steps = np.diff(cu.astype(np.int64))
-        if np.any(within & (steps <= 0)):
-            k = int(np.flatnonzero(within & (steps <= 0))[0])
-            r = int(np.searchsorted(cu_offsets, k, side="right") - 1)
-            raise BatchFormatError(
-                f"{path}: row {r}'s cu_seqlens {cu[starts[r] : ends[r] + 1].tolist()} is not "
-                "strictly increasing"
-            )
-
-    # each sample's (row, start, end); a row's tokens end where its last sample ends
-    sample_rows = np.repeat(np.arange(rows, dtype=np.int64), counts)
-    local = np.arange(sample_rows.size, dtype=np.int64) - row_offsets[sample_rows]
-    at = cu_offsets[sample_rows] + local
-    spans = np.stack([sample_rows, cu[at].astype(np.int64), cu[at + 1].astype(np.int64)], 1)
-    real_end = np.zeros(rows, dtype=np.int64)
-    if rows:
-        real_end = cu[cu_offsets[1:] - 1 - tails].astype(np.int64)
-        if int(real_end.max()) != seq_len:
-            raise BatchFormatError(
-                f"{path}: the longest packed row holds {int(real_end.max())} tokens, but L is "
-                f"{seq_len} (rows are padded to the longest)"
-            )
-    t = np.arange(seq_len, dtype=np.int64)[None, :]
-    tail = t >= real_end[:, None]  # (R, L)
-    if not np.array_equal(attention_mask, (~tail).astype(np.int64)):
-        r = int(np.flatnonzero((attention_mask != (~tail)).any(axis=1))[0])
-        raise BatchFormatError(
-            f"{path}: row {r}'s attention_mask is not 1 on its {int(real_end[r])} sample "
-            "tokens and 0 on the padding"
-        )
-    first = np.zeros((rows, seq_len), dtype=bool)
-    first[spans[:, 0], spans[:, 1]] = True
-    if np.any(labels[first | tail] != -100):
-        r = int(np.flatnonzero(((labels != -100) & (first | tail)).any(axis=1))[0])
-        raise BatchFormatError(
-            f"{path}: row {r}'s labels are not -100 on every sample's first token and on the "
-            "padding (a shifted loss would train across a sample boundary)"
-        )
-    if pad_token_id is not None and np.any(input_ids[tail] != pad_token_id):
-        raise BatchFormatError(f"{path}: packed rows are not padded with pad token {pad_token_id}")
-
-    # text positions restart at 0 at every boundary (the models build the mask from them)
-    flat_starts = cu.astype(np.int64) + np.repeat(
-        np.arange(rows, dtype=np.int64) * seq_len, cu_counts
-    )
-    keep = np.ones(flat_starts.size, dtype=bool)
-    if rows:
-        keep[cu_offsets[1:-1]] = False  # row r+1's 0 is row r's L
-    flat_cu = flat_starts[keep]
-    lengths = np.diff(flat_cu)
-    expected = np.arange(rows * seq_len, dtype=np.int64) - np.repeat(flat_cu[:-1], lengths)
-    text = position_ids[0].reshape(-1)
-    if not np.array_equal(text, expected):
-        k = int(np.flatnonzero(text != expected)[0])
-        raise BatchFormatError(
-            f"{path}: position_ids' text axis at row {k // seq_len}, token {k % seq_len} is "
-            f"{int(text[k])}, not {int(expected[k])}: it must count 0 .. n-1 within each "
-            "cu_seqlens sub-sequence"
-        )
-    tail_pos = (t - real_end[:, None])[tail]
-    for axis in range(1, POSITION_AXES):
-        if not np.array_equal(position_ids[axis][tail], tail_pos):
-            raise BatchFormatError(
-                f"{path}: position_ids' axis {axis} does not count 0 .. on the padding tail"
-            )
-    cu_flat = flat_cu.astype(np.int32) if rows else np.zeros(1, dtype=np.int32)
-    for a in (cu_flat, spans):
-        a.setflags(write=False)
-    return _Packing(per_row, position_ids, cu_flat, row_offsets, spans)
 
 
 def read_batch_file(
@@ -829,7 +506,7 @@ def read_batch_file(
         rb = pa.RecordBatch.from_pylist([], schema=schema)
 
     meta = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
-    for key, want_value in (("stoker.step", expected_step), ("stoker.rank", expected_rank)):
+    for key, want_value in ((STEP_KEY, expected_step), (RANK_KEY, expected_rank)):
         if want_value is not None and key in meta and meta[key] != str(want_value):
             raise BatchFormatError(
                 f"{path}: metadata {key}={meta[key]!r} but the file is for {want_value}"
@@ -837,12 +514,12 @@ def read_batch_file(
 
     cols = {name: rb.column(name) for name in schema.names}
     b = rb.num_rows
-    input_ids = _fixed_rows(cols["input_ids"], path, "input_ids", "int64")
-    labels = _fixed_rows(cols["labels"], path, "labels", "int64")
-    attention_mask = _fixed_rows(cols["attention_mask"], path, "attention_mask", "int64")
-    pixel_dtype = meta.get("stoker.pixel_dtype", "float32")
+    input_ids = fixed_rows(cols["input_ids"], path, "input_ids", "int64")
+    labels = fixed_rows(cols["labels"], path, "labels", "int64")
+    attention_mask = fixed_rows(cols["attention_mask"], path, "attention_mask", "int64")
+    pixel_dtype = meta.get(PIXEL_DTYPE_KEY, "float32")
     pixel_spec = next(c for c in COLUMNS if c.name == "pixel_values")
-    pixel_values = _list_of_fixed(
+    pixel_values = list_of_fixed(
         cols["pixel_values"],
         path,
         "pixel_values",
@@ -855,22 +532,22 @@ def read_batch_file(
             f"{path}: pixel_values has D={pixel_values.shape[1]}, the vision settings give "
             f"{vision.patch_dim}"
         )
-    image_grid_thw = _list_of_fixed(cols["image_grid_thw"], path, "image_grid_thw", "int64")
+    image_grid_thw = list_of_fixed(cols["image_grid_thw"], path, "image_grid_thw", "int64")
     si = cols["sample_index"]
     row_offsets: np.ndarray | None = None
     provenance: dict[str, list[str]] = {}
     if max_tokens is None:
-        sample_index = _view(
-            _data_buffer(si, path, "sample_index"), "int64", si.offset, b, path, "sample_index"
+        sample_index = view(
+            data_buffer(si, path, "sample_index"), "int64", si.offset, b, path, "sample_index"
         )
         for name in ("source", "location"):
             if cols[name].null_count:
                 raise BatchFormatError(f"{path}: column {name!r} holds nulls")
             provenance[name] = cols[name].to_pylist()
     else:
-        sample_index, row_offsets = _list_values(si, path, "sample_index", "int64")
+        sample_index, row_offsets = list_values(si, path, "sample_index", "int64")
         for name in ("source", "location"):
-            provenance[name], offsets = _strings(cols[name], path, name)
+            provenance[name], offsets = strings(cols[name], path, name)
             if not np.array_equal(row_offsets, offsets):
                 raise BatchFormatError(
                     f"{path}: sample_index and {name} list different samples per row "
@@ -888,8 +565,8 @@ def read_batch_file(
     packing = None
     if max_tokens is not None:
         assert row_offsets is not None
-        pad = meta.get("stoker.pad_token_id")
-        packing = _check_packed(
+        pad = meta.get(PAD_TOKEN_ID_KEY)
+        packing = check_packed(
             path,
             cols,
             input_ids,
@@ -923,20 +600,20 @@ def read_batch_file(
             raise BatchFormatError(
                 f"{path}: holds {b} rows, expected micro_batch_size {micro_batch_size} (or 0)"
             )
-        if meta.get("stoker.slots", str(micro_batch_size)) != str(micro_batch_size):
+        if meta.get(SLOTS_KEY, str(micro_batch_size)) != str(micro_batch_size):
             raise BatchFormatError(
                 f"{path}: metadata stoker.slots={meta['stoker.slots']!r} but the manifest's "
                 f"micro_batch_size is {micro_batch_size}"
             )
     backfilled = _parse_backfilled(
-        meta.get("stoker.backfilled_slots", ""),
+        meta.get(BACKFILLED_SLOTS_KEY, ""),
         int(sample_index.shape[0]),
         path,
         packed=max_tokens is not None,
     )
 
-    step = int(meta.get("stoker.step", expected_step if expected_step is not None else -1))
-    rank = int(meta.get("stoker.rank", expected_rank if expected_rank is not None else -1))
+    step = int(meta.get(STEP_KEY, expected_step if expected_step is not None else -1))
+    rank = int(meta.get(RANK_KEY, expected_rank if expected_rank is not None else -1))
     return Batch(
         step=step,
         rank=rank,
@@ -1011,7 +688,7 @@ def validate_schema(
     names = set(schema.names)
     bound: dict[str, int] = {}
     meta = {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
-    pixel_dtype = meta.get("stoker.pixel_dtype", "float32")
+    pixel_dtype = meta.get(PIXEL_DTYPE_KEY, "float32")
     if pixel_dtype not in PIXEL_DTYPES:
         problems.append(f"metadata stoker.pixel_dtype={pixel_dtype!r} is not one of {PIXEL_DTYPES}")
         pixel_dtype = "float32"

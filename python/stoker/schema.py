@@ -87,21 +87,28 @@ COLUMNS: tuple[ColumnSpec, ...] = (
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
 
-#: Schema-level metadata keys written by the sink.
-METADATA_KEYS: tuple[str, ...] = (
-    "stoker.format_version",
-    "stoker.step",
-    "stoker.rank",
-    "stoker.slots",
-    "stoker.backfilled_slots",
-    "stoker.pad_token_id",
-    "stoker.image_token_id",
-    "stoker.pixel_dtype",
-    "stoker.packing_max_tokens",
-)
-
-#: Metadata key present only in packed batches: tokens per packed row T.
+#: Schema-level metadata keys written by the sink (batch-schema.json ``metadata``, in its order).
+FORMAT_VERSION_KEY = "stoker.format_version"
+STEP_KEY = "stoker.step"
+RANK_KEY = "stoker.rank"
+SLOTS_KEY = "stoker.slots"
+BACKFILLED_SLOTS_KEY = "stoker.backfilled_slots"
+PAD_TOKEN_ID_KEY = "stoker.pad_token_id"
+IMAGE_TOKEN_ID_KEY = "stoker.image_token_id"
+PIXEL_DTYPE_KEY = "stoker.pixel_dtype"
+#: Present only in packed batches: tokens per packed row T.
 PACKING_MAX_TOKENS_KEY = "stoker.packing_max_tokens"
+METADATA_KEYS: tuple[str, ...] = (
+    FORMAT_VERSION_KEY,
+    STEP_KEY,
+    RANK_KEY,
+    SLOTS_KEY,
+    BACKFILLED_SLOTS_KEY,
+    PAD_TOKEN_ID_KEY,
+    IMAGE_TOKEN_ID_KEY,
+    PIXEL_DTYPE_KEY,
+    PACKING_MAX_TOKENS_KEY,
+)
 
 #: Rows of ``position_ids``: the text positions, then the M-RoPE temporal, height and width ones.
 POSITION_AXES = 4

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch  # torch.utils.data with it
 
-from .batch import Batch, normalize_uint8_torch
+from .batch import Batch
 from .data_state import (
     DataStateError,
     check_restore,
@@ -37,6 +37,7 @@ from .data_state import (
     sequence_of,
     validate_state,
 )
+from .pixels import normalize_uint8_torch
 from .protocol import Manifest, VisionSettings
 from .reader import BatchReader
 
@@ -250,7 +251,7 @@ class StokerDataset(torch.utils.data.IterableDataset):
             the file's (float32 for a uint8 job), as :meth:`stoker.Batch.to_torch`. A uint8
             job's pixels (``stoker.image.pixel-dtype: UINT8``) cross to ``device`` as uint8 (a
             quarter of float32's bytes) and are normalized there, on the copy stream
-            (:func:`stoker.batch.normalize_uint8_torch`); without ``device`` on the CPU.
+            (:func:`stoker.pixels.normalize_uint8_torch`); without ``device`` on the CPU.
 
     With ``device``, the reader fetches step ``s + 1`` when ``s`` is handed over, so ``ack.json``
     marks ``s`` consumed while it trains (the job's resume step comes from :meth:`state_dict`,

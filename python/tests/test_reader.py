@@ -383,18 +383,18 @@ def test_sliced_arrays_respect_offsets(shm_root):
 
 def test_in_memory_offsets_are_respected_without_copy():
     """Directly exercise the offset arithmetic on in-memory sliced arrays (buffers not rewritten)."""
-    from stoker.batch import _fixed_rows, _list_of_fixed
+    from stoker.arrow_columns import fixed_rows, list_of_fixed
 
     samples = make_samples(1, 0, 5)
     rb = build_record_batch(samples).slice(1, 3)
     assert rb.column("input_ids").offset == 1
-    ids = _fixed_rows(rb.column("input_ids"), "mem", "input_ids", "int64")
+    ids = fixed_rows(rb.column("input_ids"), "mem", "input_ids", "int64")
     exp = _expected_arrays(samples)
     np.testing.assert_array_equal(ids, exp["input_ids"][1:4])
     assert np.shares_memory(
         ids, np.frombuffer(rb.column("input_ids").values.buffers()[1], np.int64)
     )
-    pv = _list_of_fixed(rb.column("pixel_values"), "mem", "pixel_values", "float32")
+    pv = list_of_fixed(rb.column("pixel_values"), "mem", "pixel_values", "float32")
     np.testing.assert_array_equal(pv, np.concatenate([s["patches"] for s in samples[1:4]]))
 
 
