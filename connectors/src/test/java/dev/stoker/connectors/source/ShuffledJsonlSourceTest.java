@@ -1,0 +1,106 @@
+package dev.stoker.connectors.source;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+import dev.stoker.operators.batch.BatchPlan;
+import dev.stoker.operators.batch.MixtureOrder;
+import dev.stoker.operators.model.JsonlLine;
+import java.nio.file.Path;
+import java.util.List;
+import java.util.TreeSet;
+import org.apache.flink.api.connector.source.SourceReader;
+import org.apache.flink.api.connector.source.SplitEnumerator;
+import org.apache.flink.connector.testutils.source.reader.TestingReaderContext;
+import org.apache.flink.connector.testutils.source.reader.TestingReaderOutput;
+import org.apache.flink.connector.testutils.source.reader.TestingSplitEnumeratorContext;
+import org.apache.flink.core.io.InputStatus;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * {@link ShuffledJsonlSource}: what fits together, and the generation rule of a restore: within a
+ * generation (a failover) the enumerator and readers go on where the checkpoint left them; a new
+ * generation (a submission from a savepoint) starts again at its gate's first step and drops the
+ * earlier generation's splits.
+ */
+class ShuffledJsonlSourceTest {
+    @TempDir Path dir;
+
+    private static final List<String> NAMES = List.of("captions", "charts");
+    private final MixtureOrder order =
+            new MixtureOrder(NAMES, new long[] {5, 2}, new long[] {5, 2}, false, 0);
+
+    private ShuffledJsonlSource source(PrefetchGate gate, int captionRecords) throws Exception {
+        return new ShuffledJsonlSource(
+                List.of(
+                        SourceTestData.source(dir, "captions", captionRecords),
+                        SourceTestData.source(dir, "charts", 2)),
+                order,
+                new BatchPlan(7, 2, 2, 3), // 2 steps per epoch, 6 steps
+                1024,
+                1 << 20,
+                gate);
+    }
+
+    @Test
+    void listingsThatDoNotFitTheOrderAreRefusedNamingTheSource() {
+        assertThatThrownBy(() -> source(SourceTestData.unboundedGate("g2", 0), 4))
+                .isInstanceOf(IllegalArgumentException.class)
+                .hasMessage("source 'captions' lists 4 records, the order has 5");
+    }
+
+    @Test
+    void aFailoverRestoresTheEnumeratorWhereItsCheckpointLeftIt() throws Exception {
+        ShuffledJsonlSource source = source(SourceTestData.unboundedGate("g2", 1), 5);
+        StepEnumeratorState state = new StepEnumeratorState("g2", 4, new TreeSet<>(List.of(2L)));
+
+        assertThat(nextSteps(source, state)).containsExactly(2L, 4L);
+    }
+
+    @Test
+    void aNewGenerationStartsAtItsGatesFirstStepWhateverTheSavepointHeld() throws Exception {
+        ShuffledJsonlSource source = source(SourceTestData.unboundedGate("g2", 1), 5);
+        StepEnumeratorState savepoint =
+                new StepEnumeratorState("g1", 4, new TreeSet<>(List.of(2L)));
+
+        assertThat(nextSteps(source, savepoint)).containsExactly(1L, 2L);
+    }
+
+    @Test
+    void aReaderDropsTheSplitsOfAnEarlierGeneration() throws Exception {
+        ShuffledJsonlSource source = source(SourceTestData.unboundedGate("g2", 0), 5);
+        TestingReaderContext context = new TestingReaderContext();
+        TestingReaderOutput<JsonlLine> output = new TestingReaderOutput<>();
+        try (SourceReader<JsonlLine, StepSplit> reader = source.createReader(context)) {
+            reader.start();
+            reader.addSplits(List.of(new StepSplit("g1", 0, 0), new StepSplit("g2", 1, 2)));
+            reader.notifyNoMoreSplits();
+            InputStatus status;
+            do {
+                reader.isAvailable().get();
+                status = reader.pollNext(output);
+            } while (status != InputStatus.END_OF_INPUT);
+        }
+        assertThat(output.getEmittedRecords())
+                .extracting(l -> l.ref.sampleIndex)
+                .as("step 1's slots after the 2 it had emitted; nothing of g1's step 0")
+                .containsExactly(6L, 7L);
+    }
+
+    /** The steps a reader is given for two requests after a restore from {@code state}. */
+    private static List<Long> nextSteps(ShuffledJsonlSource source, StepEnumeratorState state)
+            throws Exception {
+        TestingSplitEnumeratorContext<StepSplit> context = new TestingSplitEnumeratorContext<>(1);
+        context.registerReader(0, "localhost");
+        try (SplitEnumerator<StepSplit, StepEnumeratorState> e =
+                source.restoreEnumerator(context, state)) {
+            e.start();
+            e.handleSplitRequest(0, "localhost");
+            e.handleSplitRequest(0, "localhost");
+            return context.getSplitAssignments().get(0).getAssignedSplits().stream()
+                    .map(s -> s.step)
+                    .toList();
+        }
+    }
+}
