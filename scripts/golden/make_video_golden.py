@@ -55,7 +55,10 @@ Output (about 6 MB; about 20 s on the 2-core dev box):
 * ``clips/``: the clip files.
 * ``clips.arrow``: one row per clip file, good or bad: how it was made and what PyAV decodes.
 * ``videos.arrow``: one row per (preset, clip, fps): the processor's inputs and outputs, or
-  ``status`` "refused" with the reference's ``error`` (type: message).
+  ``status`` "refused" with the reference's ``error`` (type: message). Each row's
+  ``pixel_values_videos`` is checked to be ``patchify((u8 / 255 - mean) / std)`` of the uint8
+  frames the processor's own ``resize`` returned (``affine_check_max_abs_error``, float32
+  rounding only), so those frames are recoverable from it and not stored.
 * ``frame_indices.arrow``: the three index rules for a few frame counts per clip.
 * ``summary.json`` (written last): versions, presets, encoders used and missing, counts.
 
@@ -543,6 +546,8 @@ def reference_row(
     vp = processor.video_processor
     captured: list[Any] = []
     vp.fetch_videos = partial(pyav_fetch, captured)
+    resized: list[Any] = []
+    vp.resize = partial(keep_result, type(vp).resize.__get__(vp), resized)
     row: dict[str, Any] = {
         "preset": preset.key,
         "clip": clip.name,
@@ -578,6 +583,10 @@ def reference_row(
     grid = [int(v) for v in out["video_grid_thw"][0]]
     assert pv.shape == (grid[0] * grid[1] * grid[2], 3 * 2 * preset.patch_size**2), pv.shape
     frames = np.ascontiguousarray(np.asarray(frames), dtype=np.uint8)
+    (resized_u8,) = resized
+    assert resized_u8.dtype == torch.uint8, resized_u8.dtype
+    affine = float(np.abs(pv - patchify(resized_u8[0].numpy(), preset)).max())
+    assert affine < 1e-5, affine
     indices = [int(i) for i in np.asarray(meta.frames_indices)]
     assert frames.shape[0] == len(indices) and frames.shape[-1] == 3
     timestamps: list[float] = []
@@ -606,9 +615,32 @@ def reference_row(
             ),
             "video_timestamps": timestamps,
             "input_ids": [int(v) for v in out["input_ids"][0]],
+            "affine_check_max_abs_error": affine,
         }
     )
     return row
+
+
+def keep_result(method: Any, results: list[Any], *args: Any, **kwargs: Any) -> Any:
+    """Calls the processor's own ``method`` and keeps what it returned."""
+    result = method(*args, **kwargs)
+    results.append(result)
+    return result
+
+
+def patchify(u8: np.ndarray, preset: Preset) -> np.ndarray:
+    """``(u8 / 255 - mean) / std`` of resized (T, C, H, W) uint8 frames, padded to the temporal
+    patch by repeating the last frame and patchified in the processor's order (view (gt, 2, C,
+    gh/2, 2, p, gw/2, 2, p), permute (0, 3, 6, 4, 7, 2, 1, 5, 8)), in float64."""
+    x = u8.astype(np.float64) / 255.0
+    x = (x - np.array(preset.mean)[:, None, None]) / np.array(preset.std)[:, None, None]
+    if len(x) % 2:
+        x = np.concatenate([x, x[-1:]])
+    t, c, h, w = x.shape
+    p, m = preset.patch_size, 2
+    x = x.reshape(t // 2, 2, c, h // p // m, m, p, w // p // m, m, p)
+    x = x.transpose(0, 3, 6, 4, 7, 2, 1, 5, 8)
+    return x.reshape(t // 2 * (h // p) * (w // p), c * 2 * p * p)
 
 
 def index_rows(clip_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -723,6 +755,7 @@ SCHEMAS = {
         ("second_per_grid_ts", pa.float64()),
         ("video_timestamps", pa.list_(pa.float64())),
         ("input_ids", pa.list_(pa.int32())),
+        ("affine_check_max_abs_error", pa.float64()),
     ],
     "frame_indices.arrow": [
         ("clip", pa.string()),
@@ -813,6 +846,9 @@ def main() -> None:
             "videos_refused": sum(r["status"] == "refused" for r in video_rows),
             "frame_indices": len(indices),
         },
+        "affine_check_max_abs_error": max(
+            r["affine_check_max_abs_error"] for r in video_rows if r["status"] == "ok"
+        ),
         "refusals": sorted(
             {f"{r['clip']}: {r['error']}" for r in video_rows if r["status"] == "refused"}
         ),
