@@ -17,7 +17,4 @@ if [ ! -f job/target/stoker-job.jar ] || [ ! -f job/target/runtime-classpath.txt
   echo "[packing] building the job jar (mvn -o package)" >&2
   mvn -o -q -B package -DskipTests
 fi
-# the JVM options the stoker script defines once (its JVM_OPENS line)
-JVM_OPENS=$(sed -n 's/^JVM_OPENS="\(.*\)"$/\1/p' stoker)
-export STOKER_JVM_OPENS="$JVM_OPENS"
 PYTHONPATH="$PWD:$PWD/python" exec "$PY" -m bench.packing "$@"

@@ -14,12 +14,11 @@ cd "$(dirname "$0")/.."
 WORK=${1:-.stoker/bench-planning}
 RECORDS=${2:-1000000,5000000,20000000}
 mkdir -p "$WORK"
-JVM_OPENS=$(sed -n 's/^JVM_OPENS="\(.*\)"$/\1/p' stoker)
 CP_FILE=$(pwd)/job/target/test-classpath.txt
 mvn -q -B -pl job -am package dependency:build-classpath -DskipTests -Dmdep.includeScope=test -Dmdep.outputFile="$CP_FILE"
 # Flink's S3 filesystem plugin (job/target/plugins, copied by the build), as the S3 ITCases use it
 FLINK_PLUGINS_DIR=$(pwd)/job/target/plugins AWS_EC2_METADATA_DISABLED=true \
-java $JVM_OPENS -Xmx4g -XX:+UseParallelGC -Daws.java.v1.disableDeprecationAnnouncement=true \
+java @flink-conf/jvm-opens.args -Xmx4g -XX:+UseParallelGC -Daws.java.v1.disableDeprecationAnnouncement=true \
   -Dlog4j.configurationFile="file:$(pwd)/job/src/test/resources/log4j2-test.properties" \
   -cp "job/target/test-classes:job/target/classes:connectors/target/classes:$(cat "$CP_FILE")" \
   dev.stoker.job.PlanningScaleBench "$WORK" "$RECORDS" "${3:-40}" "${4:-4}" "${5:-local,s3}"

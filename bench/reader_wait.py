@@ -3,7 +3,7 @@
     .venv/bin/python bench/reader_wait.py [PYTHON_DIR ...] [--rounds 2] [--steps 60] [--step-ms 135]
 
 A producer process publishes batch files per docs/batch-protocol.md with the tests' writer
-(``python/tests/conftest.py``; B = 8 rows of 1000 patches of D = 1176 float32, ~38 MB per file,
+(``python/tests/harness/batches.py``; B = 8 rows of 1000 patches of D = 1176 float32, ~38 MB per file,
 at most 8 steps ahead of the last ack, as the job's prefetch gate allows), and a trainer reads them with ``BatchReader`` and sleeps ``--step-ms`` per
 step, so every file is mapped before it is asked for. Prints the time per ``next()`` (the first
 10 steps left out) for each ``PYTHON_DIR`` holding a ``stoker`` package (default: this
@@ -30,7 +30,7 @@ B, P, D, DEPTH = 8, 1000, 1176, 8
 def produce(root: Path, steps: int) -> None:
     """Publish steps 0 .. steps-1 of rank 0, each at most DEPTH steps ahead of ack.json."""
     import numpy as np
-    from conftest import build_record_batch, rank_dir, write_batch, write_manifest
+    from harness.batches import build_record_batch, rank_dir, write_batch, write_manifest
 
     patches = np.random.default_rng(0).standard_normal((P, D), dtype=np.float32)
     write_manifest(root, world_size=1, num_steps=steps, micro_batch_size=B, patch_dim=D)

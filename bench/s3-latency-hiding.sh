@@ -11,13 +11,11 @@
 # Needs ../shared/data (tokenizer) beside the repository. Prints one line per round and a RESULT line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# the JVM options the stoker script defines once (its JVM_OPENS line)
-JVM_OPENS=$(sed -n 's/^JVM_OPENS="\(.*\)"$/\1/p' stoker)
 CP_FILE=$(pwd)/job/target/test-classpath.txt
 # One reactor run (-am): the modules come from this checkout, not from ~/.m2 (where they are never
 # installed); each module writes the file in turn and the job's, last, stays.
 mvn -q -B -pl job -am package dependency:build-classpath -DskipTests -Dmdep.includeScope=test -Dmdep.outputFile="$CP_FILE"
 FLINK_PLUGINS_DIR="$(pwd)/job/target/plugins" AWS_EC2_METADATA_DISABLED=true \
-  java $JVM_OPENS -Daws.java.v1.disableDeprecationAnnouncement=true \
+  java @flink-conf/jvm-opens.args -Daws.java.v1.disableDeprecationAnnouncement=true \
   -Dlog4j.configurationFile="file:$(pwd)/job/src/test/resources/log4j2-test.properties" \
   -cp "job/target/test-classes:job/target/classes:connectors/target/classes:$(cat "$CP_FILE")" dev.stoker.job.S3LatencyBench "$@"

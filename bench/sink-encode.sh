@@ -19,7 +19,7 @@ CP="connectors/target/test-classes:connectors/target/classes:operators/target/cl
 for _ in $(seq "$PAIRS"); do
   for mode in $MODES; do
     for dtype in $DTYPES; do
-      java -Xms2g -Xmx2g --add-opens=java.base/java.nio=ALL-UNNAMED \
+      java -Xms2g -Xmx2g @flink-conf/jvm-opens.args \
         -Dlog4j.configurationFile=file:$(pwd)/connectors/src/test/resources/log4j2-test.properties \
         -cp "$CP" dev.stoker.connectors.shm.SinkEncodeBench "$mode" "$dtype" "$BATCHES" "$SAMPLES" "$PATCHES" | grep RESULT
     done

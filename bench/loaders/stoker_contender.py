@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from stoker_tools.job import EMBEDDED_JVM_OPTS, JobBuild, embedded_command, flink_run_args
+
 from bench.loaders.common import (
     BUCKET,
     MAX_PIXELS,
@@ -26,17 +28,10 @@ from stoker import BatchReader
 
 JAR = REPO / "job" / "target" / "stoker-job.jar"
 OUTPUT_ROOT = Path("/dev/shm/stoker-bench")
-JVM_OPENS = [
-    f"--add-opens=java.base/{p}=ALL-UNNAMED"
-    for p in (
-        "java.nio sun.nio.ch java.lang java.util java.lang.reflect java.io java.net java.time "
-        "java.text java.util.concurrent"
-    ).split()
-]
 
 
-def job_args(cfg: Config, job: str) -> list[str]:
-    args = {
+def job_options(cfg: Config, job: str) -> dict[str, str]:
+    return {
         "stoker.dataset.path": f"s3://{BUCKET}/{PREFIX}",
         "stoker.tokenizer.path": str(TOKENIZER),
         "stoker.job-name": job,
@@ -50,7 +45,6 @@ def job_args(cfg: Config, job: str) -> list[str]:
         "s3.path.style.access": "true",
         "parallelism.default": str(cfg.cores),
     }
-    return [x for k, v in args.items() for x in (f"--{k}", v)]
 
 
 def start_job(cfg: Config, job: str) -> subprocess.Popen[bytes]:
@@ -58,28 +52,21 @@ def start_job(cfg: Config, job: str) -> subprocess.Popen[bytes]:
     env = dict(os.environ, AWS_ACCESS_KEY_ID="stoker-local", AWS_EC2_METADATA_DISABLED="true")
     env["AWS_SECRET_ACCESS_KEY"] = "stoker-local-secret"
     if cfg.extra["mode"] == "embedded":
-        classpath = (REPO / "job" / "target" / "runtime-classpath.txt").read_text().strip()
         env["FLINK_PLUGINS_DIR"] = str(REPO / "job" / "target" / "plugins")
-        cmd = [
-            "java",
-            *JVM_OPENS,
-            "-XX:+UseParallelGC",  # as ./stoker demo (EMBEDDED_JVM_OPTS)
-            "-Daws.java.v1.disableDeprecationAnnouncement=true",
-            f"-Dlog4j.configurationFile=file:{REPO}/flink-conf/log4j-console.properties",
-            f"-Dlog.file={Path(cfg.result).with_suffix('.flink.log')}",
-            "-cp",
-            f"{JAR}:{classpath}",
-            "dev.stoker.job.StokerJob",
-            *job_args(cfg, job),
-            "--rest.address",
-            "127.0.0.1",
-            "--rest.bind-address",
-            "127.0.0.1",
-            "--rest.port",
-            str(cfg.extra.get("rest_port", 18082)),
-        ]
+        options = {
+            **job_options(cfg, job),
+            "rest.address": "127.0.0.1",
+            "rest.bind-address": "127.0.0.1",
+            "rest.port": str(cfg.extra.get("rest_port", 18082)),
+        }
+        cmd = embedded_command(
+            options,
+            build=JobBuild(JAR, REPO / "job" / "target" / "runtime-classpath.txt"),
+            jvm_opts=EMBEDDED_JVM_OPTS,  # as ./stoker demo
+            log_file=Path(cfg.result).with_suffix(".flink.log"),
+        )
     else:
-        cmd = [str(REPO / "scripts" / "flink"), "run", str(JAR), *job_args(cfg, job)]
+        cmd = [str(REPO / "scripts" / "flink"), *flink_run_args(job_options(cfg, job), jar=JAR)]
     return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 

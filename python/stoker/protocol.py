@@ -13,7 +13,7 @@ of ``ack.json`` (:func:`ack_content`, :func:`write_ack_and_unlink`), and the err
 raises when the job's files break the contract (:class:`BatchFormatError`) or the job will not
 produce the step the trainer needs (:class:`ResumeError`). Every name is defined once, in
 ``schema/batch-schema.json`` (``files``, ``manifest``, ``ack``), which the Java side
-(``dev.stoker.connectors.protocol``) and ``tests/test_schema_sync.py`` check these against.
+(``dev.stoker.connectors.protocol``) and ``tests/unit/test_schema_sync.py`` check these against.
 Writes are atomic (temporary file, then ``rename``), so a reader or the job never sees half a file.
 """
 

@@ -3,7 +3,7 @@
 The JSON file in the repository root is the single definition of the batch layout; this module
 mirrors the part the reader needs (names, Arrow types, reader dtypes and shapes), as
 :mod:`stoker.protocol` mirrors its file names and manifest/ack fields, and
-``tests/test_schema_sync.py`` asserts that they agree.
+``tests/unit/test_schema_sync.py`` asserts that they agree.
 
 Arrow types are written in the JSON's notation, e.g. ``fixed_size_list<int64 not null>[L]``,
 where ``L`` (padded sequence length) and ``D`` (patch dimension) are per-batch symbols, numbers

@@ -13,8 +13,8 @@ and a simulated trainer with two DP ranks reading every batch.
    uploaded to ``s3://stoker-demo/sample``. Its endpoint is read from that process's own output,
    after the upload (never from a file an earlier run may have left). ``STOKER_DEMO_S3=0``: the
    job reads the local folder.
-3. The job (``dev.stoker.job.StokerJob`` from ``$STOKER_JAR``, classpath ``$STOKER_CLASSPATH_FILE``,
-   JVM flags ``$STOKER_JVM_OPENS``) with the demo's defaults below; an option given as
+3. The job (:func:`stoker_tools.job.embedded_command`: ``$STOKER_JAR``, ``$STOKER_CLASSPATH_FILE``,
+   the JVM flags of ``flink-conf/jvm-opens.args``) with the demo's defaults below; an option given as
    ``--key value`` wins over a default. Its log: ``STATE/logs/<job>.log``.
 4. The simulated trainer (``stoker_tools.simulate``, 20 ms per step), then the job's accounting line,
    the dead letters (:func:`print_results`), and one line on what the wait-time figures mean.
@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import os
 import queue
-import shlex
 import shutil
 import signal
 import subprocess
@@ -46,6 +45,7 @@ from types import FrameType
 
 from stoker.dead_letters import main as print_dead_letters
 from stoker.printable import escape_unencodable_stdout, printable
+from stoker_tools.job import EMBEDDED_JVM_OPTS, JobBuild, JobBuildMissing, embedded_command
 
 BUCKET = "stoker-demo"
 S3_PREFIX = "sample"
@@ -55,10 +55,6 @@ S3_CREDENTIALS = {
     "AWS_SECRET_ACCESS_KEY": "stoker-local-secret",
     "AWS_EC2_METADATA_DISABLED": "true",
 }
-#: The embedded job's JVM (JobManager and TaskManager in one) uses the Parallel collector: the
-#: image work allocates and drops arrays of hundreds of KB to tens of MB per image and has no
-#: pause-time target; measured +8-9% samples/s over the default G1 (bench/README.md).
-EMBEDDED_JVM_OPTS = ["-XX:+UseParallelGC", "-Daws.java.v1.disableDeprecationAnnouncement=true"]
 STEP_TIME_MS = 20
 #: What the job logs (dev.stoker.job.StokerJob) when a run from step 0 ends with its accounting
 #: checked: "Run finished: records in steps 0..N=R, read=R, samples emitted=E, dead letters=D".
@@ -289,19 +285,14 @@ def print_results(job_log: Path, job_dir: Path) -> None:
 def job_command(
     repo: Path, tokenizer: Path, dataset: str | None, options: dict[str, str], job_log: Path
 ) -> list[str]:
-    """The embedded job's command line over ``dataset`` (``stoker.dataset.path``; ``None`` when
-    ``options`` name a ``stoker.mixture.path`` instead)."""
-    jar = Path(os.environ.get("STOKER_JAR", repo / "job" / "target" / "stoker-job.jar"))
-    cp_file = Path(
-        os.environ.get("STOKER_CLASSPATH_FILE", repo / "job" / "target" / "runtime-classpath.txt")
-    )
-    if not jar.is_file() or not cp_file.is_file():
-        raise DemoError(
-            f"{printable(jar)} or {printable(cp_file)} is missing: build with mvn package"
-        )
-    opens = shlex.split(
-        os.environ.get("STOKER_JVM_OPENS", "--add-opens=java.base/java.nio=ALL-UNNAMED")
-    )
+    """The embedded job's command line (:func:`stoker_tools.job.embedded_command`, the build of
+    ``repo``, :data:`~stoker_tools.job.EMBEDDED_JVM_OPTS`, logging to ``job_log``) over ``dataset``
+    (``stoker.dataset.path``; ``None`` when ``options`` name a ``stoker.mixture.path`` instead),
+    its REST API on 127.0.0.1.
+
+    Raises:
+        DemoError: the job jar or its classpath file is missing.
+    """
     merged = {
         **({"stoker.dataset.path": dataset} if dataset is not None else {}),
         "stoker.tokenizer.path": str(tokenizer),
@@ -309,17 +300,15 @@ def job_command(
         "rest.bind-address": "127.0.0.1",
         **options,
     }
-    return [
-        "java",
-        *opens,
-        *EMBEDDED_JVM_OPTS,
-        f"-Dlog.file={job_log}",
-        f"-Dlog4j.configurationFile=file:{repo / 'flink-conf' / 'log4j-console.properties'}",
-        "-cp",
-        f"{jar}:{cp_file.read_text().strip()}",
-        "dev.stoker.job.StokerJob",
-        *(x for k, v in merged.items() for x in (f"--{k}", v)),
-    ]
+    try:
+        return embedded_command(
+            merged,
+            build=JobBuild.from_env(repo),
+            jvm_opts=EMBEDDED_JVM_OPTS,
+            log_file=job_log,
+        )
+    except JobBuildMissing as e:
+        raise DemoError(printable(str(e))) from None
 
 
 def _supervise(

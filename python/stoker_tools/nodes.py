@@ -1,6 +1,6 @@
 """Simulated nodes on one machine and a standalone Flink cluster inside them, from Python.
 
-For the multi-node end-to-end test (``python/tests/test_multinode.py``) and the scaling ladder
+For the multi-node end-to-end test (``python/tests/system/test_multinode.py``) and the scaling ladder
 (``bench/scaling-ladder.sh``); docs/multi-node.md describes the layout.
 
 * :class:`Nodes` drives ``scripts/nodes.sh`` under a random prefix: each node is a network

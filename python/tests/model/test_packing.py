@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from test_real_model import dataset, read_all, run_job, tiny_model  # noqa: F401  (dataset: a fixture)
+from harness.real_model import read_all, run_job, tiny_model
 
 from stoker import Batch
 

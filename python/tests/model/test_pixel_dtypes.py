@@ -19,7 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import MODEL_INPUT_NAMES, PATCH_DIM, SHARED, bf16_rne, run_pixel_dtype_jobs
+from harness.batches import MODEL_INPUT_NAMES, PATCH_DIM, bf16_rne
+from harness.jobs import run_pixel_dtype_jobs
+from harness.paths import require_shared
 
 from stoker import Batch, BatchReader
 from stoker.torch import StokerDataset
@@ -30,8 +32,7 @@ DTYPES = ("FLOAT32", "BFLOAT16", "UINT8")
 @pytest.fixture(scope="module")
 def jobs():
     """Each job's directory and rank 0's batches, by dtype (the mappings stay valid while held)."""
-    if not SHARED.is_dir():
-        pytest.fail(f"{SHARED} is missing; tests need ../shared beside the repository")
+    require_shared()
     out_root = Path(tempfile.mkdtemp(prefix="stoker-uint8-torch-", dir="/dev/shm"))
     try:
         dirs = run_pixel_dtype_jobs(out_root, DTYPES)

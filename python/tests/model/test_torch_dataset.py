@@ -2,7 +2,7 @@
 discovery, the checkpointable data state (round trip and every mismatch), the resume command
 on a torch checkpoint, and the device hand-off.
 
-The batches are written by the conftest helpers exactly as the protocol says; the reference
+The batches are written by the harness helpers (:mod:`harness.batches`) exactly as the protocol says; the reference
 for every value is what the helpers wrote (``make_samples``), never the reader's output.
 Runs in the model venv (torch, transformers), as the real-model tier.
 """
@@ -20,9 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import (
+from harness.batches import (
     MODEL_INPUT_NAMES,
-    REPO_ROOT,
     build_record_batch,
     make_job,
     make_packed_samples,
@@ -33,6 +32,7 @@ from conftest import (
     write_batch,
     write_manifest,
 )
+from harness.paths import REPO_ROOT
 from torch.utils.data import DataLoader
 from transformers import Qwen2VLForConditionalGeneration
 

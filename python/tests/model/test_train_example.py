@@ -44,7 +44,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DATASET, REPO_ROOT, job_command
+from harness.jobs import job_command
+from harness.paths import DATASET, REPO_ROOT
 
 EXAMPLE = REPO_ROOT / "examples" / "train_qwen_vl.py"
 W, B = 2, 2

@@ -18,7 +18,7 @@ import org.junit.jupiter.api.io.TempDir;
 /**
  * The protocol's names in Java (file names, manifest and ack fields, batch metadata keys) are the
  * ones {@code schema/batch-schema.json} defines, and what the job writes and reads follows them.
- * The Python side checks the same file ({@code python/tests/test_schema_sync.py}).
+ * The Python side checks the same file ({@code python/tests/unit/test_schema_sync.py}).
  */
 class ProtocolDefinitionTest {
     private static final ObjectMapper JSON = new ObjectMapper();

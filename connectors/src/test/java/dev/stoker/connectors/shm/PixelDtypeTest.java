@@ -46,7 +46,7 @@ class PixelDtypeTest {
         allocator.close();
     }
 
-    /** The same cases as python/tests/test_reader.py's BF16_CASES. */
+    /** The same cases as python/tests/unit/test_reader.py's BF16_CASES. */
     @Test
     void roundsToNearestEvenLikeTorch() {
         assertBits(1.0f, 0x3F80);

@@ -49,8 +49,8 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from harness.paths import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 K8S = REPO_ROOT / "deploy" / "kubernetes"
 FLINK_CONF = REPO_ROOT / "flink-conf" / "config.yaml"
 STOKER_OPTIONS = (
@@ -144,7 +144,7 @@ def _option_check_jars() -> tuple[Path, ...]:
 def flink_config_check(settings: list[tuple[str, str]]) -> list[tuple[str, str, str]]:
     """Each (key, value) as Flink reads it: (status, value type, detail), in the same order.
 
-    ``python/tests/java/FlinkConfigCheck.java`` (Java's source-file mode) on the classpath of the
+    ``python/tests/system/java/FlinkConfigCheck.java`` (Java's source-file mode) on the classpath of the
     Flink home the build assembles plus its plugins and the job jar: it collects the ConfigOptions
     of Flink's and the job's option classes and converts each value with Flink's own
     ``Configuration.get``. Status OK, UNKNOWN, DEPRECATED or BAD_VALUE.

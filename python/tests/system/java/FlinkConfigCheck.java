@@ -1,6 +1,6 @@
 /*
  * Checks configuration keys and values against the ConfigOptions that Flink (and the job) declare,
- * as Flink itself reads them. Used by python/tests/test_kubernetes.py; run it in Java's
+ * as Flink itself reads them. Used by python/tests/system/test_kubernetes.py; run it in Java's
  * source-file mode on the classpath whose options count:
  *
  *   java -cp '<flink home>/lib/*:<plugin jars>:<job jar>' FlinkConfigCheck.java JAR... < keys.tsv

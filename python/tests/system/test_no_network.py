@@ -21,7 +21,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import job_command
+from harness.jobs import job_command
 
 CONNECT = re.compile(r"connect\(\d+, \{sa_family=(AF_[A-Z0-9]+)(.*?)\}, \d+\)")
 PORT = re.compile(r"sin6?_port=htons\((\d+)\)")

@@ -9,15 +9,13 @@ import time
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import (
+from harness.batches import (
     GEN,
     MODEL_INPUT_NAMES,
     PAD,
     PATCH_DIM,
-    SCHEMA_JSON,
     bf16_rne,
     build_record_batch,
-    eventually,
     make_job,
     make_samples,
     rank_dir,
@@ -25,6 +23,8 @@ from conftest import (
     write_manifest,
     write_steps,
 )
+from harness.paths import SCHEMA_JSON
+from harness.polling import eventually
 
 from stoker import (
     BatchFormatError,

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, SHARED, TOKENIZER_DIR
+from harness.paths import REPO_ROOT, TOKENIZER_DIR, require_shared
 
 ACCOUNTING = re.compile(
     r"^\[job\] Run finished: records in steps 0\.\.(\d+)=(\d+), read=(\d+), "
@@ -66,8 +66,7 @@ def test_the_demo_runs_twice_in_a_row_in_one_clone(tmp_path):
     testkit = REPO_ROOT / "testkit/target/stoker-testkit.jar"
     if not jar.is_file() or not testkit.is_file():
         pytest.fail(f"{jar} or {testkit} is missing: run ./stoker test (mvn package builds them)")
-    if not SHARED.is_dir():
-        pytest.fail(f"{SHARED} is missing; tests need ../shared beside the repository")
+    require_shared()
     state = tmp_path / "state"
     base = "/dev/shm" if os.path.isdir("/dev/shm") else None
     out_root = Path(tempfile.mkdtemp(prefix="stoker-demo-test-", dir=base))

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from harness.paths import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 IMAGE = REPO_ROOT / "deploy" / "image"
 DOCKERFILE = IMAGE / "Dockerfile"
 FILES = IMAGE / "files.txt"

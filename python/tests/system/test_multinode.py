@@ -58,20 +58,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from stoker_tools.demo import S3_CREDENTIALS, job_command
-from stoker_tools.nodes import CPU_RESOURCE, NodeCluster, Nodes, S3Server, node_resource
-from test_cluster import (
-    JAR,
-    REPO_ROOT,
-    SHARED,
-    Phases,
-    _consumed,
-    _finish,
-    _read_record,
-    _steps_on_disk,
-    _wait,
-    generate_records,
+from harness.cluster import JAR, Phases, job_id, kill_all, stop_with_savepoint, wait_state
+from harness.exactly_once import assert_only_generation_left, assert_read_once_as
+from harness.jobs import generate_records
+from harness.paths import REPO_ROOT, TOKENIZER_DIR, require_shared
+from harness.polling import wait_for
+from harness.trainers import (
+    consumed,
+    finish,
+    generation,
+    read_record,
+    start_trainer,
+    steps_on_disk,
 )
+from stoker_tools.demo import S3_CREDENTIALS, job_command
+from stoker_tools.job import flink_run_args
+from stoker_tools.nodes import CPU_RESOURCE, NodeCluster, Nodes, S3Server, node_resource
 
 JOB_NAME = "stoker-multinode"
 GPU_NODES = 2
@@ -175,7 +177,7 @@ def check_wire_bytes(
             return (wire, records) if records == slots else None
 
         # the JobManager's metric store catches up with the TaskManagers in its fetch interval
-        wire, records = _wait(
+        wire, records = wait_for(
             f"gpu{n}'s sinks to report {slots} records received", 30, counts, interval_s=1
         )
         ranks = range(n * RANKS_PER_NODE, (n + 1) * RANKS_PER_NODE)
@@ -229,26 +231,19 @@ class BoundSampler(threading.Thread):
                 try:
                     manifest = json.loads((job_dir / "manifest.json").read_text())
                     rank_dir = job_dir / f"gen-{manifest['generation']}" / f"rank-{rank}"
-                    steps = _steps_on_disk(rank_dir)
+                    steps = steps_on_disk(rank_dir)
                 except (OSError, ValueError, KeyError):
                     continue
                 if not steps:
                     continue
-                ahead = steps[-1] - max(_consumed(rank_dir), int(manifest["first_step"]) - 1)
+                ahead = steps[-1] - max(consumed(rank_dir), int(manifest["first_step"]) - 1)
                 self.max_ahead[rank] = max(self.max_ahead.get(rank, ahead), ahead)
                 self.samples += 1
 
 
-def _generation(job_dir: Path) -> str | None:
-    try:
-        return str(json.loads((job_dir / "manifest.json").read_text())["generation"])
-    except (OSError, ValueError, KeyError):
-        return None
-
-
 def _reached(rank_dirs: Iterable[Path]) -> list[int]:
     """Per rank the highest step written: on disk, or consumed (the reader removed it)."""
-    return [max([*_steps_on_disk(d), _consumed(d)]) for d in rank_dirs]
+    return [max([*steps_on_disk(d), consumed(d)]) for d in rank_dirs]
 
 
 def _job_dir(nodes: Nodes, node: str) -> Path:
@@ -262,50 +257,21 @@ def _trainer(
     ranks: str,
     record: Path,
     procs: list[subprocess.Popen[str]],
-    *,
-    step_time_ms: int = 10,
-    start_step: int | None = None,
-    stop_after_step: int | None = None,
+    **options: Any,
 ) -> subprocess.Popen[str]:
-    """``python -m stoker_tools.simulate --record`` inside ``node`` (its /dev/shm)."""
-    args = [
-        sys.executable,
-        "-m",
-        "stoker_tools.simulate",
-        "--root",
-        root,
-        "--ranks",
-        ranks,
-        "--record",
-        str(record),
-        "--step-time-ms",
-        str(step_time_ms),
-        "--timeout-s",
-        "180",
-        "--progress-interval-s",
-        "5",
-    ]
-    if start_step is not None:
-        args += ["--start-step", str(start_step)]
-    if stop_after_step is not None:
-        args += ["--stop-after-step", str(stop_after_step)]
-    proc = nodes.popen(
-        node,
-        *args,
-        env={"PYTHONPATH": str(REPO_ROOT / "python")},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    procs.append(proc)
-    return proc
+    """:func:`harness.trainers.start_trainer` of ``ranks`` inside ``node`` (its /dev/shm)."""
+
+    def popen(args: list[str], **kwargs: Any) -> subprocess.Popen[str]:
+        return nodes.popen(node, *args, env={"PYTHONPATH": str(REPO_ROOT / "python")}, **kwargs)
+
+    return start_trainer(root, record, procs, ranks=ranks, timeout_s=180, popen=popen, **options)
 
 
 def _job_options(s3_endpoint: str) -> dict[str, str]:
     """The options every run shares: the mixture on S3, the shape, the prefetch depth."""
     return {
         "stoker.mixture.path": MIXTURE_URI,
-        "stoker.tokenizer.path": str(SHARED / "tokenizers" / "qwen3"),
+        "stoker.tokenizer.path": str(TOKENIZER_DIR),
         "stoker.job-name": JOB_NAME,
         "stoker.dp-world-size": str(WORLD_SIZE),
         "stoker.micro-batch-size": str(MICRO_BATCH),
@@ -316,35 +282,19 @@ def _job_options(s3_endpoint: str) -> dict[str, str]:
     }
 
 
-def _args(options: dict[str, str]) -> list[str]:
-    return [x for k, v in options.items() for x in (f"--{k}", v)]
-
-
 def _submit(cluster: NodeCluster, s3_endpoint: str, *extra: str, resume: int | None = None) -> str:
     ack = ";".join(f"{cluster.nodes.address[f'gpu{n}']}:{ACK_PORT}" for n in range(GPU_NODES))
-    out = cluster.flink(
-        "run",
-        "-d",
-        *extra,
-        str(JAR),
-        *_args(_job_options(s3_endpoint)),
-        "--stoker.output.root",
-        OUTPUT_ROOT,
-        "--stoker.topology.nodes",
-        str(GPU_NODES),
-        "--stoker.topology.placement",
-        "EDGE",
-        "--stoker.topology.ack-addresses",
-        ack,
-        "--execution.checkpointing.interval",
-        "1s",
-        "--execution.checkpointing.min-pause",
-        "0s",
-        *(("--stoker.resume-step", str(resume)) if resume is not None else ()),
-    )
-    m = re.search(r"JobID ([0-9a-f]{32})", out)
-    assert m, f"`flink run -d` printed no job id:\n{out}"
-    return m.group(1)
+    options = {
+        **_job_options(s3_endpoint),
+        "stoker.output.root": OUTPUT_ROOT,
+        "stoker.topology.nodes": str(GPU_NODES),
+        "stoker.topology.placement": "EDGE",
+        "stoker.topology.ack-addresses": ack,
+        "execution.checkpointing.interval": "1s",
+        "execution.checkpointing.min-pause": "0s",
+        **({"stoker.resume-step": str(resume)} if resume is not None else {}),
+    }
+    return job_id(cluster.flink(*flink_run_args(options, "-d", *extra, jar=JAR)))
 
 
 def reference_run(
@@ -358,7 +308,7 @@ def reference_run(
         base / "reference-job.out",
     )
     options = {**_job_options(s3_endpoint), "stoker.output.root": "/dev/shm/stoker-ref"}
-    cmd = job_command(REPO_ROOT, SHARED / "tokenizers" / "qwen3", None, options, log)
+    cmd = job_command(REPO_ROOT, TOKENIZER_DIR, None, options, log)
     with out.open("w") as f:
         job = nodes.popen(
             "ref",
@@ -385,13 +335,13 @@ def reference_run(
         if rc is not None and rc != 0:
             pytest.fail(f"the reference job failed ({rc}):\n{out.read_text()[-3000:]}")
         time.sleep(0.5)
-    _finish(trainer, timeout_s=10)
+    finish(trainer, timeout_s=10)
     try:
         rc = job.wait(timeout=120)
     except subprocess.TimeoutExpired:
         pytest.fail(f"the reference job did not end after its trainer; see {log}")
     assert rc == 0, f"the reference job failed ({rc}):\n{out.read_text()[-3000:]}"
-    reference = _read_record(record)
+    reference = read_record(record)
     assert sorted((r["step"], r["rank"]) for r in reference) == [
         (s, r) for s in range(NUM_STEPS) for r in range(WORLD_SIZE)
     ]
@@ -438,8 +388,7 @@ def base() -> Iterator[Path]:
 
 def test_multinode_feed_survives_failures_and_rescale(base: Path) -> None:
     _require_root()
-    if not SHARED.is_dir():
-        pytest.fail(f"{SHARED} is missing; tests need ../shared beside the repository")
+    require_shared()
     if not JAR.is_file():
         pytest.fail(f"{JAR} is missing: run ./stoker test (or mvn package)")
     nodes = Nodes()
@@ -497,7 +446,7 @@ def test_multinode_feed_survives_failures_and_rescale(base: Path) -> None:
             for r in range(WORLD_SIZE)
         }
         sampler.start()
-        _wait(
+        wait_for(
             "the job to run",
             120,
             lambda: cluster.running(jid),
@@ -506,18 +455,18 @@ def test_multinode_feed_survives_failures_and_rescale(base: Path) -> None:
         print("placement:\n" + check_placement(cluster, jid, 2), file=sys.stderr)
         job_dirs = {n: _job_dir(nodes, f"gpu{n}") for n in range(GPU_NODES)}
         gens = {
-            n: _wait(f"gpu{n}'s manifest", 120, lambda n=n: _generation(job_dirs[n]))
+            n: wait_for(f"gpu{n}'s manifest", 120, lambda n=n: generation(job_dirs[n]))
             for n in range(GPU_NODES)
         }
         rank_dirs = {
             r: job_dirs[r // RANKS_PER_NODE] / f"gen-{gens[r // RANKS_PER_NODE]}" / f"rank-{r}"
             for r in range(WORLD_SIZE)
         }
-        _wait(
+        wait_for(
             "every trainer's first acknowledgement and a completed checkpoint",
             180,
             lambda: (
-                min(_consumed(d) for d in rank_dirs.values()) >= 0
+                min(consumed(d) for d in rank_dirs.values()) >= 0
                 and cluster.checkpoints(jid)["counts"]["completed"] >= 1
             ),
             explain=lambda: cluster.describe(jid),
@@ -530,18 +479,18 @@ def test_multinode_feed_survives_failures_and_rescale(base: Path) -> None:
             os.kill(p.pid, signal.SIGSTOP)
         paused_at = time.time()
         # a step is one split for all ranks: the gate's bound is the lowest ack + depth
-        _wait(
+        wait_for(
             "every rank at the prefetch bound (the job held at the gate by a stopped node)",
             120,
             lambda: (
                 _reached(rank_dirs.values())
-                == [min(_consumed(d) for d in rank_dirs.values()) + PREFETCH_DEPTH] * WORLD_SIZE
+                == [min(consumed(d) for d in rank_dirs.values()) + PREFETCH_DEPTH] * WORLD_SIZE
             ),
         )
         held_at = time.time()
         time.sleep(PAUSE_S)
         during = _checkpoints_between(cluster, jid, int(held_at * 1000), int(time.time() * 1000))
-        lowest = min(_consumed(d) for d in rank_dirs.values())
+        lowest = min(consumed(d) for d in rank_dirs.values())
         held = [s - lowest for s in _reached(rank_dirs.values())]
         # bytes on the wire, while the job is still held: it has received steps 0 .. lowest +
         # depth and nothing else (once the trainers go on, so does the job)
@@ -562,13 +511,13 @@ def test_multinode_feed_survives_failures_and_rescale(base: Path) -> None:
         phases("gpu1's trainers paused, checkpoints measured")
 
         # a CPU node fails: SIGKILL cpu1's TaskManager; the job restores on cpu0's (its 2 slots)
-        consumed = min(_consumed(d) for d in rank_dirs.values())
+        consumed = min(consumed(d) for d in rank_dirs.values())
         assert consumed + PREFETCH_DEPTH < STOP_AFTER, (
             f"the trainers are at step {consumed}: the restore after the kills would not be tested"
         )
         killed_at = time.time()
         cluster.kill_taskmanager(cpu_tm["cpu1"])
-        _wait(
+        wait_for(
             "the job to restore its latest checkpoint after the CPU TaskManager kill",
             180,
             lambda: _restored_since(cluster, jid, killed_at),
@@ -580,14 +529,14 @@ def test_multinode_feed_survives_failures_and_rescale(base: Path) -> None:
         phases(f"CPU TaskManager killed (trainers at step {consumed}), job restored on cpu0")
 
         # a GPU node's edge TaskManager fails and comes back in its node
-        consumed = min(_consumed(d) for d in rank_dirs.values())
+        consumed = min(consumed(d) for d in rank_dirs.values())
         assert consumed + PREFETCH_DEPTH < STOP_AFTER, (
             f"the trainers are at step {consumed}: the edge restore would not be tested"
         )
         edge_killed_at = time.time()
         cluster.kill_taskmanager(edge_tm[1])
         edge_tm[1] = cluster.add_taskmanager("gpu1", node_resource(1), RANKS_PER_NODE)
-        _wait(
+        wait_for(
             "the job to restore again with gpu1's new edge TaskManager",
             180,
             lambda: _restored_since(cluster, jid, edge_killed_at),
@@ -602,8 +551,8 @@ def test_multinode_feed_survives_failures_and_rescale(base: Path) -> None:
         phases("a new CPU TaskManager in cpu1")
 
         for t in trainers.values():
-            _finish(t, timeout_s=300)
-        before = {r: _read_record(records1[r]) for r in range(WORLD_SIZE)}
+            finish(t, timeout_s=300)
+        before = {r: read_record(records1[r]) for r in range(WORLD_SIZE)}
         for r in range(WORLD_SIZE):
             assert [b["step"] for b in before[r]] == list(range(STOP_AFTER + 1)), r
         stall = {
@@ -625,35 +574,26 @@ def test_multinode_feed_survives_failures_and_rescale(base: Path) -> None:
 
         # the trainers are down after STOP_AFTER: every rank's batches up to the bound, no further
         bound = STOP_AFTER + PREFETCH_DEPTH
-        _wait(
+        wait_for(
             f"every rank's batch {bound} (the prefetch bound) on its node",
             120,
-            lambda: all(bound in _steps_on_disk(d) for d in rank_dirs.values()),
+            lambda: all(bound in steps_on_disk(d) for d in rank_dirs.values()),
         )
         time.sleep(3)  # time to overshoot, if the gate let it
         for r, d in rank_dirs.items():
-            assert _steps_on_disk(d) == list(range(STOP_AFTER + 1, bound + 1)), (r, d)
+            assert steps_on_disk(d) == list(range(STOP_AFTER + 1, bound + 1)), (r, d)
         phases("trainers stopped, job idle at the prefetch bound on both GPU nodes")
 
         # stop with a savepoint, resume with another parallelism for the CPU stages
-        out = cluster.flink("stop", "--savepointPath", str(cluster.run_dir / "savepoints"), jid)
-        m = re.search(r"Savepoint completed\. Path: (\S+)", out)
-        assert m, f"`flink stop` printed no savepoint path:\n{out[-3000:]}"
-        savepoint = m.group(1)
-        _wait(
-            "the job to finish after stop-with-savepoint",
-            120,
-            lambda: cluster.state(jid) == "FINISHED",
-            explain=lambda: cluster.describe(jid),
-        )
+        savepoint = stop_with_savepoint(cluster, jid, timeout_s=120)
         phases("stopped with a savepoint")
 
         jid2 = _submit(cluster, s3.endpoint, "-s", savepoint, "-p", "3", resume=STOP_AFTER)
         gens2 = {
-            n: _wait(
+            n: wait_for(
                 f"gpu{n}'s new generation",
                 120,
-                lambda n=n: (g := _generation(job_dirs[n])) != gens[n] and g,
+                lambda n=n: (g := generation(job_dirs[n])) != gens[n] and g,
             )
             for n in range(GPU_NODES)
         }
@@ -670,7 +610,7 @@ def test_multinode_feed_survives_failures_and_rescale(base: Path) -> None:
             )
             for r in range(WORLD_SIZE)
         ]
-        _wait(
+        wait_for(
             "the resumed job to run",
             120,
             lambda: cluster.running(jid2) or cluster.state(jid2) == "FINISHED",
@@ -681,13 +621,8 @@ def test_multinode_feed_survives_failures_and_rescale(base: Path) -> None:
                 "placement after the resume:\n" + check_placement(cluster, jid2, 3), file=sys.stderr
             )
         for t in trainers2:
-            _finish(t, timeout_s=300)
-        _wait(
-            "the resumed job to finish",
-            120,
-            lambda: cluster.state(jid2) == "FINISHED",
-            explain=lambda: cluster.describe(jid2),
-        )
+            finish(t, timeout_s=300)
+        wait_state(cluster, jid2, "FINISHED", "the resumed job to finish", 120)
         restored = cluster.checkpoints(jid2)["latest"]["restored"]
         assert restored["is_savepoint"], restored
         phases("resumed with -p 3 to the end")
@@ -695,14 +630,8 @@ def test_multinode_feed_survives_failures_and_rescale(base: Path) -> None:
         # --- the trainers' view: every batch exactly once, identical to the reference -------------
         sampler.stop_event.set()
         sampler.join()
-        run = [b for r in range(WORLD_SIZE) for b in before[r] + _read_record(records2[r])]
-        counts = collections.Counter((b["step"], b["rank"]) for b in run)
-        assert [k for k, n in counts.items() if n > 1] == [], "batches read more than once"
-        want = {(b["step"], b["rank"]): b["sha256"] for b in reference}
-        got = {(b["step"], b["rank"]): b["sha256"] for b in run}
-        assert sorted(got) == sorted(want), f"missing {sorted(set(want) - set(got))}"
-        differ = sorted(k for k in want if got[k] != want[k])
-        assert differ == [], f"batches that differ from the single-node reference: {differ}"
+        run = [b for r in range(WORLD_SIZE) for b in before[r] + read_record(records2[r])]
+        assert_read_once_as(reference, run, what="single-node reference")
         print(
             f"prefetch bound: most batches written beyond the acknowledged step, per rank "
             f"({sampler.samples} samples): {dict(sorted(sampler.max_ahead.items()))}",
@@ -711,15 +640,10 @@ def test_multinode_feed_survives_failures_and_rescale(base: Path) -> None:
         assert sampler.samples > 0
         assert all(a <= PREFETCH_DEPTH for a in sampler.max_ahead.values()), sampler.max_ahead
         for n in range(GPU_NODES):
-            assert sorted(p.name for p in job_dirs[n].glob("gen-*")) == [f"gen-{gens2[n]}"]
-            left = sorted(str(p) for p in job_dirs[n].glob(f"gen-{gens2[n]}/rank-*/step-*"))
-            assert left == [], f"batch files left on gpu{n}: {left}"
+            assert_only_generation_left(job_dirs[n], gens2[n])
     finally:
         sampler.stop_event.set()
-        for p in procs:
-            if p.poll() is None:
-                p.kill()  # also a SIGSTOPped one
-                p.wait()
+        kill_all(procs)  # also a SIGSTOPped one
         if cluster is not None:
             cluster.stop()
         if s3 is not None:

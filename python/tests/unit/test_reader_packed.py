@@ -3,8 +3,8 @@ reader's arrays over them (per-row sample lists flattened, ``position_ids`` as a
 ``cu_seqlens`` flattened for flash-attention), its model inputs without ``attention_mask``, and a
 ``BatchFormatError`` naming the file for every way a file can break the packed layout.
 
-The files are written with pyarrow by the conftest helpers (:func:`conftest.packed_arrays`,
-:func:`conftest.packed_record_batch`) as the sink writes them; the real job's packed batches are
+The files are written with pyarrow by the harness helpers (:func:`harness.batches.packed_arrays`,
+:func:`harness.batches.packed_record_batch`) as the sink writes them; the real job's packed batches are
 checked by ``job``'s ``ExactlyOnceITCase`` (packed cases) and ``bench/packing.sh``."""
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ import re
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import (
+from harness.batches import (
     IMAGE_PAD,
     PAD,
-    SCHEMA_JSON,
     build_record_batch,
     make_packed_samples,
     make_samples,
@@ -28,6 +27,7 @@ from conftest import (
     write_batch,
     write_manifest,
 )
+from harness.paths import SCHEMA_JSON
 
 from stoker import BatchFormatError, BatchReader, Manifest
 from stoker.batch import read_batch_file

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import DATASET, SHARED, job_command
+from harness.jobs import job_command
+from harness.paths import DATASET, require_shared
 
 from stoker import Batch, BatchReader
 from stoker.dead_letters import read_dead_letters
@@ -202,8 +203,7 @@ def _run_job(
 
 @pytest.fixture(scope="module")
 def runs():
-    if not SHARED.is_dir():
-        pytest.fail(f"{SHARED} is missing; tests need ../shared beside the repository")
+    require_shared()
     out_root = Path(tempfile.mkdtemp(prefix="stoker-e2e-", dir="/dev/shm"))
     try:
         first = _run_job(

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from harness.paths import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location(
     "bench_loaders_common", REPO_ROOT / "bench" / "loaders" / "common.py"
 )

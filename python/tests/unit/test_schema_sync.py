@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 import pyarrow as pa
-from conftest import SCHEMA_JSON, write_manifest
+from harness.batches import write_manifest
+from harness.paths import SCHEMA_JSON
 
 from stoker import Manifest, VisionSettings, data_state, protocol, schema
 

@@ -19,39 +19,31 @@ operator guide's numbers). Every process the test starts is stopped at the end, 
 
 from __future__ import annotations
 
-import collections
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_cluster import (
-    CLUSTER,
-    JAR,
+from harness.cluster import (
     JOB_NAME,
     NUM_STEPS,
     PREFETCH_DEPTH,
-    REPO_ROOT,
-    SHARED,
-    WORLD_SIZE,
     Cluster,
     Phases,
-    _consumed,
-    _finish,
-    _free_port,
-    _generation,
-    _read_record,
-    _submit,
-    _trainer,
-    _wait,
     cluster_run,
+    free_port,
     make_dataset,
     reference_run,
+    run_with_trainer,
+    started_cluster,
+    wait_restored,
+    wait_state,
 )
+from harness.exactly_once import assert_only_generation_left, assert_read_once_as
+from harness.polling import wait_for
+from harness.trainers import consumed, finish, read_record
 
 # Simulated compute per step: slower than the pipeline, so the job waits at its prefetch bound
 # and the trainer has PREFETCH_DEPTH batches in hand when the JobManager dies.
@@ -72,19 +64,21 @@ def ha_dataset() -> Path:
 @pytest.fixture(scope="module")
 def ha_cluster() -> Iterator[tuple[Cluster, int]]:
     """A cluster with ZooKeeper HA: the leader (``cluster.rest_port``) and the standby's REST port."""
-    if not SHARED.is_dir():
-        pytest.fail(f"{SHARED} is missing; tests need ../shared beside the repository")
-    if not JAR.is_file():
-        pytest.fail(f"{JAR} is missing: run ./stoker test (or mvn package)")
-    run_dir = Path(tempfile.mkdtemp(prefix="stoker-cluster-ha-"))
-    c = Cluster(run_dir, Path(tempfile.mkdtemp(prefix="stoker-e2e-ha-", dir="/dev/shm")))
-    c.env["STOKER_ZK_PORT"] = str(_free_port())
-    c.env["STOKER_JOBMANAGERS"] = "1"  # the standby gets a free port of its own below
-    standby_port = _free_port()
-    try:
-        c.script("start", "--ha", "-D", "metrics.fetcher.update-interval=1000", timeout_s=300)
+    standby_port = free_port()
+    env = {
+        "STOKER_ZK_PORT": str(free_port()),
+        "STOKER_JOBMANAGERS": "1",  # the standby gets a free port of its own below
+    }
+    with started_cluster(
+        "e2e-cluster-ha",
+        "--ha",
+        "-D",
+        "metrics.fetcher.update-interval=1000",
+        env=env,
+        timeout_s=300,
+    ) as c:
         c.script("add-jobmanager", "-D", f"rest.port={standby_port}")
-        _wait(
+        wait_for(
             "the standby JobManager's REST API",
             120,
             lambda: Cluster.rest_on(standby_port, "/overview"),
@@ -92,15 +86,6 @@ def ha_cluster() -> Iterator[tuple[Cluster, int]]:
         leader = c.script("leader").split()
         assert leader == ["1", str(c.rest_port)], leader
         yield c, standby_port
-    finally:
-        subprocess.run([str(CLUSTER), "stop"], env=c.env, capture_output=True, timeout=120)
-        logs = run_dir / "log"
-        if logs.is_dir():  # keep the logs of the last run next to the repo for CI
-            keep = REPO_ROOT / ".stoker" / "logs" / "e2e-cluster-ha"
-            shutil.rmtree(keep, ignore_errors=True)
-            shutil.copytree(logs, keep, dirs_exist_ok=True)
-        shutil.rmtree(run_dir, ignore_errors=True)
-        shutil.rmtree(c.shm, ignore_errors=True)
 
 
 def test_standby_jobmanager_takes_over_and_the_trainer_reads_every_batch_once(
@@ -127,20 +112,11 @@ def _failover(
     out = base / "run"
     job_dir = out / JOB_NAME
     record = base / "run.jsonl"
-    jid = _submit(cluster, out, dataset)
-    trainer = _trainer(job_dir, record, procs, step_time_ms=SLOW_STEP_MS)
-    _wait("the job to run", 60, lambda: cluster.running(jid), explain=lambda: cluster.describe(jid))
-    gen = _wait("the job's manifest", 60, lambda: _generation(job_dir))
-    rank_dirs = [job_dir / f"gen-{gen}" / f"rank-{r}" for r in range(WORLD_SIZE)]
-    _wait(
-        f"the trainer at step {KILL_AT} and a completed checkpoint",
-        120,
-        lambda: (
-            min(_consumed(d) for d in rank_dirs) >= KILL_AT
-            and cluster.checkpoints(jid)["counts"]["completed"] >= 1
-        ),
+    run = run_with_trainer(
+        cluster, out, dataset, record, procs, step_time_ms=SLOW_STEP_MS, acked_step=KILL_AT
     )
-    consumed_at_kill = min(_consumed(d) for d in rank_dirs)
+    jid, gen, rank_dirs, trainer = run.jid, run.generation, run.rank_dirs, run.trainer
+    consumed_at_kill = min(consumed(d) for d in rank_dirs)
     assert consumed_at_kill + PREFETCH_DEPTH < NUM_STEPS - 1, (
         f"the trainer consumed step {consumed_at_kill} before the kill: the job may already have "
         "written every step, so the recovery would not be tested"
@@ -151,14 +127,11 @@ def _failover(
     killed_at = time.time()
     cluster.script("kill-jobmanager", "1")
     cluster.rest_port = standby_port  # the leader's REST API died with it
-    restored = _wait(
+    restored = wait_restored(
+        cluster,
+        jid,
         "the standby JobManager to run the job again, restored from its latest checkpoint",
         FAILOVER_LIMIT_S,
-        lambda: (
-            cluster.running(jid) and (cluster.checkpoints(jid).get("latest") or {}).get("restored")
-        ),
-        interval_s=0.25,
-        explain=lambda: cluster.describe(jid),
     )
     failover_s = time.time() - killed_at
     assert not restored["is_savepoint"], restored
@@ -166,29 +139,16 @@ def _failover(
     phases(f"leader killed (trainer at step {consumed_at_kill}), job running on the standby")
 
     # the trainer reads on through the failover to the end of the epoch
-    _finish(trainer, timeout_s=300)
-    _wait(
-        "the job to finish on the new leader",
-        60,
-        lambda: cluster.state(jid) == "FINISHED",
-        explain=lambda: cluster.describe(jid),
-    )
+    finish(trainer, timeout_s=300)
+    wait_state(cluster, jid, "FINISHED", "the job to finish on the new leader", 60)
     phases("run finished")
 
-    run = _read_record(record)
-    counts = collections.Counter((r["step"], r["rank"]) for r in run)
-    assert [k for k, n in counts.items() if n > 1] == [], "batches read more than once"
-    want = {(r["step"], r["rank"]): r["sha256"] for r in reference}
-    got = {(r["step"], r["rank"]): r["sha256"] for r in run}
-    assert sorted(got) == sorted(want), f"(step, rank) read: missing {sorted(set(want) - set(got))}"
-    differ = sorted(k for k in want if got[k] != want[k])
-    assert differ == [], f"batches that differ from the uninterrupted run: {differ}"
+    records = read_record(record)
+    assert_read_once_as(reference, records, what="uninterrupted run")
     # the failover kept the generation (the job graph came back from ZooKeeper as it was)
-    assert sorted(p.name for p in job_dir.glob("gen-*")) == [f"gen-{gen}"]
-    left = sorted(str(p.relative_to(job_dir)) for p in job_dir.glob(f"gen-{gen}/rank-*/step-*"))
-    assert left == [], f"batch files left in the generation: {left}"
+    assert_only_generation_left(job_dir, gen)
 
-    stall_s = max(r["wait_s"] for r in run if r["received_at"] >= killed_at)
+    stall_s = max(r["wait_s"] for r in records if r["received_at"] >= killed_at)
     print(
         f"JobManager failover: kill -> job RUNNING on the standby, restored from checkpoint "
         f"{restored['id']}: {failover_s:.1f}s; the trainer's longest wait for a batch after the "

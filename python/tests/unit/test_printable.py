@@ -19,7 +19,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import make_job, write_manifest
+from harness.batches import make_job, write_manifest
+from harness.paths import REPO_ROOT
 from stoker_tools.demo import _tail
 from stoker_tools.flink_rest import flink_job_status
 
@@ -27,7 +28,7 @@ from stoker import Manifest
 from stoker.data_state import make_state
 from stoker.printable import printable
 
-PYTHON_DIR = Path(__file__).resolve().parents[1]
+PYTHON_DIR = REPO_ROOT / "python"
 
 #: Raw characters that must never reach a terminal from the data: ESC, BEL, NUL, C1 CSI, the bidi
 #: override and isolates.

@@ -8,7 +8,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO_ROOT, write_manifest
+from harness.batches import write_manifest
+from harness.paths import REPO_ROOT
 
 from stoker import Manifest
 from stoker.data_state import (

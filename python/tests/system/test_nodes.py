@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from harness.paths import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 NODES = REPO_ROOT / "scripts" / "nodes.sh"
 STATE_ROOT = Path("/run/stoker-nodes")
 

@@ -21,7 +21,8 @@ from pathlib import Path
 import nbformat
 import numpy as np
 import pytest
-from conftest import DATASET, REPO_ROOT, TOKENIZER_DIR, job_command
+from harness.jobs import job_command
+from harness.paths import DATASET, REPO_ROOT, TOKENIZER_DIR
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 from PIL import Image

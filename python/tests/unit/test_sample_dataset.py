@@ -5,9 +5,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from harness.paths import REPO_ROOT
 from PIL import Image
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "make_sample_dataset.py"
+SCRIPT = REPO_ROOT / "scripts" / "make_sample_dataset.py"
 
 
 def _run(outdir: Path, *extra: str) -> dict:

@@ -33,7 +33,6 @@ for its operator. The measured numbers are printed
 
 from __future__ import annotations
 
-import collections
 import json
 import re
 import shutil
@@ -46,31 +45,27 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_cluster import (
-    CLUSTER,
-    JAR,
+from harness import trainers
+from harness.cluster import (
     JOB_NAME,
-    REPO_ROOT,
-    SHARED,
     WORLD_SIZE,
     Cluster,
-    _consumed,
-    _finish,
-    _generation,
-    _manifest,
-    _read_record,
-    _steps_on_disk,
-    _submit,
-    _trainer,
-    _wait,
-    generate_records,
+    kill_all,
     reference_run,
+    started_cluster,
+    stop_with_savepoint,
+    submit,
+    wait_state,
 )
+from harness.exactly_once import assert_read_once_as
+from harness.jobs import generate_records
+from harness.paths import REPO_ROOT, SHARED
+from harness.polling import wait_for
 
 GENERATED_RECORDS = 32
 CMYK_RECORDS = 20
 RECORDS = GENERATED_RECORDS + CMYK_RECORDS
-NUM_STEPS = -(-RECORDS // (WORLD_SIZE * 2))  # micro-batch 2 (test_cluster._submit): 13
+NUM_STEPS = -(-RECORDS // (WORLD_SIZE * 2))  # micro-batch 2 (harness.cluster.submit): 13
 # The trainer of job k stops after STOPS[k-1]; job 5's trainer reads to the end.
 STOPS = [1, 3, 5, 7]
 # Growth bounds per job once the first job loaded what stays (the cluster's lib/ classes, JIT);
@@ -107,38 +102,21 @@ def dataset() -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    if not SHARED.is_dir():
-        pytest.fail(f"{SHARED} is missing; tests need ../shared beside the repository")
-    if not JAR.is_file():
-        pytest.fail(f"{JAR} is missing: run ./stoker test (or mvn package)")
     for tool in ("jcmd", "jstat"):
         if shutil.which(tool) is None:
             pytest.fail(f"{tool} (the JDK's) is needed to measure the TaskManager's classes")
-    run_dir = Path(tempfile.mkdtemp(prefix="stoker-reuse-cluster-"))
-    c = Cluster(run_dir, Path(tempfile.mkdtemp(prefix="stoker-reuse-", dir="/dev/shm")))
-    c.env["STOKER_TASKMANAGERS"] = "1"
-    try:
-        c.script(
-            "start",
-            "-D",
-            "taskmanager.numberOfTaskSlots=4",
-            "-D",
-            "metrics.fetcher.update-interval=1000",
-            # a job that fails must show here, not restart for minutes
-            "-D",
-            "restart-strategy.type=none",
-            timeout_s=240,
-        )
+    with started_cluster(
+        "e2e-cluster-reuse",
+        "-D",
+        "taskmanager.numberOfTaskSlots=4",
+        "-D",
+        "metrics.fetcher.update-interval=1000",
+        # a job that fails must show here, not restart for minutes
+        "-D",
+        "restart-strategy.type=none",
+        env={"STOKER_TASKMANAGERS": "1"},
+    ) as c:
         yield c
-    finally:
-        subprocess.run([str(CLUSTER), "stop"], env=c.env, capture_output=True, timeout=120)
-        logs = run_dir / "log"
-        if logs.is_dir():
-            keep = REPO_ROOT / ".stoker" / "logs" / "e2e-cluster-reuse"
-            shutil.rmtree(keep, ignore_errors=True)
-            shutil.copytree(logs, keep, dirs_exist_ok=True)
-        shutil.rmtree(run_dir, ignore_errors=True)
-        shutil.rmtree(c.shm, ignore_errors=True)
 
 
 def _tm_pid(cluster: Cluster) -> int:
@@ -153,7 +131,7 @@ def _jvm_classes(cluster: Cluster) -> tuple[int, float, int]:
     -class`` (loaded minus unloaded), ``jstat -gc`` (``MU``) and ``jcmd VM.classloader_stats`` (Flink's
     user-code class loaders, ``ChildFirstClassLoader``, still alive).
     """
-    _wait(
+    wait_for(
         "the TaskManager to free every slot",
         60,
         lambda: all(
@@ -184,20 +162,6 @@ def _webp_native(cluster: Cluster, jid: str) -> float | None:
     base = f"/jobs/{jid}/vertices/{v['id']}/subtasks/metrics"
     got = cluster.rest(f"{base}?get=preprocess-images.webpDecoderNative&agg=min")
     return float(got[0]["min"]) if got and "min" in got[0] else None
-
-
-def _stop_with_savepoint(cluster: Cluster, jid: str) -> str:
-    """``flink stop --savepointPath``: the savepoint path; the job must end FINISHED."""
-    out = cluster.flink("stop", "--savepointPath", str(cluster.run_dir / "savepoints"), jid)
-    m = re.search(r"Savepoint completed\. Path: (\S+)", out)
-    assert m, f"`flink stop` printed no savepoint path:\n{out[-3000:]}"
-    _wait(
-        f"job {jid} to finish after stop-with-savepoint",
-        60,
-        lambda: cluster.state(jid) == "FINISHED",
-        explain=lambda: cluster.describe(jid),
-    )
-    return m.group(1)
 
 
 def _readme_metric_ids() -> tuple[dict[str, list[str]], dict[str, str]]:
@@ -237,7 +201,7 @@ def _check_readme_metrics(cluster: Cluster, jid: str) -> None:
             f"operator guide: {operator}'s vertex is {named!r}; the job's is {vertex['name']!r}"
         )
         base = f"/jobs/{jid}/vertices/{vertex['id']}/subtasks/metrics"
-        have = _wait(
+        have = wait_for(
             f"the metrics of {operator}",
             30,
             lambda b=base, want=ids: (
@@ -263,10 +227,7 @@ def test_six_jobs_in_a_row_on_one_taskmanager_resume_exactly_once(
     try:
         _jobs_in_a_row(cluster, dataset, procs)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        kill_all(procs)
 
 
 def _jobs_in_a_row(cluster: Cluster, dataset: Path, procs: list[subprocess.Popen[str]]) -> None:
@@ -291,41 +252,41 @@ def _jobs_in_a_row(cluster: Cluster, dataset: Path, procs: list[subprocess.Popen
     savepoint, resume, gen = "", -1, None
     for k, stop in enumerate([*STOPS, None], start=1):
         extra = ("-s", savepoint) if savepoint else ()
-        jid = _submit(cluster, out, dataset, *extra, resume=str(resume) if resume >= 0 else "")
-        gen = _wait(
+        jid = submit(cluster, out, dataset, *extra, resume=str(resume) if resume >= 0 else "")
+        gen = wait_for(
             f"job {k}'s new generation in manifest.json",
             120,
-            lambda old=gen: (g := _generation(job_dir)) != old and g,
+            lambda old=gen: (g := trainers.generation(job_dir)) != old and g,
             explain=lambda j=jid: cluster.describe(j),
         )
-        assert _manifest(job_dir)["first_step"] == resume + 1
+        assert trainers.manifest(job_dir)["first_step"] == resume + 1
         record = base / f"run-{k}.jsonl"
-        trainer = _trainer(
+        trainer = trainers.start_trainer(
             job_dir,
             record,
             procs,
             start_step=resume + 1 if resume >= 0 else None,
             stop_after_step=stop,
         )
-        _wait(
+        wait_for(
             f"job {k} to run",
             120,
             lambda j=jid: cluster.running(j) or cluster.state(j) == "FINISHED",
             explain=lambda j=jid: cluster.describe(j),
         )
-        _finish(trainer, timeout_s=240)
-        records += _read_record(record)
+        trainers.finish(trainer, timeout_s=240)
+        records += trainers.read_record(record)
         if stop is not None:
             rank_dirs = [job_dir / f"gen-{gen}" / f"rank-{r}" for r in range(WORLD_SIZE)]
-            assert [_consumed(d) for d in rank_dirs] == [stop] * WORLD_SIZE
-            bound = min(stop + 4, NUM_STEPS - 1)  # prefetch depth 4 (test_cluster._submit)
-            _wait(
+            assert [trainers.consumed(d) for d in rank_dirs] == [stop] * WORLD_SIZE
+            bound = min(stop + 4, NUM_STEPS - 1)  # prefetch depth 4 (harness.cluster.submit)
+            wait_for(
                 f"job {k} to reach its prefetch bound {bound}",
                 120,
-                lambda b=bound, ds=rank_dirs: all(b in _steps_on_disk(d) for d in ds),
+                lambda b=bound, ds=rank_dirs: all(b in trainers.steps_on_disk(d) for d in ds),
                 explain=lambda j=jid: cluster.describe(j),
             )
-            _wait(
+            wait_for(
                 f"job {k}'s webpDecoderNative gauge",
                 30,
                 lambda j=jid: _webp_native(cluster, j) is not None,
@@ -334,14 +295,9 @@ def _jobs_in_a_row(cluster: Cluster, dataset: Path, procs: list[subprocess.Popen
             if k == 1:
                 _check_readme_metrics(cluster, jid)
             _no_restarts(cluster, jid)
-            savepoint, resume = _stop_with_savepoint(cluster, jid), stop
+            savepoint, resume = stop_with_savepoint(cluster, jid), stop
         else:
-            _wait(
-                f"job {k} to finish",
-                60,
-                lambda j=jid: cluster.state(j) == "FINISHED",
-                explain=lambda j=jid: cluster.describe(j),
-            )
+            wait_state(cluster, jid, "FINISHED", f"job {k} to finish", 60)
             _no_restarts(cluster, jid)
         measure(f"after job {k}")
 
@@ -359,12 +315,7 @@ def _jobs_in_a_row(cluster: Cluster, dataset: Path, procs: list[subprocess.Popen
     )
 
     # exactly once across the five jobs, identical to the reference
-    counts = collections.Counter((r["step"], r["rank"]) for r in records)
-    assert [k for k, n in counts.items() if n > 1] == [], "batches read more than once"
-    want = {(r["step"], r["rank"]): r["sha256"] for r in reference}
-    got = {(r["step"], r["rank"]): r["sha256"] for r in records}
-    assert sorted(got) == sorted(want), f"missing {sorted(set(want) - set(got))}"
-    assert sorted(k for k in want if got[k] != want[k]) == [], "batches differ from the reference"
+    assert_read_once_as(reference, records)
     left = sorted(str(p.relative_to(job_dir)) for p in job_dir.glob("gen-*/rank-*/step-*"))
     assert left == [], f"batch files left: {left}"
 

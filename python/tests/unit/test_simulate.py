@@ -5,13 +5,20 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
-from conftest import IMAGE_PAD, build_record_batch, make_job, make_samples, rank_dir, write_batch
+from harness.batches import (
+    IMAGE_PAD,
+    build_record_batch,
+    make_job,
+    make_samples,
+    rank_dir,
+    write_batch,
+)
+from harness.paths import REPO_ROOT
 from stoker_tools.flink_rest import flink_job_status
 from stoker_tools.simulate import main
 
-PYTHON_DIR = Path(__file__).resolve().parents[1]
+PYTHON_DIR = REPO_ROOT / "python"
 
 
 def test_simulate_two_ranks_exits_0_with_summary(shm_root):

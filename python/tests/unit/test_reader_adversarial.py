@@ -14,14 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import (
-    GEN,
-    eventually,
-    make_job,
-    rank_dir,
-    write_manifest,
-    write_steps,
-)
+from harness.batches import GEN, make_job, rank_dir, write_manifest, write_steps
+from harness.polling import eventually
 
 import stoker.protocol
 import stoker.reader
@@ -382,7 +376,7 @@ _ABANDON = """
 import sys, time
 from pathlib import Path
 sys.path.insert(0, {tests!r})
-from conftest import write_manifest, write_steps
+from harness.batches import write_manifest, write_steps
 import stoker.protocol
 from stoker import BatchReader
 real = stoker.protocol.write_ack_and_unlink
@@ -404,7 +398,7 @@ print("t_exit", time.monotonic(), flush=True)
 @pytest.mark.parametrize("how", ["break", "raise KeyboardInterrupt"])
 def test_a_process_that_abandons_a_waiting_read_ahead_exits_at_once_with_its_acks(shm_root, how):
     script = _ABANDON.format(
-        tests=str(Path(__file__).parent), root=str(shm_root), how=how
+        tests=str(Path(__file__).resolve().parents[1]), root=str(shm_root), how=how
     )  # fmt: skip
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     p = subprocess.run(
