@@ -354,3 +354,24 @@ def wait_restored(cluster: Any, jid: str, what: str, timeout_s: float) -> dict[s
             explain=lambda: cluster.describe(jid),
         )
     )
+
+
+def report_recovery(
+    what: str,
+    restored: dict[str, Any],
+    recovery_s: float,
+    records: list[dict[str, Any]],
+    killed_at: float,
+    step_time_ms: int,
+) -> None:
+    """Print (not assert: a timing on a loaded box is a benchmark's business) how long the job
+    took to run again after a kill at Unix time ``killed_at`` (``what``: the kill), restored from
+    checkpoint ``restored``, and the trainer's stall: its longest wait for one batch after the
+    kill, from its ``records`` (the batches it had in hand stay readable through a restart)."""
+    stall_s = max(r["wait_s"] for r in records if r["received_at"] >= killed_at)
+    print(
+        f"{what}: job RUNNING again, restored from checkpoint {restored['id']}, after "
+        f"{recovery_s:.1f}s; the trainer's longest wait for a batch after the kill: "
+        f"{stall_s:.1f}s (prefetch depth {PREFETCH_DEPTH} x {step_time_ms} ms per step)",
+        file=sys.stderr,
+    )

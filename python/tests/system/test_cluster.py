@@ -27,7 +27,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,6 +44,7 @@ from harness.cluster import (
     cluster_run,
     make_dataset,
     reference_run,
+    report_recovery,
     run_with_trainer,
     started_cluster,
     submit,
@@ -174,15 +174,7 @@ def _workflow(
     assert sorted((r["step"], r["rank"]) for r in before) == [
         (s, r) for s in range(STOP_AFTER + 1) for r in range(WORLD_SIZE)
     ]
-    # The trainer's stall: its longest wait for one batch after the kill. The batches it had in
-    # hand stayed readable through the restart and covered part of the recovery.
-    stall_s = max(r["wait_s"] for r in before if r["received_at"] >= killed_at)
-    print(
-        f"TaskManager kill: job RUNNING again, restored from checkpoint {restored['id']}, after "
-        f"{recovery_s:.1f}s; the trainer's longest wait for a batch after the kill: "
-        f"{stall_s:.1f}s (prefetch depth {PREFETCH_DEPTH} x {SLOW_STEP_MS} ms per step)",
-        file=sys.stderr,
-    )
+    report_recovery("TaskManager kill", restored, recovery_s, before, killed_at, SLOW_STEP_MS)
     config = {e["key"]: e["value"] for e in cluster.rest("/jobmanager/config")}
     assert {k: config.get(k) for k in RECOVERY_SETTINGS} == RECOVERY_SETTINGS
     assert [consumed(d) for d in rank_dirs] == [STOP_AFTER] * WORLD_SIZE

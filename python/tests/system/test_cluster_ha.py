@@ -20,7 +20,6 @@ operator guide's numbers). Every process the test starts is stopped at the end, 
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +35,7 @@ from harness.cluster import (
     free_port,
     make_dataset,
     reference_run,
+    report_recovery,
     run_with_trainer,
     started_cluster,
     wait_restored,
@@ -148,10 +148,11 @@ def _failover(
     # the failover kept the generation (the job graph came back from ZooKeeper as it was)
     assert_only_generation_left(job_dir, gen)
 
-    stall_s = max(r["wait_s"] for r in records if r["received_at"] >= killed_at)
-    print(
-        f"JobManager failover: kill -> job RUNNING on the standby, restored from checkpoint "
-        f"{restored['id']}: {failover_s:.1f}s; the trainer's longest wait for a batch after the "
-        f"kill: {stall_s:.1f}s (prefetch depth {PREFETCH_DEPTH} x {SLOW_STEP_MS} ms per step)",
-        file=sys.stderr,
+    report_recovery(
+        "JobManager failover (on the standby)",
+        restored,
+        failover_s,
+        records,
+        killed_at,
+        SLOW_STEP_MS,
     )
