@@ -1,0 +1,107 @@
+package dev.stoker.operators.video;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+import dev.stoker.operators.image.RgbImage;
+import dev.stoker.operators.model.RejectReason;
+import dev.stoker.operators.model.RejectedRecordException;
+import dev.stoker.operators.preset.ModelPreset;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Random;
+import org.junit.jupiter.api.Test;
+
+class QwenVideoProcessorTest {
+    @Test
+    void rowsAreTheProductOfTheGridAndAnOddFrameCountRepeatsTheLastFrame() throws Exception {
+        for (ModelPreset preset : ModelPreset.values()) {
+            QwenVideoConfig config = preset.videoConfig();
+            PreprocessedVideo video =
+                    new QwenVideoProcessor(config).process(frames(3, 70, 50, 1), 2.0);
+            int[] grid = video.gridThw();
+            int dim = config.patchDim();
+            assertThat(grid[0]).as(preset + " grid_t").isEqualTo(2);
+            assertThat(video.resized().rows()).isEqualTo(grid[0] * grid[1] * grid[2]);
+            assertThat(video.pixelValuesVideos()).hasSize(grid[0] * grid[1] * grid[2] * dim);
+            // each row is (C, tps, ps, ps): in the last temporal patch, frame 3 (padding) is
+            // frame 2 again, so both temporal halves of every channel are equal
+            int area = config.patchSize * config.patchSize;
+            int rowsPerT = grid[1] * grid[2];
+            for (int r = rowsPerT; r < 2 * rowsPerT; r++) {
+                float[] values = video.pixelValuesVideos();
+                for (int c = 0; c < 3; c++) {
+                    int first = r * dim + c * 2 * area;
+                    assertThat(Arrays.copyOfRange(values, first + area, first + 2 * area))
+                            .isEqualTo(Arrays.copyOfRange(values, first, first + area));
+                }
+            }
+        }
+    }
+
+    @Test
+    void secondPerGridTsOnlyForQwen25() throws Exception {
+        List<RgbImage> frames = frames(4, 64, 64, 2);
+        for (ModelPreset preset : ModelPreset.values()) {
+            PreprocessedVideo video =
+                    new QwenVideoProcessor(preset.videoConfig()).process(frames, 0.5);
+            if (preset == ModelPreset.QWEN2_5_VL) {
+                assertThat(video.secondPerGridT()).hasValue(4.0);
+            } else {
+                assertThat(video.secondPerGridT()).isEmpty();
+            }
+        }
+        // transformers' VideoMetadata.sampled_fps: 8 of 240 frames at 30 fps are 1 frame/s
+        assertThat(QwenVideoProcessor.sampledFps(8, 240, 30.0)).isEqualTo(1.0);
+        assertThat(QwenVideoProcessor.sampledFps(8, 240, 0)).isEqualTo(24.0);
+    }
+
+    @Test
+    void refusesNoFramesFramesOfDifferentSizesAndTooShortVideos() {
+        QwenVideoProcessor qwen2 = new QwenVideoProcessor(ModelPreset.QWEN2_VL.videoConfig());
+        assertThatThrownBy(() -> qwen2.process(List.of(), 2.0))
+                .isInstanceOf(IllegalArgumentException.class)
+                .hasMessageContaining("at least one frame");
+        List<RgbImage> mixed = new ArrayList<>(frames(2, 64, 48, 3));
+        mixed.add(frames(1, 48, 64, 4).get(0));
+        assertThatThrownBy(() -> qwen2.process(mixed, 2.0))
+                .isInstanceOf(IllegalArgumentException.class)
+                .hasMessageContaining("frame 2 is 48x64, frame 0 is 64x48");
+        QwenVideoProcessor qwen3 = new QwenVideoProcessor(ModelPreset.QWEN3_VL.videoConfig());
+        assertThatThrownBy(() -> qwen3.process(frames(1, 64, 64, 5), 2.0))
+                .isInstanceOfSatisfying(
+                        RejectedRecordException.class,
+                        e -> assertThat(e.reason()).isEqualTo(RejectReason.VIDEO_TOO_SHORT));
+    }
+
+    @Test
+    void refusesAVideoTooLargeForOneArrayBeforeResizing() {
+        // min_pixels at the per-frame maximum of Qwen2-VL scales 768 small frames up to 3584x3584:
+        // 768 * 12845056 * 3 samples
+        RgbImage frame = frames(1, 28, 28, 6).get(0);
+        List<RgbImage> frames = new ArrayList<>();
+        for (int i = 0; i < 768; i++) {
+            frames.add(frame);
+        }
+        QwenVideoConfig config = ModelPreset.QWEN2_VL.videoConfig();
+        config.minPixels = config.maxPixels;
+        QwenVideoProcessor qwen2 = new QwenVideoProcessor(config);
+        assertThatThrownBy(() -> qwen2.resize(frames))
+                .isInstanceOfSatisfying(
+                        RejectedRecordException.class,
+                        e -> assertThat(e.reason()).isEqualTo(RejectReason.VIDEO_TOO_LARGE))
+                .hasMessageContaining("768 frames resized to 3584x3584");
+    }
+
+    private static List<RgbImage> frames(int count, int width, int height, long seed) {
+        Random random = new Random(seed);
+        List<RgbImage> frames = new ArrayList<>();
+        for (int i = 0; i < count; i++) {
+            byte[] rgb = new byte[width * height * 3];
+            random.nextBytes(rgb);
+            frames.add(new RgbImage(width, height, rgb));
+        }
+        return frames;
+    }
+}
