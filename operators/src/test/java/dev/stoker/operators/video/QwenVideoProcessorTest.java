@@ -6,14 +6,87 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import dev.stoker.operators.image.RgbImage;
 import dev.stoker.operators.model.RejectReason;
 import dev.stoker.operators.model.RejectedRecordException;
+import dev.stoker.operators.parity.GoldenSet;
 import dev.stoker.operators.preset.ModelPreset;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
+import java.util.Map;
 import java.util.Random;
 import org.junit.jupiter.api.Test;
 
+/**
+ * {@link QwenVideoProcessor} against the Hugging Face video processors ({@link GoldenSet#VIDEO}:
+ * the uint8 frames each processor received for a real clip and what it returned), and its own
+ * contract: row count, padding, {@code second_per_grid_ts}, refusals.
+ */
 class QwenVideoProcessorTest {
+    @Test
+    void matchesTheHuggingFaceVideoProcessorsBitForBit() throws Exception {
+        int checked = 0;
+        for (Map<String, Object> row : GoldenSet.VIDEO.read("videos.arrow")) {
+            if (!row.get("status").equals("ok")) {
+                continue;
+            }
+            String what = row.get("preset") + " " + row.get("clip") + " fps " + row.get("fps");
+            QwenVideoConfig config = ModelPreset.fromKey((String) row.get("preset")).videoConfig();
+            // the goldens cut the pixel budget to keep the outputs small
+            config.minPixels = (Long) row.get("min_pixels");
+            config.maxPixels = (Long) row.get("max_pixels");
+            assertThat(config.patchSize).as(what).isEqualTo(row.get("patch_size"));
+            assertThat(config.minFrames).as(what).isEqualTo(row.get("min_frames"));
+            assertThat(config.maxFrames).as(what).isEqualTo(row.get("max_frames"));
+            long[] shape = GoldenSet.longs(row.get("frames_shape"));
+            long[] indices = GoldenSet.longs(row.get("frames_indices"));
+            double sampledFps =
+                    QwenVideoProcessor.sampledFps(
+                            indices.length,
+                            (Integer) row.get("total_num_frames"),
+                            (Double) row.get("video_fps"));
+            assertThat(sampledFps).as(what).isEqualTo((Double) row.get("sampled_fps"));
+
+            PreprocessedVideo video =
+                    new QwenVideoProcessor(config)
+                            .process(frames((byte[]) row.get("frames"), shape), sampledFps);
+
+            assertThat(video.gridThw())
+                    .as(what)
+                    .containsExactly(
+                            Arrays.stream(GoldenSet.longs(row.get("video_grid_thw")))
+                                    .mapToInt(Math::toIntExact)
+                                    .toArray());
+            assertThat(video.resized().height()).as(what).isEqualTo(row.get("resized_height"));
+            assertThat(video.resized().width()).as(what).isEqualTo(row.get("resized_width"));
+            Double secondPerGridT = (Double) row.get("second_per_grid_ts");
+            if (secondPerGridT == null) {
+                assertThat(video.secondPerGridT()).as(what).isEmpty();
+            } else {
+                assertThat(video.secondPerGridT()).as(what).hasValue(secondPerGridT);
+            }
+            // tolerance 0: the resize is integer arithmetic and the normalisation the same float32
+            // operations, so every value is the reference's bit pattern
+            float[] expected = GoldenSet.float32((byte[]) row.get("pixel_values_videos"));
+            float[] actual = video.pixelValuesVideos();
+            assertThat(actual).as(what).hasSameSizeAs(expected);
+            for (int i = 0; i < expected.length; i++) {
+                if (Float.floatToRawIntBits(actual[i]) != Float.floatToRawIntBits(expected[i])) {
+                    throw new AssertionError(
+                            what
+                                    + ": pixel_values_videos row "
+                                    + i / config.patchDim()
+                                    + " value "
+                                    + i % config.patchDim()
+                                    + ": "
+                                    + actual[i]
+                                    + " != "
+                                    + expected[i]);
+                }
+            }
+            checked++;
+        }
+        assertThat(checked).isGreaterThanOrEqualTo(36);
+    }
+
     @Test
     void rowsAreTheProductOfTheGridAndAnOddFrameCountRepeatsTheLastFrame() throws Exception {
         for (ModelPreset preset : ModelPreset.values()) {
@@ -92,6 +165,19 @@ class QwenVideoProcessorTest {
                         RejectedRecordException.class,
                         e -> assertThat(e.reason()).isEqualTo(RejectReason.VIDEO_TOO_LARGE))
                 .hasMessageContaining("768 frames resized to 3584x3584");
+    }
+
+    /** The frames of a golden row: {@code (T, H, W, 3)} uint8 in one array. */
+    private static List<RgbImage> frames(byte[] all, long[] shape) {
+        int h = Math.toIntExact(shape[1]);
+        int w = Math.toIntExact(shape[2]);
+        List<RgbImage> frames = new ArrayList<>();
+        for (int f = 0; f < shape[0]; f++) {
+            frames.add(
+                    new RgbImage(
+                            w, h, Arrays.copyOfRange(all, f * h * w * 3, (f + 1) * h * w * 3)));
+        }
+        return frames;
     }
 
     private static List<RgbImage> frames(int count, int width, int height, long seed) {
