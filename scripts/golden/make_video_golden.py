@@ -27,8 +27,9 @@ FFmpeg 8 libraries, numpy 2.3.5, pyarrow 22.0.0; pinned in requirements.txt besi
 * frame-index rules: ``Qwen2VLVideoProcessor.sample_frames`` and ``Qwen3VLVideoProcessor.
   sample_frames`` with ``num_frames``; and LLaMA-Factory's
   ``np.linspace(0, total_frames - 1, sample_frames).astype(np.int32)``
-  (hiyouga/LLaMA-Factory src/llamafactory/data/mm_plugin.py, ``MMPluginMixin.
-  _get_video_sample_indices``), computed here with numpy as that file does.
+  (hiyouga/LLaMA-Factory src/llamafactory/data/mm_plugin.py, the PyAV video path of
+  ``_regularize_videos``, ``_get_video_sample_indices`` in later versions), computed here with
+  numpy as that file does.
 
 Preset values are the checkpoints' (Qwen/Qwen2-VL-7B-Instruct, Qwen/Qwen2.5-VL-7B-Instruct:
 patch 14, temporal 2, merge 2, CLIP mean/std, ``min_pixels`` 3136; Qwen/Qwen3-VL-8B-Instruct
@@ -209,6 +210,8 @@ class Clip:
 
 
 X264 = {"preset": "veryfast", "crf": "18", "threads": "1"}
+VP9 = {"threads": "1", "deadline": "realtime", "cpu-used": "8", "crf": "20", "b": "0"}
+AOM = {"cpu-used": "8", "threads": "1", "usage": "realtime", "crf": "30", "row-mt": "0"}
 X265 = {"preset": "ultrafast", "x265-params": "pools=none:frame-threads=1:log-level=error"}
 CLIPS = [
     Clip(
@@ -256,7 +259,7 @@ CLIPS = [
         height=61,
         rate=Fraction(30000, 1001),
         frames=45,
-        options={"threads": "1", "deadline": "realtime", "cpu-used": "8", "crf": "20", "b": "0"},
+        options=VP9,
     ),
     Clip(
         "vp9.webm",
@@ -264,7 +267,7 @@ CLIPS = [
         codec="libvpx-vp9",
         rate=Fraction(30),
         frames=30,
-        options={"threads": "1", "deadline": "realtime", "cpu-used": "8", "crf": "20", "b": "0"},
+        options=VP9,
     ),
     Clip(
         "av1_portrait.mp4",
@@ -274,14 +277,14 @@ CLIPS = [
         height=96,
         rate=Fraction(60),
         frames=120,
-        options={"cpu-used": "8", "threads": "1", "usage": "realtime", "crf": "30", "row-mt": "0"},
+        options=AOM,
     ),
     Clip(
         "av1.mkv",
         "AV1 in mkv: Matroska stores no frame count",
         codec="libaom-av1",
         frames=24,
-        options={"cpu-used": "8", "threads": "1", "usage": "realtime", "crf": "30", "row-mt": "0"},
+        options=AOM,
     ),
     Clip(
         "mpeg4.mov",
@@ -322,6 +325,15 @@ CLIPS = [
         frames=25,
         full_range=True,
         options=X264,
+    ),
+    Clip(
+        "vp9_fullrange.mp4",
+        "full-range VP9: decoded as yuv420p with color_range pc (H.264/HEVC give yuvj420p)",
+        codec="libvpx-vp9",
+        rate=Fraction(25),
+        frames=12,
+        full_range=True,
+        options=VP9,
     ),
     Clip(
         "h264_bt709.mp4",
@@ -480,6 +492,7 @@ def clip_row(clip: Clip, path: Path) -> dict[str, Any]:
         "decoded_frames": -1,
         "pts": [],
         "time_base": "",
+        "decoded_pix_fmt": "",
         "rotation": 0,
         "color_range": "",
         "colorspace": "",
@@ -493,6 +506,7 @@ def clip_row(clip: Clip, path: Path) -> dict[str, Any]:
             pts = []
             for frame in container.decode(video=0):
                 if not pts:
+                    row["decoded_pix_fmt"] = frame.format.name
                     row["rotation"] = int(frame.rotation)
                     row["color_range"] = str(frame.color_range)
                     row["colorspace"] = str(frame.colorspace)
@@ -626,8 +640,9 @@ def index_rows(clip_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     qwen3.sample_frames(meta, num_frames=n),
                 ),
                 "llamafactory_linspace_floor": (
-                    "LLaMA-Factory src/llamafactory/data/mm_plugin.py "
-                    "_get_video_sample_indices: np.linspace(0, total - 1, n).astype(np.int32)",
+                    "LLaMA-Factory src/llamafactory/data/mm_plugin.py, the PyAV video path of "
+                    "_regularize_videos (_get_video_sample_indices in later versions): "
+                    "np.linspace(0, total_frames - 1, sample_frames).astype(np.int32)",
                     np.linspace(0, total - 1, n).astype(np.int32),
                 ),
             }
@@ -668,6 +683,7 @@ SCHEMAS = {
         ("decoded_frames", pa.int32()),
         ("pts", pa.list_(pa.int64())),
         ("time_base", pa.string()),
+        ("decoded_pix_fmt", pa.string()),
         ("rotation", pa.int32()),
         ("color_range", pa.string()),
         ("colorspace", pa.string()),
@@ -745,7 +761,8 @@ def main() -> None:
         processor = build(preset, tokenizer)
         for clip in CLIPS:
             video_rows.append(reference_row(preset, processor, clip, clip_dir, FPS))
-            if clip.name == OTHER_FPS_CLIP:
+            # Qwen2-VL shares Qwen2.5-VL's video processor: the other fps once for each processor.
+            if clip.name == OTHER_FPS_CLIP and preset.key != "qwen2-vl":
                 video_rows.append(reference_row(preset, processor, clip, clip_dir, OTHER_FPS))
     indices = index_rows(clip_rows)
     write(out_dir / "clips.arrow", clip_rows)
@@ -780,7 +797,11 @@ def main() -> None:
             }
             for p in PRESETS
         },
-        "other_fps": {"clip": OTHER_FPS_CLIP, "fps": OTHER_FPS},
+        "other_fps": {
+            "clip": OTHER_FPS_CLIP,
+            "fps": OTHER_FPS,
+            "presets": ["qwen2.5-vl", "qwen3-vl"],
+        },
         "encoders_available": available,
         "encoders_missing": [e for e in ENCODERS if e not in available],
         "encoders_used": sorted({c.codec for c in CLIPS if not c.bad}),
