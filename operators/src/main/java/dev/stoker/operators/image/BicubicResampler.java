@@ -3,16 +3,34 @@ package dev.stoker.operators.image;
 import java.util.Arrays;
 
 /**
- * Bicubic resize of 8-bit RGB images, bit-compatible with Pillow's {@code Image.resize(size,
- * Image.BICUBIC)} (no box, no reducing gap), i.e. {@code ImagingResample} in Pillow's {@code
- * src/libImaging/Resample.c}: separable passes, horizontal first and then vertical, each skipped
- * when that side keeps its size; the cubic convolution kernel with {@code a = -0.5} and support 2,
- * widened by the downscale factor (antialiasing); per-output coefficients normalised to sum 1 and
- * converted to fixed point with {@value #PRECISION_BITS} fractional bits ({@code 32 - 8 - 2}); each
- * pass rounds and clips to uint8, so the intermediate image is uint8 as in Pillow. The horizontal
- * pass only computes the source rows the vertical pass reads, {@value #BLOCK_ROWS} rows at a time
- * as the vertical pass reaches them, into a ring of rows (cache-resident). Integer sums are exact
- * in any order, so the result is bit-identical to Pillow's.
+ * Bicubic resize of 8-bit RGB images with one of two reference implementations' weights ({@link
+ * Weights}), both antialiased separable integer resamplers of the same shape.
+ *
+ * <p>{@link Weights#PILLOW} (the default; the image path): bit-compatible with Pillow's {@code
+ * Image.resize(size, Image.BICUBIC)} (no box, no reducing gap), i.e. {@code ImagingResample} in
+ * Pillow's {@code src/libImaging/Resample.c}: separable passes, horizontal first and then vertical,
+ * each skipped when that side keeps its size; the cubic convolution kernel with {@code a = -0.5}
+ * and support 2, widened by the downscale factor (antialiasing); per-output coefficients normalised
+ * to sum 1 and converted to fixed point with {@value #PRECISION_BITS} fractional bits ({@code 32 -
+ * 8 - 2}); each pass rounds and clips to uint8, so the intermediate image is uint8 as in Pillow.
+ *
+ * <p>{@link Weights#TORCH}: bit-compatible with torchvision's {@code resize(uint8 tensor, size,
+ * BICUBIC, antialias=True)} on CPU, which calls {@code torch._C._nn._upsample_bicubic2d_aa} on the
+ * uint8 tensor (torchvision 0.29 {@code transforms/v2/functional/_geometry.py}, {@code
+ * resize_image} and {@code _do_native_uint8_resize_on_cpu}). In torch 2.x that is {@code
+ * upsample_avx_bilinear_bicubic_uint8} ({@code aten/src/ATen/native/cpu/UpSampleKernel.cpp} and
+ * {@code UpSampleKernelAVXAntialias.h}, x86 with AVX2 or AVX-512) or, elsewhere, {@code
+ * separable_upsample_generic_Nd_kernel_impl} with the same integer weights: the same passes and
+ * bounds as Pillow, but {@code HelperInterpCubic::aa_filter} ({@code a = -0.5}, torch's form of the
+ * polynomial), weights normalised in double and quantised by {@code
+ * _compute_index_ranges_int16_weights} to int16 with a per-pass precision (the largest one, at most
+ * 22 bits, at which twice the largest weight of that pass stays below {@code 2^15}), int32 sums
+ * started at {@code 1 << (precision - 1)}, shifted and clamped to 0..255.
+ *
+ * <p>The horizontal pass only computes the source rows the vertical pass reads, {@value
+ * #BLOCK_ROWS} rows at a time as the vertical pass reaches them, into a ring of rows
+ * (cache-resident). Integer sums are exact in any order, so the result is bit-identical to the
+ * reference's.
  *
  * <p>Both passes are shaped for the JIT's auto-vectorization (one multiply-add over a whole int
  * array per tap): the vertical pass over a ring row, the horizontal pass over a block of source
@@ -23,7 +41,19 @@ import java.util.Arrays;
  * array, which is valid until the next call; use one instance per task thread.
  */
 public final class BicubicResampler {
-    /** Fixed-point fraction bits of the coefficients, as Pillow's {@code PRECISION_BITS}. */
+    /** Whose weights a resampler uses; the passes and rounding are the same for both. */
+    public enum Weights {
+        /** Pillow 12's {@code ImagingResample} with {@code BICUBIC}: the image path. */
+        PILLOW,
+        /**
+         * torch's antialiased bicubic resize of uint8 tensors on CPU ({@code
+         * _upsample_bicubic2d_aa}), as torchvision's {@code resize(..., antialias=True)} runs it:
+         * the Hugging Face video processors.
+         */
+        TORCH
+    }
+
+    /** Fixed-point fraction bits of the Pillow coefficients, as Pillow's {@code PRECISION_BITS}. */
     static final int PRECISION_BITS = 32 - 8 - 2;
 
     /** Source rows resampled horizontally together. */
@@ -32,6 +62,11 @@ public final class BicubicResampler {
     private static final int LANES = 3 * BLOCK_ROWS;
     private static final double SUPPORT = 2.0;
     private static final double A = -0.5;
+
+    /** torch's {@code compute_index_ranges_int16_weights}: int16 weights, at most 22 bits. */
+    private static final int TORCH_MAX_PRECISION = 22;
+
+    private final Weights weights;
 
     /**
      * The block of source rows being resampled horizontally, transposed: {@code columns[x][c *
@@ -46,6 +81,18 @@ public final class BicubicResampler {
     private final int[] lanes = new int[LANES];
     private int[] acc = new int[0];
     private byte[] out = new byte[0];
+
+    /** A resampler with Pillow's weights ({@link Weights#PILLOW}), the image path's. */
+    public BicubicResampler() {
+        this(Weights.PILLOW);
+    }
+
+    /**
+     * @param weights whose weights to use
+     */
+    public BicubicResampler(Weights weights) {
+        this.weights = weights;
+    }
 
     /**
      * Resizes {@code src} to {@code outWidth x outHeight}.
@@ -66,8 +113,8 @@ public final class BicubicResampler {
         if (outWidth == inW && outHeight == inH) {
             return src;
         }
-        Coefficients kx = outWidth != inW ? Coefficients.of(inW, outWidth) : null;
-        Coefficients ky = outHeight != inH ? Coefficients.of(inH, outHeight) : null;
+        Coefficients kx = outWidth != inW ? coefficients(inW, outWidth) : null;
+        Coefficients ky = outHeight != inH ? coefficients(inH, outHeight) : null;
         int stride = outWidth * 3;
         byte[] dst = output(stride * outHeight);
         // A block overwrites rows before the current ymin only: ymin <= next < ymin + ksize.
@@ -103,6 +150,12 @@ public final class BicubicResampler {
             }
         }
         return new RgbImage(outWidth, outHeight, dst);
+    }
+
+    private Coefficients coefficients(int inSize, int outSize) {
+        return weights == Weights.TORCH
+                ? Coefficients.torch(inSize, outSize)
+                : Coefficients.of(inSize, outSize);
     }
 
     private byte[] output(int size) {
@@ -154,7 +207,7 @@ public final class BicubicResampler {
             int xmin = bounds[xx * 2];
             int xcount = bounds[xx * 2 + 1];
             int kOff = xx * k.ksize;
-            Arrays.fill(a, 1 << (PRECISION_BITS - 1));
+            Arrays.fill(a, 1 << (k.precision - 1));
             int x = 0;
             for (; x + 1 < xcount; x += 2) {
                 int w0 = kk[kOff + x];
@@ -173,7 +226,7 @@ public final class BicubicResampler {
                 }
             }
             for (int i = 0; i < LANES; i++) {
-                a[i] = clip8(a[i]);
+                a[i] = clip8(a[i], k.precision);
             }
             for (int r = 0, o = xx * 3; r < rows; r++) {
                 int[] row = blockRows[r];
@@ -209,7 +262,7 @@ public final class BicubicResampler {
             int yy, int ymin, int ycount, Coefficients k, int ringSize, int stride, byte[] dst) {
         int[] a = acc;
         int kOff = yy * k.ksize;
-        Arrays.fill(a, 0, stride, 1 << (PRECISION_BITS - 1));
+        Arrays.fill(a, 0, stride, 1 << (k.precision - 1));
         for (int y = 0; y < ycount; y++) {
             int w = k.fixed[kOff + y];
             int[] row = ring[(ymin + y) % ringSize];
@@ -218,12 +271,12 @@ public final class BicubicResampler {
             }
         }
         for (int i = 0, o = yy * stride; i < stride; i++) {
-            dst[o + i] = (byte) clip8(a[i]);
+            dst[o + i] = (byte) clip8(a[i], k.precision);
         }
     }
 
-    private static int clip8(int v) {
-        return Math.max(0, Math.min(v >> PRECISION_BITS, 255));
+    private static int clip8(int v, int precision) {
+        return Math.max(0, Math.min(v >> precision, 255));
     }
 
     /** Pillow's bicubic kernel with a = -0.5. */
@@ -239,12 +292,33 @@ public final class BicubicResampler {
     }
 
     /**
+     * torch's cubic filter for antialiasing, {@code HelperInterpCubic::aa_filter<double, true>}
+     * ({@code a = -0.5}) with {@code cubic_convolution1/2} of {@code
+     * aten/src/ATen/native/UpSample.h}: Pillow's polynomial written differently, so a double may
+     * differ in its last bit.
+     */
+    static double torchFilter(double x) {
+        double ax = Math.abs(x);
+        if (ax < 1.0) {
+            return ((A + 2) * ax - (A + 3)) * ax * ax + 1;
+        }
+        if (ax < 2.0) {
+            return ((A * ax - 5 * A) * ax + 8 * A) * ax - 4 * A;
+        }
+        return 0.0;
+    }
+
+    /**
      * Per-axis coefficient table: Pillow's {@code precompute_coeffs} plus {@code
-     * normalize_coeffs_8bpc}.
+     * normalize_coeffs_8bpc} ({@link #of}), or torch's {@code _compute_index_ranges_weights} plus
+     * {@code _compute_index_ranges_int16_weights} ({@link #torch}).
      */
     static final class Coefficients {
         final int outSize;
         final int ksize;
+
+        /** Fixed-point fraction bits of {@link #fixed}. */
+        final int precision;
 
         /** Pairs (first source index, number of taps) per output index. */
         final int[] bounds;
@@ -252,9 +326,10 @@ public final class BicubicResampler {
         /** {@code ksize} fixed-point taps per output index. */
         final int[] fixed;
 
-        private Coefficients(int outSize, int ksize, int[] bounds, int[] fixed) {
+        private Coefficients(int outSize, int ksize, int precision, int[] bounds, int[] fixed) {
             this.outSize = outSize;
             this.ksize = ksize;
+            this.precision = precision;
             this.bounds = bounds;
             this.fixed = fixed;
         }
@@ -289,7 +364,58 @@ public final class BicubicResampler {
                 bounds[xx * 2] = xmin;
                 bounds[xx * 2 + 1] = xmax;
             }
-            return new Coefficients(outSize, ksize, bounds, fixed);
+            return new Coefficients(outSize, ksize, PRECISION_BITS, bounds, fixed);
+        }
+
+        /**
+         * torch's table for uint8 input, {@code antialias=True}, {@code align_corners=False} and no
+         * scale factor (the output size given): {@code scale = in / out} ({@code
+         * area_pixel_compute_scale}), support {@code 2 * scale} when downscaling else 2, {@code
+         * ksize = ceil(support) * 2 + 1}; per output {@code _compute_indices_min_size_weights_aa}
+         * (bounds as Pillow's, the tap count clamped to {@code ksize}, weights divided by their sum
+         * when it is not 0); then the precision from the largest normalised weight of the whole
+         * axis and the weights rounded half away from zero to that many fraction bits.
+         */
+        static Coefficients torch(int inSize, int outSize) {
+            double scale = (double) inSize / outSize;
+            double support = scale >= 1.0 ? (4 * 0.5) * scale : 4 * 0.5;
+            int ksize = (int) Math.ceil(support) * 2 + 1;
+            double invscale = scale >= 1.0 ? 1.0 / scale : 1.0;
+            int[] bounds = new int[outSize * 2];
+            double[] w = new double[outSize * ksize];
+            double wtMax = 0.0;
+            for (int i = 0; i < outSize; i++) {
+                double center = scale * (i + 0.5);
+                int xmin = Math.max((int) (center - support + 0.5), 0);
+                int xsize = Math.min((int) (center + support + 0.5), inSize) - xmin;
+                xsize = Math.max(0, Math.min(xsize, ksize));
+                double total = 0.0;
+                for (int j = 0; j < xsize; j++) {
+                    double v = torchFilter((j + xmin - center + 0.5) * invscale);
+                    w[i * ksize + j] = v;
+                    total += v;
+                }
+                if (total != 0.0) {
+                    for (int j = 0; j < xsize; j++) {
+                        w[i * ksize + j] /= total;
+                        wtMax = Math.max(wtMax, w[i * ksize + j]);
+                    }
+                }
+                bounds[i * 2] = xmin;
+                bounds[i * 2 + 1] = xsize;
+            }
+            int precision = 0;
+            for (; precision < TORCH_MAX_PRECISION; precision++) {
+                if ((int) (0.5 + wtMax * (1 << (precision + 1))) >= (1 << 15)) {
+                    break;
+                }
+            }
+            int[] fixed = new int[w.length];
+            for (int i = 0; i < w.length; i++) {
+                double v = w[i] * (1 << precision);
+                fixed[i] = (short) (v < 0 ? (int) (-0.5 + v) : (int) (0.5 + v));
+            }
+            return new Coefficients(outSize, ksize, precision, bounds, fixed);
         }
     }
 }

@@ -7,6 +7,10 @@ package dev.stoker.operators.model;
  * <p>{@link #SEQUENCE_TOO_LONG}: the tokenized sample is longer than {@code stoker.max-seq-len}
  * (policy {@code DROP}), or nothing trainable is left after truncating it to that length (policy
  * {@code TRUNCATE}); the message names the sample's length and the limit.
+ *
+ * <p>{@link #VIDEO_TOO_SHORT}: fewer sampled frames than the model's {@code temporal_patch_size}
+ * where its video processor refuses them (Qwen3-VL's {@code smart_resize}). {@link
+ * #VIDEO_TOO_LARGE}: the resized frames would not fit one Java array ({@code 2^31 - 1} samples).
  */
 public enum RejectReason {
     LINE_TOO_LONG(Stage.PARSE),
@@ -26,6 +30,8 @@ public enum RejectReason {
     IMAGE_TOO_MANY_PIXELS(Stage.DECODE),
     IMAGE_TOO_SMALL(Stage.PREPROCESS),
     EXTREME_ASPECT_RATIO(Stage.PREPROCESS),
+    VIDEO_TOO_SHORT(Stage.PREPROCESS),
+    VIDEO_TOO_LARGE(Stage.PREPROCESS),
     TOKENIZATION_FAILED(Stage.TOKENIZE),
     SEQUENCE_TOO_LONG(Stage.TOKENIZE);
 

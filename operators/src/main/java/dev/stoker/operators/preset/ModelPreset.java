@@ -2,6 +2,8 @@ package dev.stoker.operators.preset;
 
 import dev.stoker.operators.image.QwenVisionConfig;
 import dev.stoker.operators.tokenize.QwenChatTemplate;
+import dev.stoker.operators.video.QwenVideoConfig;
+import dev.stoker.operators.video.QwenVideoConfig.PixelBudget;
 import java.util.Arrays;
 import java.util.Locale;
 import java.util.stream.Collectors;
@@ -32,6 +34,30 @@ import java.util.stream.Collectors;
  * {@code <|vision_start|><|image_pad|>...<|vision_end|>} image block. The resize factor is {@code
  * patch_size * merge_size}: 28, 28 and 32. Checked against transformers 5.23.0 by {@code
  * scripts/golden/make_golden.py}; see {@code docs/parity.md}.
+ *
+ * <p>Video ({@link #videoConfig()}): the model's Hugging Face video processor class, with patch
+ * size and mean/std as for images, temporal patch 2, merge 2, and:
+ *
+ * <table>
+ *   <caption>Video processor values and their source (transformers 5.23.0 classes; pixel bounds
+ *   from the checkpoint)</caption>
+ *   <tr><th>preset</th><th>class</th><th>min / max pixels</th><th>budget</th>
+ *       <th>min / max frames, fps</th><th>max_video_tokens</th><th>second_per_grid_ts</th></tr>
+ *   <tr><td>{@code qwen2-vl}</td><td>{@code Qwen2VLVideoProcessor}</td><td>3136 / 12845056 (the
+ *       checkpoint has no {@code video_preprocessor_config.json}; transformers falls back to its
+ *       {@code preprocessor_config.json}: {@code min_pixels} / {@code max_pixels})</td>
+ *       <td>per frame</td><td>4 / 768, none</td><td>128000</td><td>no</td></tr>
+ *   <tr><td>{@code qwen2.5-vl}</td><td>{@code Qwen2VLVideoProcessor}</td><td>3136 / 12845056 (as
+ *       above)</td><td>per frame</td><td>4 / 768, none</td><td>128000</td><td>yes ({@code
+ *       Qwen2_5_VLProcessor})</td></tr>
+ *   <tr><td>{@code qwen3-vl}</td><td>{@code Qwen3VLVideoProcessor}</td><td>4096 / 25165824
+ *       ({@code video_preprocessor_config.json} of Qwen/Qwen3-VL-8B-Instruct: {@code
+ *       size.shortest_edge / longest_edge})</td><td>whole video</td><td>4 / 768, 2</td>
+ *       <td>768</td><td>no</td></tr>
+ * </table>
+ *
+ * <p>{@code cap_pixels_per_frame} is off for all three (unset means {@code False} in transformers
+ * 5.23.0).
  */
 public enum ModelPreset {
     QWEN2_VL(
@@ -41,7 +67,8 @@ public enum ModelPreset {
             12_845_056,
             Norm.CLIP,
             QwenChatTemplate.DEFAULT_SYSTEM_PROMPT,
-            32_768),
+            32_768,
+            new Video(3136, 12_845_056, PixelBudget.PER_FRAME, 128_000, 0, false)),
     QWEN2_5_VL(
             "qwen2.5-vl",
             14,
@@ -49,8 +76,17 @@ public enum ModelPreset {
             12_845_056,
             Norm.CLIP,
             QwenChatTemplate.DEFAULT_SYSTEM_PROMPT,
-            128_000),
-    QWEN3_VL("qwen3-vl", 16, 65_536, 16_777_216, Norm.HALF, null, 262_144);
+            128_000,
+            new Video(3136, 12_845_056, PixelBudget.PER_FRAME, 128_000, 0, true)),
+    QWEN3_VL(
+            "qwen3-vl",
+            16,
+            65_536,
+            16_777_216,
+            Norm.HALF,
+            null,
+            262_144,
+            new Video(4096, 25_165_824, PixelBudget.WHOLE_VIDEO, 768, 2, false));
 
     /** The preset of the {@code stoker.model.preset} default. */
     public static final ModelPreset DEFAULT = QWEN2_VL;
@@ -62,6 +98,7 @@ public enum ModelPreset {
     private final Norm norm;
     private final String defaultSystemPrompt;
     private final int maxPositionEmbeddings;
+    private final Video video;
 
     ModelPreset(
             String key,
@@ -70,7 +107,8 @@ public enum ModelPreset {
             long maxPixels,
             Norm norm,
             String defaultSystemPrompt,
-            int maxPositionEmbeddings) {
+            int maxPositionEmbeddings,
+            Video video) {
         this.key = key;
         this.patchSize = patchSize;
         this.minPixels = minPixels;
@@ -78,6 +116,7 @@ public enum ModelPreset {
         this.norm = norm;
         this.defaultSystemPrompt = defaultSystemPrompt;
         this.maxPositionEmbeddings = maxPositionEmbeddings;
+        this.video = video;
     }
 
     /** The option value naming this preset, e.g. {@code qwen2.5-vl}. */
@@ -122,6 +161,29 @@ public enum ModelPreset {
     }
 
     /**
+     * A new video config with this preset's video processor values (see the class comment); the
+     * caller may override any field.
+     */
+    public QwenVideoConfig videoConfig() {
+        QwenVideoConfig config = new QwenVideoConfig();
+        config.patchSize = patchSize;
+        config.temporalPatchSize = 2;
+        config.mergeSize = 2;
+        config.minPixels = video.minPixels;
+        config.maxPixels = video.maxPixels;
+        config.imageMean = norm.mean.clone();
+        config.imageStd = norm.std.clone();
+        config.budget = video.budget;
+        config.capPixelsPerFrame = false;
+        config.maxVideoTokens = video.maxVideoTokens;
+        config.minFrames = 4;
+        config.maxFrames = 768;
+        config.fps = video.fps;
+        config.secondPerGridTs = video.secondPerGridTs;
+        return config;
+    }
+
+    /**
      * The system prompt the model's chat template inserts when a conversation does not start with a
      * system message, or {@code null} when it inserts none (Qwen3-VL).
      */
@@ -147,6 +209,15 @@ public enum ModelPreset {
     public String toString() {
         return key.toLowerCase(Locale.ROOT);
     }
+
+    /** The video processor values that differ between the presets. */
+    private record Video(
+            long minPixels,
+            long maxPixels,
+            PixelBudget budget,
+            int maxVideoTokens,
+            double fps,
+            boolean secondPerGridTs) {}
 
     /** image_mean / image_std pairs of the presets. */
     private enum Norm {

@@ -30,6 +30,26 @@ class BicubicResamplerTest {
     }
 
     @Test
+    void torchWeightsKeepConstantImagesAndSizesAndResizeOnlyTheSideThatChanges() {
+        BicubicResampler torch = new BicubicResampler(BicubicResampler.Weights.TORCH);
+        RgbImage src = filled(37, 23, 200, 17, 90);
+        for (int[] size : new int[][] {{11, 7}, {80, 50}, {1, 1}}) {
+            RgbImage out = torch.resize(src, size[0], size[1]);
+            for (int i = 0; i < size[0] * size[1] * 3; i += 3) {
+                assertThat(out.pixels()[i] & 0xFF).isEqualTo(200);
+                assertThat(out.pixels()[i + 1] & 0xFF).isEqualTo(17);
+                assertThat(out.pixels()[i + 2] & 0xFF).isEqualTo(90);
+            }
+        }
+        RgbImage random = random(19, 13, 2);
+        assertThat(torch.resize(random, 19, 13)).isSameAs(random);
+        // rows that are constant stay constant when only the width changes
+        RgbImage rows = gray(new int[] {10, 10, 10, 250, 250, 250}, 3, 2);
+        assertThat(channel0(torch.resize(rows, 5, 2)))
+                .containsExactly(10, 10, 10, 10, 10, 250, 250, 250, 250, 250);
+    }
+
+    @Test
     void halvingAStepMatchesHandComputedPillowWeights() {
         // Output x=0: centre 1.0, taps at source 0..3 with weights k((x+0.5-1)/2) =
         // {0.8671875, 0.8671875, 0.2265625, -0.0703125} (sum 1.890625): 255 * 0.15625 / 1.890625 =
