@@ -24,6 +24,16 @@ public enum RejectReason {
     UNSUPPORTED_IMAGE(Stage.DECODE),
     CORRUPT_IMAGE(Stage.DECODE),
     IMAGE_TOO_MANY_PIXELS(Stage.DECODE),
+    /** A file FFmpeg cannot open as a video: no container it knows, no video stream, no decoder. */
+    UNSUPPORTED_VIDEO(Stage.DECODE),
+    /** An empty, truncated or damaged video, or one the reference loader fails on. */
+    CORRUPT_VIDEO(Stage.DECODE),
+    /** A video whose frames are larger than the per-frame pixel limit (checked before decoding). */
+    VIDEO_TOO_MANY_PIXELS(Stage.DECODE),
+    /** A video with more frames than the frame limit, or sampled frames too large to hold. */
+    VIDEO_TOO_MANY_FRAMES(Stage.DECODE),
+    /** A video with too few frames for the frame-index rule (the reference fails on it too). */
+    VIDEO_TOO_SHORT(Stage.DECODE),
     IMAGE_TOO_SMALL(Stage.PREPROCESS),
     EXTREME_ASPECT_RATIO(Stage.PREPROCESS),
     TOKENIZATION_FAILED(Stage.TOKENIZE),
