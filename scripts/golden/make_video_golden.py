@@ -1,0 +1,805 @@
+"""Golden data for Stoker's video preprocessing parity with Hugging Face (issue 36, docs/parity.md).
+
+Generates small synthetic clips with PyAV's encoders into ``OUT/clips/`` and feeds each through the
+Hugging Face processor of each model preset exactly as the processor loads a video from a path,
+writing what Stoker's video operators must reproduce as Arrow IPC files (no compression) into
+OUT (``--out``; the operators' parity tests run it into ``operators/target/video-goldens`` with
+the model venv, ``Goldens.java``, so the goldens and clips are generated, not stored).
+
+What it calls (transformers 5.23.0, torch 2.15.0, torchvision 0.29.2, PyAV 16.0.1 with its bundled
+FFmpeg 8 libraries, numpy 2.3.5, pyarrow 22.0.0; pinned in requirements.txt beside this file):
+
+* processors: ``Qwen2VLProcessor`` (qwen2-vl), ``Qwen2_5_VLProcessor`` (qwen2.5-vl),
+  ``Qwen3VLProcessor`` (qwen3-vl) with ``Qwen2VLVideoProcessor`` / ``Qwen3VLVideoProcessor`` and
+  the real Qwen tokenizer in ../shared/data/tokenizers/qwen3, called as
+  ``processor(text=[PROMPT], videos=[path], return_tensors="np", **VIDEO_KWARGS)``, which runs
+  ``BaseVideoProcessor.preprocess`` -> ``_decode_and_sample_videos`` -> ``fetch_videos`` ->
+  ``transformers.video_utils.load_video(path, backend=..., sample_indices_fn=partial(
+  video_processor.sample_frames, **kwargs))`` -> ``_preprocess`` (smart_resize, torchvision
+  bicubic resize with antialias, rescale and normalise, pad to the temporal patch, patchify).
+  ``fetch_videos`` of transformers 5.23.0 hard-codes ``backend="torchcodec"`` (falling back to
+  torchvision's removed decoder); torchcodec is not installed here (its wheel needs a system
+  FFmpeg), so the script replaces that one method on the video processor instance with the same
+  call with ``backend="pyav"`` (``read_video_pyav``: ``av.open``, ``stream.frames`` as
+  total_num_frames, ``stream.average_rate`` as fps, decode from the start, keep the frames at the
+  sampled indices, ``frame.to_ndarray(format="rgb24")``), and keeps the uint8 frames it returns:
+  they are exactly what the processor received.
+* frame-index rules: ``Qwen2VLVideoProcessor.sample_frames`` and ``Qwen3VLVideoProcessor.
+  sample_frames`` with ``num_frames``; and LLaMA-Factory's
+  ``np.linspace(0, total_frames - 1, sample_frames).astype(np.int32)``
+  (hiyouga/LLaMA-Factory src/llamafactory/data/mm_plugin.py, ``MMPluginMixin.
+  _get_video_sample_indices``), computed here with numpy as that file does.
+
+Preset values are the checkpoints' (Qwen/Qwen2-VL-7B-Instruct, Qwen/Qwen2.5-VL-7B-Instruct:
+patch 14, temporal 2, merge 2, CLIP mean/std, ``min_pixels`` 3136; Qwen/Qwen3-VL-8B-Instruct
+``video_preprocessor_config.json``: patch 16, temporal 2, merge 2, mean/std 0.5,
+``size.shortest_edge`` 4096, ``fps`` 2, ``min_frames`` 4, ``max_frames`` 768) except the maximum
+pixel budget, cut to PRESETS' ``max_pixels`` so that outputs stay small (per frame for Qwen2/2.5,
+over T*H*W for Qwen3); frames are sampled by the processor (``do_sample_frames=True``) at 2 fps
+for every preset, plus one clip at OTHER_FPS. ``cap_pixels_per_frame`` is left unset (the 5.23.0
+default, which is the uncapped behaviour, with a warning).
+
+Clips (CLIPS): H.264 (libx264), HEVC (libx265), VP9 (libvpx-vp9), AV1 (libaom-av1) and MPEG-4
+part 2 (mpeg4) in mp4, mov, mkv and webm; odd sizes, portrait, 24/25/30000/1001/60 fps, a
+variable frame rate clip, a 90 degree display matrix (written into the mp4 ``tkhd`` box: PyAV 16
+has no API for stream side data and FFmpeg 8's mov muxer ignores a ``rotate`` tag), 3 frames
+(below ``min_frames``), 300 frames, 10-bit, 4:4:4, full range, BT.709; and bad files for the
+decoder's error tests. The pictures are integer arithmetic only (gradients, a zone plate, a
+1-pixel checkerboard and a moving square), so they are identical on every machine, and every
+encoder runs single-threaded with the muxers in bitexact mode: the clips and goldens are
+byte-identical from run to run.
+
+Output (about 6 MB; about 20 s on the 2-core dev box):
+
+* ``clips/``: the clip files.
+* ``clips.arrow``: one row per clip file, good or bad: how it was made and what PyAV decodes.
+* ``videos.arrow``: one row per (preset, clip, fps): the processor's inputs and outputs, or
+  ``status`` "refused" with the reference's ``error`` (type: message).
+* ``frame_indices.arrow``: the three index rules for a few frame counts per clip.
+* ``summary.json`` (written last): versions, presets, encoders used and missing, counts.
+
+Run (from the repository root; PyAV added to the model venv or on PYTHONPATH):
+
+    .stoker/model-venv/bin/python scripts/golden/make_video_golden.py [--out OUT_DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import struct
+import sys
+from dataclasses import dataclass, field
+from fractions import Fraction
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import av
+import numpy as np
+import pyarrow as pa
+import torch
+import torchvision
+import transformers
+from av.video.reformatter import ColorRange, Colorspace
+from transformers import (
+    AutoTokenizer,
+    Qwen2_5_VLProcessor,
+    Qwen2VLImageProcessor,
+    Qwen2VLProcessor,
+    Qwen2VLVideoProcessor,
+    Qwen3VLProcessor,
+    Qwen3VLVideoProcessor,
+)
+from transformers.video_utils import VideoMetadata, load_video
+
+REPO = Path(__file__).resolve().parents[2]
+DATA = REPO.parent / "shared" / "data"
+OUT = REPO / "operators" / "target" / "video-goldens"
+
+CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
+CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
+FPS = 2.0
+OTHER_FPS = 4.0
+OTHER_FPS_CLIP = "h264_main.mp4"
+INDEX_RULE_COUNTS = [4, 5, 8, 16]
+# One video per prompt, as the chat templates place it.
+PROMPT = "<|vision_start|><|video_pad|><|vision_end|>"
+ENCODERS = [
+    "libx264",
+    "libopenh264",
+    "libx265",
+    "libvpx-vp9",
+    "libaom-av1",
+    "libsvtav1",
+    "librav1e",
+    "mpeg4",
+    "libxvid",
+]
+
+
+@dataclass(frozen=True)
+class Preset:
+    key: str
+    processor_class: Any
+    video_processor_class: Any
+    patch_size: int
+    min_pixels: int
+    max_pixels: int
+    mean: list[float]
+    std: list[float]
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "size": {"shortest_edge": self.min_pixels, "longest_edge": self.max_pixels},
+            "patch_size": self.patch_size,
+            "temporal_patch_size": 2,
+            "merge_size": 2,
+            "image_mean": self.mean,
+            "image_std": self.std,
+        }
+
+    def video_config(self) -> dict[str, Any]:
+        return {
+            **self.config(),
+            "min_frames": 4,
+            "max_frames": 768,
+            "do_sample_frames": True,
+            "fps": FPS,
+        }
+
+
+PRESETS = [
+    Preset(
+        "qwen2-vl",
+        Qwen2VLProcessor,
+        Qwen2VLVideoProcessor,
+        14,
+        3136,
+        28 * 28 * 8,
+        CLIP_MEAN,
+        CLIP_STD,
+    ),
+    Preset(
+        "qwen2.5-vl",
+        Qwen2_5_VLProcessor,
+        Qwen2VLVideoProcessor,
+        14,
+        3136,
+        28 * 28 * 8,
+        CLIP_MEAN,
+        CLIP_STD,
+    ),
+    Preset(
+        "qwen3-vl",
+        Qwen3VLProcessor,
+        Qwen3VLVideoProcessor,
+        16,
+        4096,
+        32 * 32 * 24,
+        [0.5] * 3,
+        [0.5] * 3,
+    ),
+]
+
+
+@dataclass(frozen=True)
+class Clip:
+    """One clip file: ``name`` (with its extension), how it is encoded, and why it is here."""
+
+    name: str
+    why: str
+    codec: str = "libx264"
+    width: int = 64
+    height: int = 48
+    rate: Fraction = Fraction(24)
+    frames: int = 24
+    pix_fmt: str = "yuv420p"
+    options: dict[str, str] = field(default_factory=dict)
+    vfr: bool = False
+    rotation: int = 0
+    full_range: bool = False
+    bt709: bool = False
+    bad: str = ""  # "", "audio", "truncate:<clip>", "empty", "random"
+
+    @property
+    def container(self) -> str:
+        return self.name.rsplit(".", 1)[1]
+
+
+X264 = {"preset": "veryfast", "crf": "18", "threads": "1"}
+X265 = {"preset": "ultrafast", "x265-params": "pools=none:frame-threads=1:log-level=error"}
+CLIPS = [
+    Clip(
+        "h264_main.mp4",
+        "H.264 4:2:0 in mp4, 24 fps, 3 s; larger than the budget (downscaled)",
+        width=128,
+        height=72,
+        frames=72,
+        options=X264,
+    ),
+    Clip(
+        "h264_444_odd.mp4",
+        "H.264 High 4:4:4 at an odd size (97x61), 25 fps",
+        width=97,
+        height=61,
+        rate=Fraction(25),
+        frames=50,
+        pix_fmt="yuv444p",
+        options=X264,
+    ),
+    Clip(
+        "hevc_main.mp4",
+        "HEVC 4:2:0 in mp4 at 30000/1001 fps",
+        codec="libx265",
+        rate=Fraction(30000, 1001),
+        frames=45,
+        options=X265,
+    ),
+    Clip(
+        "hevc_10bit.mov",
+        "HEVC Main 10 (yuv420p10le) in mov, 25 fps",
+        codec="libx265",
+        width=80,
+        height=48,
+        rate=Fraction(25),
+        frames=40,
+        pix_fmt="yuv420p10le",
+        options=X265,
+    ),
+    Clip(
+        "vp9_odd.mp4",
+        "VP9 4:2:0 at an odd size (97x61) in mp4, 30000/1001 fps",
+        codec="libvpx-vp9",
+        width=97,
+        height=61,
+        rate=Fraction(30000, 1001),
+        frames=45,
+        options={"threads": "1", "deadline": "realtime", "cpu-used": "8", "crf": "20", "b": "0"},
+    ),
+    Clip(
+        "vp9.webm",
+        "VP9 in webm: Matroska stores no frame count (PyAV stream.frames is 0)",
+        codec="libvpx-vp9",
+        rate=Fraction(30),
+        frames=30,
+        options={"threads": "1", "deadline": "realtime", "cpu-used": "8", "crf": "20", "b": "0"},
+    ),
+    Clip(
+        "av1_portrait.mp4",
+        "AV1 (libaom) portrait 48x96 in mp4, 60 fps",
+        codec="libaom-av1",
+        width=48,
+        height=96,
+        rate=Fraction(60),
+        frames=120,
+        options={"cpu-used": "8", "threads": "1", "usage": "realtime", "crf": "30", "row-mt": "0"},
+    ),
+    Clip(
+        "av1.mkv",
+        "AV1 in mkv: Matroska stores no frame count",
+        codec="libaom-av1",
+        frames=24,
+        options={"cpu-used": "8", "threads": "1", "usage": "realtime", "crf": "30", "row-mt": "0"},
+    ),
+    Clip(
+        "mpeg4.mov",
+        "MPEG-4 part 2 in mov, 25 fps",
+        codec="mpeg4",
+        rate=Fraction(25),
+        frames=50,
+        options={"qscale": "3", "threads": "1"},
+    ),
+    Clip(
+        "h264_vfr.mp4",
+        "variable frame rate: irregular pts (ms durations 33, 50, 17, 100, 40 repeating)",
+        frames=40,
+        vfr=True,
+        options=X264,
+    ),
+    Clip(
+        "h264_rot90.mp4",
+        "90 degree display matrix on a 64x48 landscape H.264 stream",
+        frames=48,
+        rotation=90,
+        options=X264,
+    ),
+    Clip("h264_short3.mp4", "3 frames: fewer than min_frames (4)", frames=3, options=X264),
+    Clip(
+        "h264_long300.mp4",
+        "300 frames of 48x32 at 60 fps (5 s); smaller than min_pixels (upscaled)",
+        width=48,
+        height=32,
+        rate=Fraction(60),
+        frames=300,
+        options=X264,
+    ),
+    Clip(
+        "h264_fullrange.mp4",
+        "full-range (pc) 4:2:0 H.264, range flagged in the stream",
+        rate=Fraction(25),
+        frames=25,
+        full_range=True,
+        options=X264,
+    ),
+    Clip(
+        "h264_bt709.mp4",
+        "BT.709 matrix (content converted with it, and flagged)",
+        rate=Fraction(30),
+        frames=30,
+        bt709=True,
+        options=X264,
+    ),
+    Clip("audio_only.mp4", "bad: an AAC audio stream and no video stream", bad="audio"),
+    Clip("truncated.mp4", "bad: the first half of h264_main.mp4's bytes", bad="truncate"),
+    Clip("empty.mp4", "bad: a zero-length file", bad="empty"),
+    Clip("random.mp4", "bad: 4096 pseudo-random bytes with a video extension", bad="random"),
+]
+
+
+def picture(i: int, w: int, h: int) -> np.ndarray:
+    """Frame ``i`` as (h, w, 3) uint8 RGB, integer arithmetic only (identical on every machine).
+
+    R: a horizontal gradient drifting right; G: a vertical gradient drifting down; B: a zone plate
+    (rings that tighten outwards, fine detail for resize and chroma errors) moving with ``i``; a
+    1-pixel checkerboard in the top-left quarter; a white square moving diagonally.
+    """
+    y, x = np.mgrid[0:h, 0:w].astype(np.int64)
+    r = (x * 255 // max(w - 1, 1) + 5 * i) % 256
+    g = (y * 255 // max(h - 1, 1) + 3 * i) % 256
+    zone = ((x - w // 2) ** 2 + (y - h // 2) ** 2) * 64 // max(w, h) + 7 * i
+    b = np.abs(zone % 256 - 128) * 2
+    rgb = np.stack([r, g, np.minimum(b, 255)], axis=-1)
+    checker = ((x + y + i) % 2 == 0) & (x < w // 4) & (y < h // 4)
+    rgb[checker] = 255 - rgb[checker]
+    side = max(min(w, h) // 5, 2)
+    sx, sy = (2 * i) % max(w - side, 1), i % max(h - side, 1)
+    rgb[sy : sy + side, sx : sx + side] = 255
+    return rgb.astype(np.uint8)
+
+
+VFR_STEPS_MS = [33, 50, 17, 100, 40]
+
+
+def encode(clip: Clip, path: Path) -> None:
+    """Encodes ``clip`` with PyAV into ``path`` (single-threaded, bitexact muxer)."""
+    with av.open(str(path), "w", container_options={"fflags": "+bitexact"}) as out:
+        stream = out.add_stream(clip.codec, rate=clip.rate, options=dict(clip.options))
+        stream.width, stream.height, stream.pix_fmt = clip.width, clip.height, clip.pix_fmt
+        ctx = stream.codec_context
+        if clip.vfr:
+            ctx.time_base = Fraction(1, 1000)
+        else:
+            ctx.time_base = 1 / clip.rate
+        colorspace = Colorspace.ITU709 if clip.bt709 else Colorspace.ITU601
+        if clip.full_range:
+            ctx.color_range = ColorRange.JPEG
+        if clip.bt709:
+            ctx.colorspace = 1  # AVCOL_SPC_BT709
+            ctx.color_primaries = 1
+            ctx.color_trc = 1
+        pts = 0
+        for i in range(clip.frames):
+            rgb = av.VideoFrame.from_ndarray(picture(i, clip.width, clip.height), format="rgb24")
+            frame = rgb.reformat(
+                format=clip.pix_fmt,
+                src_colorspace=Colorspace.ITU601,
+                dst_colorspace=colorspace,
+                src_color_range=ColorRange.JPEG,
+                dst_color_range=ColorRange.JPEG if clip.full_range else ColorRange.MPEG,
+            )
+            frame.pts = pts
+            if clip.full_range:
+                frame.color_range = ColorRange.JPEG
+            pts += VFR_STEPS_MS[i % len(VFR_STEPS_MS)] if clip.vfr else 1
+            for packet in stream.encode(frame):
+                out.mux(packet)
+        for packet in stream.encode(None):
+            out.mux(packet)
+    if clip.rotation:
+        set_mp4_rotation(path, clip.rotation)
+
+
+def set_mp4_rotation(path: Path, degrees: int) -> None:
+    """Writes a rotation into the video track's ``tkhd`` transformation matrix (ISO/IEC 14496-12
+    8.3.2: nine big-endian 32-bit values a b u c d v x y w, 16.16 fixed point but u v w 2.30), the
+    box FFmpeg reads as the stream's display matrix."""
+    data = bytearray(path.read_bytes())
+    at = data.find(b"tkhd")
+    assert at > 0 and data.find(b"tkhd", at + 4) < 0, "one track"
+    version = data[at + 4]
+    matrix_at = at + 4 + (52 if version == 1 else 40)
+    one = 0x10000
+    a, b = {90: (0, one), 180: (-one, 0), 270: (0, -one)}[degrees]
+    matrix = (a, b, 0, -b, a, 0, 0, 0, 0x40000000)
+    data[matrix_at : matrix_at + 36] = struct.pack(">9i", *matrix)
+    path.write_bytes(bytes(data))
+
+
+def audio_only(path: Path) -> None:
+    """One second of a 16 kHz mono AAC sawtooth in mp4, no video stream."""
+    with av.open(str(path), "w", container_options={"fflags": "+bitexact"}) as out:
+        stream = out.add_stream("aac", rate=16000, options={"b": "32000"})
+        stream.layout = "mono"
+        samples = ((np.arange(16000, dtype=np.int64) * 440 * 65536 // 16000) % 65536) - 32768
+        frame = av.AudioFrame.from_ndarray(
+            (samples // 4).astype(np.int16)[None, :], format="s16", layout="mono"
+        )
+        frame.sample_rate = 16000
+        frame.pts = 0
+        for packet in stream.encode(frame):
+            out.mux(packet)
+        for packet in stream.encode(None):
+            out.mux(packet)
+
+
+def make_clips(clip_dir: Path) -> list[dict[str, Any]]:
+    clip_dir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for clip in CLIPS:
+        path = clip_dir / clip.name
+        if clip.bad == "audio":
+            audio_only(path)
+        elif clip.bad == "truncate":
+            whole = (clip_dir / "h264_main.mp4").read_bytes()
+            path.write_bytes(whole[: len(whole) // 2])
+        elif clip.bad == "empty":
+            path.write_bytes(b"")
+        elif clip.bad == "random":
+            blocks = [hashlib.sha256(f"stoker {i}".encode()).digest() for i in range(128)]
+            path.write_bytes(b"".join(blocks))
+        else:
+            encode(clip, path)
+        rows.append(clip_row(clip, path))
+    return rows
+
+
+def clip_row(clip: Clip, path: Path) -> dict[str, Any]:
+    data = path.read_bytes()
+    row: dict[str, Any] = {
+        "clip": clip.name,
+        "file": f"clips/{clip.name}",
+        "good": not clip.bad,
+        "why": clip.why,
+        "container": clip.container,
+        "encoder": "" if clip.bad else clip.codec,
+        "pix_fmt": "" if clip.bad else clip.pix_fmt,
+        "coded_width": 0 if clip.bad else clip.width,
+        "coded_height": 0 if clip.bad else clip.height,
+        "frame_rate": "" if clip.bad else str(clip.rate),
+        "encoded_frames": 0 if clip.bad else clip.frames,
+        "vfr": clip.vfr,
+        "rotation_written": clip.rotation,
+        "full_range": clip.full_range,
+        "bt709": clip.bt709,
+        "bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        # What PyAV decodes (the reference's decoder), every frame.
+        "codec": "",
+        "decoded_frames": -1,
+        "pts": [],
+        "time_base": "",
+        "rotation": 0,
+        "color_range": "",
+        "colorspace": "",
+        "decode_error": "",
+    }
+    try:
+        with av.open(str(path)) as container:
+            stream = container.streams.video[0]
+            row["codec"] = stream.codec_context.name
+            row["time_base"] = str(stream.time_base)
+            pts = []
+            for frame in container.decode(video=0):
+                if not pts:
+                    row["rotation"] = int(frame.rotation)
+                    row["color_range"] = str(frame.color_range)
+                    row["colorspace"] = str(frame.colorspace)
+                pts.append(int(frame.pts))
+            row["pts"] = pts
+            row["decoded_frames"] = len(pts)
+    except Exception as e:  # noqa: BLE001 - the bad files' errors are the point
+        row["decode_error"] = f"{type(e).__name__}: {e}".replace(str(path.parent), "clips")
+    return row
+
+
+def pyav_fetch(captured: list[Any], video: Any, sample_indices_fn: Any = None) -> Any:
+    """``BaseVideoProcessor.fetch_videos`` with ``backend="pyav"`` (see the module docstring)."""
+    if isinstance(video, list):
+        return list(zip(*[pyav_fetch(captured, v, sample_indices_fn) for v in video], strict=True))
+    frames, metadata = load_video(video, backend="pyav", sample_indices_fn=sample_indices_fn)
+    captured.append(frames)
+    return frames, metadata
+
+
+def build(preset: Preset, tokenizer: Any) -> Any:
+    video_processor = preset.video_processor_class(**preset.video_config())
+    processor = preset.processor_class(
+        image_processor=Qwen2VLImageProcessor(**preset.config()),
+        tokenizer=tokenizer,
+        video_processor=video_processor,
+    )
+    return processor
+
+
+def reference_row(
+    preset: Preset, processor: Any, clip: Clip, clip_dir: Path, fps: float
+) -> dict[str, Any]:
+    vp = processor.video_processor
+    captured: list[Any] = []
+    vp.fetch_videos = partial(pyav_fetch, captured)
+    row: dict[str, Any] = {
+        "preset": preset.key,
+        "clip": clip.name,
+        "good_clip": not clip.bad,
+        "container": clip.container,
+        "fps": fps,
+        "do_sample_frames": True,
+        "min_frames": vp.min_frames,
+        "max_frames": vp.max_frames,
+        "min_pixels": preset.min_pixels,
+        "max_pixels": preset.max_pixels,
+        "patch_size": preset.patch_size,
+        "temporal_patch_size": vp.temporal_patch_size,
+        "merge_size": vp.merge_size,
+        "status": "ok",
+        "error": "",
+    }
+    try:
+        out = processor(
+            text=[PROMPT],
+            videos=[str(clip_dir / clip.name)],
+            fps=fps,
+            return_metadata=True,
+            return_tensors="np",
+        )
+    except Exception as e:  # noqa: BLE001 - a refusal is a golden outcome
+        row["status"] = "refused"
+        row["error"] = f"{type(e).__name__}: {e}".replace(str(clip_dir), "clips")
+        return row
+    (frames,) = captured
+    meta: VideoMetadata = out["video_metadata"][0]
+    pv = np.ascontiguousarray(out["pixel_values_videos"], dtype="<f4")
+    grid = [int(v) for v in out["video_grid_thw"][0]]
+    assert pv.shape == (grid[0] * grid[1] * grid[2], 3 * 2 * preset.patch_size**2), pv.shape
+    frames = np.ascontiguousarray(np.asarray(frames), dtype=np.uint8)
+    indices = [int(i) for i in np.asarray(meta.frames_indices)]
+    assert frames.shape[0] == len(indices) and frames.shape[-1] == 3
+    timestamps: list[float] = []
+    if preset.key == "qwen3-vl":
+        # The processor's own timestamps (it extends the list it is given, so give it a copy).
+        timestamps = [float(t) for t in processor._calculate_timestamps(list(indices), meta.fps, 2)]
+    row.update(
+        {
+            "total_num_frames": int(meta.total_num_frames),
+            "video_fps": float(meta.fps),
+            "duration": float(meta.duration),
+            "width": int(meta.width),
+            "height": int(meta.height),
+            "video_backend": str(meta.video_backend),
+            "frames_indices": indices,
+            "sampled_fps": float(meta.sampled_fps),
+            "frames": frames.tobytes(),
+            "frames_shape": list(frames.shape),
+            "pixel_values_videos": pv.tobytes(),
+            "pixel_values_videos_shape": list(pv.shape),
+            "video_grid_thw": grid,
+            "resized_height": grid[1] * preset.patch_size,
+            "resized_width": grid[2] * preset.patch_size,
+            "second_per_grid_ts": (
+                float(out["second_per_grid_ts"][0]) if "second_per_grid_ts" in out else None
+            ),
+            "video_timestamps": timestamps,
+            "input_ids": [int(v) for v in out["input_ids"][0]],
+        }
+    )
+    return row
+
+
+def index_rows(clip_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The three index rules in circulation, for a few frame counts, over each good clip's
+    frame count as the reference reads it (``stream.frames``; clips reading 0 are skipped)."""
+    qwen2 = Qwen2VLVideoProcessor(**PRESETS[0].video_config())
+    qwen3 = Qwen3VLVideoProcessor(**PRESETS[2].video_config())
+    rows = []
+    for clip_row_ in clip_rows:
+        if not clip_row_["good"]:
+            continue
+        with av.open(str(clip_row_["path"])) as container:
+            total = int(container.streams.video[0].frames)
+        if total == 0:
+            continue
+        meta = VideoMetadata(total_num_frames=total, fps=None)
+        for n in INDEX_RULE_COUNTS:
+            if n > total:
+                continue
+            rules = {
+                "qwen2_vl_arange": (
+                    "transformers 5.23.0 Qwen2VLVideoProcessor.sample_frames(num_frames=n): "
+                    "arange(0, total, total / n').int(), n' = round(n / 2) * 2",
+                    qwen2.sample_frames(meta, num_frames=n),
+                ),
+                "qwen3_vl_linspace_round": (
+                    "transformers 5.23.0 Qwen3VLVideoProcessor.sample_frames(num_frames=n): "
+                    "linspace(0, total - 1, n).round()",
+                    qwen3.sample_frames(meta, num_frames=n),
+                ),
+                "llamafactory_linspace_floor": (
+                    "LLaMA-Factory src/llamafactory/data/mm_plugin.py "
+                    "_get_video_sample_indices: np.linspace(0, total - 1, n).astype(np.int32)",
+                    np.linspace(0, total - 1, n).astype(np.int32),
+                ),
+            }
+            for rule, (source, indices) in rules.items():
+                rows.append(
+                    {
+                        "clip": clip_row_["clip"],
+                        "total_num_frames": total,
+                        "num_frames": n,
+                        "rule": rule,
+                        "source": source,
+                        "indices": [int(i) for i in np.asarray(indices)],
+                    }
+                )
+    return rows
+
+
+SCHEMAS = {
+    "clips.arrow": [
+        ("clip", pa.string()),
+        ("file", pa.string()),
+        ("good", pa.bool_()),
+        ("why", pa.string()),
+        ("container", pa.string()),
+        ("encoder", pa.string()),
+        ("pix_fmt", pa.string()),
+        ("coded_width", pa.int32()),
+        ("coded_height", pa.int32()),
+        ("frame_rate", pa.string()),
+        ("encoded_frames", pa.int32()),
+        ("vfr", pa.bool_()),
+        ("rotation_written", pa.int32()),
+        ("full_range", pa.bool_()),
+        ("bt709", pa.bool_()),
+        ("bytes", pa.int64()),
+        ("sha256", pa.string()),
+        ("codec", pa.string()),
+        ("decoded_frames", pa.int32()),
+        ("pts", pa.list_(pa.int64())),
+        ("time_base", pa.string()),
+        ("rotation", pa.int32()),
+        ("color_range", pa.string()),
+        ("colorspace", pa.string()),
+        ("decode_error", pa.string()),
+    ],
+    "videos.arrow": [
+        ("preset", pa.string()),
+        ("clip", pa.string()),
+        ("good_clip", pa.bool_()),
+        ("container", pa.string()),
+        ("fps", pa.float64()),
+        ("do_sample_frames", pa.bool_()),
+        ("min_frames", pa.int32()),
+        ("max_frames", pa.int32()),
+        ("min_pixels", pa.int64()),
+        ("max_pixels", pa.int64()),
+        ("patch_size", pa.int32()),
+        ("temporal_patch_size", pa.int32()),
+        ("merge_size", pa.int32()),
+        ("status", pa.string()),
+        ("error", pa.string()),
+        ("total_num_frames", pa.int32()),
+        ("video_fps", pa.float64()),
+        ("duration", pa.float64()),
+        ("width", pa.int32()),
+        ("height", pa.int32()),
+        ("video_backend", pa.string()),
+        ("frames_indices", pa.list_(pa.int32())),
+        ("sampled_fps", pa.float64()),
+        ("frames", pa.binary()),
+        ("frames_shape", pa.list_(pa.int32())),
+        ("pixel_values_videos", pa.binary()),
+        ("pixel_values_videos_shape", pa.list_(pa.int32())),
+        ("video_grid_thw", pa.list_(pa.int32())),
+        ("resized_height", pa.int32()),
+        ("resized_width", pa.int32()),
+        ("second_per_grid_ts", pa.float64()),
+        ("video_timestamps", pa.list_(pa.float64())),
+        ("input_ids", pa.list_(pa.int32())),
+    ],
+    "frame_indices.arrow": [
+        ("clip", pa.string()),
+        ("total_num_frames", pa.int32()),
+        ("num_frames", pa.int32()),
+        ("rule", pa.string()),
+        ("source", pa.string()),
+        ("indices", pa.list_(pa.int32())),
+    ],
+}
+
+
+def write(path: Path, rows: list[dict[str, Any]]) -> None:
+    schema = pa.schema([pa.field(n, t) for n, t in SCHEMAS[path.name]])
+    table = pa.Table.from_pylist(
+        [{n: row.get(n) for n in schema.names} for row in rows], schema=schema
+    )
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+        writer.write_table(table)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Hugging Face video parity goldens (Arrow IPC).")
+    parser.add_argument("--out", type=Path, default=OUT, help=f"output directory (default {OUT})")
+    out_dir: Path = parser.parse_args().out
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "summary.json").unlink(missing_ok=True)
+    torch.set_num_threads(1)
+    clip_dir = out_dir / "clips"
+    clip_rows = make_clips(clip_dir)
+    for row in clip_rows:
+        row["path"] = clip_dir / row["clip"]
+    tokenizer = AutoTokenizer.from_pretrained(str(DATA / "tokenizers" / "qwen3"))
+    video_rows = []
+    for preset in PRESETS:
+        processor = build(preset, tokenizer)
+        for clip in CLIPS:
+            video_rows.append(reference_row(preset, processor, clip, clip_dir, FPS))
+            if clip.name == OTHER_FPS_CLIP:
+                video_rows.append(reference_row(preset, processor, clip, clip_dir, OTHER_FPS))
+    indices = index_rows(clip_rows)
+    write(out_dir / "clips.arrow", clip_rows)
+    write(out_dir / "videos.arrow", video_rows)
+    write(out_dir / "frame_indices.arrow", indices)
+
+    available = []
+    for name in ENCODERS:
+        try:
+            av.codec.Codec(name, "w")
+            available.append(name)
+        except av.codec.codec.UnknownCodecError:
+            pass
+    total = sum(p.stat().st_size for p in out_dir.rglob("*") if p.is_file())
+    summary = {
+        "versions": {
+            "transformers": transformers.__version__,
+            "torch": torch.__version__,
+            "torchvision": torchvision.__version__,
+            "av": av.__version__,
+            "ffmpeg": {k: ".".join(map(str, v)) for k, v in av.library_versions.items()},
+            "numpy": np.__version__,
+            "pyarrow": pa.__version__,
+        },
+        "load_video_backend": "pyav",
+        "presets": {
+            p.key: {
+                "processor": p.processor_class.__name__,
+                "video_processor": p.video_processor_class.__name__,
+                "video_config": p.video_config(),
+                "cap_pixels_per_frame": None,
+            }
+            for p in PRESETS
+        },
+        "other_fps": {"clip": OTHER_FPS_CLIP, "fps": OTHER_FPS},
+        "encoders_available": available,
+        "encoders_missing": [e for e in ENCODERS if e not in available],
+        "encoders_used": sorted({c.codec for c in CLIPS if not c.bad}),
+        "clips": {r["clip"]: r["good"] for r in clip_rows},
+        "rows": {
+            "clips": len(clip_rows),
+            "videos": len(video_rows),
+            "videos_ok": sum(r["status"] == "ok" for r in video_rows),
+            "videos_refused": sum(r["status"] == "refused" for r in video_rows),
+            "frame_indices": len(indices),
+        },
+        "refusals": sorted(
+            {f"{r['clip']}: {r['error']}" for r in video_rows if r["status"] == "refused"}
+        ),
+        "bytes": total,
+    }
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(summary["rows"]), f"{total} bytes", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
