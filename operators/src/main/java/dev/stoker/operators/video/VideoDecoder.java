@@ -50,6 +50,8 @@ import dev.stoker.operators.model.RejectedRecordException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.BitSet;
 import java.util.List;
 import org.bytedeco.ffmpeg.avcodec.AVCodec;
 import org.bytedeco.ffmpeg.avcodec.AVCodecContext;
@@ -71,9 +73,10 @@ import org.bytedeco.javacpp.IntPointer;
 import org.bytedeco.javacpp.PointerPointer;
 
 /**
- * Decodes the frames at given indices of a video file with FFmpeg 8.1 (JavaCPP's presets), to the
- * same frames and the same RGB bytes as transformers 5.23.0's PyAV loader ({@code
- * transformers/video_utils.py}, {@code read_video_pyav}, with PyAV 16.0.1, FFmpeg 8.0).
+ * Decodes the frames at given indices of a video file (or a video in memory) with FFmpeg 8.1
+ * (JavaCPP's presets), to the same frames and the same RGB bytes as transformers 5.23.0's PyAV
+ * loader ({@code transformers/video_utils.py}, {@code read_video_pyav}, with PyAV 16.0.1, FFmpeg
+ * 8.0).
  *
  * <p>What it does, each step as the reference does it:
  *
@@ -170,6 +173,10 @@ public final class VideoDecoder implements AutoCloseable {
     private final int streamIndex;
     private final VideoMetadata metadata;
     private AVFormatContext format;
+
+    /** The in-memory input of {@link #open(byte[], String, VideoLimits)}; null for a file. */
+    private MemoryInput memory;
+
     private AVCodecContext codec;
     private AVPacket packet;
     private AVFrame frame;
@@ -179,12 +186,13 @@ public final class VideoDecoder implements AutoCloseable {
     private int rgbWidth;
     private int rgbHeight;
 
-    private VideoDecoder(Path file, VideoLimits limits) throws RejectedRecordException {
-        this.source = file.getFileName() != null ? file.getFileName().toString() : file.toString();
+    private VideoDecoder(String source, Path file, byte[] bytes, VideoLimits limits)
+            throws RejectedRecordException {
+        this.source = source;
         this.limits = limits;
         boolean done = false;
         try {
-            openInput(file);
+            openInput(file, bytes);
             this.streamIndex = firstVideoStream();
             AVStream stream = format.streams(streamIndex);
             this.metadata = openDecoder(stream);
@@ -224,7 +232,29 @@ public final class VideoDecoder implements AutoCloseable {
             throw new RejectedRecordException(
                     RejectReason.CORRUPT_VIDEO, "cannot read video file " + file, e);
         }
-        return new VideoDecoder(file, limits);
+        String name = file.getFileName() != null ? file.getFileName().toString() : file.toString();
+        return new VideoDecoder(name, file, null, limits);
+    }
+
+    /**
+     * Opens a video held in memory (read through a custom {@code AVIOContext}, as PyAV reads a
+     * {@code BytesIO}: FFmpeg then probes the container from the content alone, without a file
+     * name) and reads its metadata.
+     *
+     * @param bytes the file's bytes, not copied: keep them unchanged until {@link #close()}
+     * @param name what error messages call the video (e.g. its path in the dataset)
+     * @param limits the pixel and frame limits
+     * @return an open decoder; close it
+     * @throws RejectedRecordException UNSUPPORTED_VIDEO, CORRUPT_VIDEO, VIDEO_TOO_MANY_PIXELS or
+     *     VIDEO_TOO_MANY_FRAMES, naming the reason
+     */
+    public static VideoDecoder open(byte[] bytes, String name, VideoLimits limits)
+            throws RejectedRecordException {
+        if (bytes.length == 0) {
+            throw new RejectedRecordException(
+                    RejectReason.CORRUPT_VIDEO, "empty video file (0 bytes): " + name);
+        }
+        return new VideoDecoder(name, null, bytes, limits);
     }
 
     /** The container's description of the video stream, as the reference reads it. */
@@ -283,7 +313,7 @@ public final class VideoDecoder implements AutoCloseable {
                             + " in "
                             + source);
         }
-        java.util.BitSet wanted = new java.util.BitSet(end + 1);
+        BitSet wanted = new BitSet(end + 1);
         for (int index : indices) {
             if (index >= 0 && index <= end) {
                 wanted.set(index);
@@ -321,7 +351,7 @@ public final class VideoDecoder implements AutoCloseable {
 
     /** The state of one decode pass. */
     private static final class Pass {
-        final java.util.BitSet wanted;
+        final BitSet wanted;
         final int end;
         final FrameConsumer consumer;
         int next;
@@ -330,7 +360,7 @@ public final class VideoDecoder implements AutoCloseable {
         int height = -1;
         boolean finished;
 
-        Pass(java.util.BitSet wanted, int end, FrameConsumer consumer) {
+        Pass(BitSet wanted, int end, FrameConsumer consumer) {
             this.wanted = wanted;
             this.end = end;
             this.consumer = consumer;
@@ -481,17 +511,21 @@ public final class VideoDecoder implements AutoCloseable {
         }
     }
 
-    private void openInput(Path file) throws RejectedRecordException {
+    private void openInput(Path file, byte[] bytes) throws RejectedRecordException {
         format = avformat_alloc_context();
         if (format == null) {
             throw new OutOfMemoryError("FFmpeg could not allocate a format context");
         }
         format.flags(format.flags() | AVFMT_FLAG_GENPTS);
-        int ret = avformat_open_input(format, file.toString(), null, null);
+        if (bytes != null) {
+            memory = new MemoryInput(bytes);
+            format.pb(memory.context());
+        }
+        int ret = avformat_open_input(format, file != null ? file.toString() : null, null, null);
         if (ret < 0) {
             // avformat_open_input frees the context on failure
             format = null;
-            String container = probe(file);
+            String container = probe(bytes != null ? bytes : head(file));
             throw container == null
                     ? new RejectedRecordException(
                             RejectReason.UNSUPPORTED_VIDEO,
@@ -531,13 +565,8 @@ public final class VideoDecoder implements AutoCloseable {
      * (FFmpeg's own {@code AVPROBE_SCORE_MAX / 4} retry threshold): a truncated or damaged file of
      * that container; or null: not a container it knows.
      */
-    private static String probe(Path file) {
-        byte[] head;
-        try (java.io.InputStream in = Files.newInputStream(file)) {
-            head = in.readNBytes(PROBE_BYTES);
-        } catch (java.io.IOException e) {
-            return null;
-        }
+    private static String probe(byte[] file) {
+        byte[] head = Arrays.copyOf(file, Math.min(file.length, PROBE_BYTES));
         try (BytePointer buf = new BytePointer((long) head.length + AVPROBE_PADDING_SIZE);
                 AVProbeData probe = new AVProbeData()) {
             buf.zero();
@@ -547,6 +576,15 @@ public final class VideoDecoder implements AutoCloseable {
             int[] score = {PROBE_MIN_SCORE};
             AVInputFormat found = av_probe_input_format2(probe, 1, score);
             return found == null || found.isNull() ? null : found.name().getString();
+        }
+    }
+
+    /** The first {@link #PROBE_BYTES} of {@code file}; empty when it cannot be read. */
+    private static byte[] head(Path file) {
+        try (java.io.InputStream in = Files.newInputStream(file)) {
+            return in.readNBytes(PROBE_BYTES);
+        } catch (java.io.IOException e) {
+            return new byte[0];
         }
     }
 
@@ -691,6 +729,10 @@ public final class VideoDecoder implements AutoCloseable {
         if (format != null) {
             avformat_close_input(format);
             format = null;
+        }
+        if (memory != null) {
+            memory.close();
+            memory = null;
         }
     }
 }
