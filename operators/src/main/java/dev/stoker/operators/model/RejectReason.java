@@ -8,9 +8,11 @@ package dev.stoker.operators.model;
  * (policy {@code DROP}), or nothing trainable is left after truncating it to that length (policy
  * {@code TRUNCATE}); the message names the sample's length and the limit.
  *
- * <p>{@link #VIDEO_TOO_SHORT}: fewer sampled frames than the model's {@code temporal_patch_size}
- * where its video processor refuses them (Qwen3-VL's {@code smart_resize}). {@link
- * #VIDEO_TOO_LARGE}: the resized frames would not fit one Java array ({@code 2^31 - 1} samples).
+ * <p>{@link #VIDEO_TOO_SHORT}: too few frames for the model's frame-index rule (a container that
+ * reports no frame count, as Matroska and WebM do, included), or fewer sampled frames than its
+ * {@code temporal_patch_size} where its video processor refuses them (Qwen3-VL's {@code
+ * smart_resize}); the reference fails on these too. {@link #VIDEO_TOO_LARGE}: the resized frames
+ * would not fit one Java array ({@code 2^31 - 1} samples).
  */
 public enum RejectReason {
     LINE_TOO_LONG(Stage.PARSE),
@@ -28,6 +30,14 @@ public enum RejectReason {
     UNSUPPORTED_IMAGE(Stage.DECODE),
     CORRUPT_IMAGE(Stage.DECODE),
     IMAGE_TOO_MANY_PIXELS(Stage.DECODE),
+    /** A file FFmpeg cannot open as a video: no container it knows, no video stream, no decoder. */
+    UNSUPPORTED_VIDEO(Stage.DECODE),
+    /** An empty, truncated or damaged video, or one the reference loader fails on. */
+    CORRUPT_VIDEO(Stage.DECODE),
+    /** A video whose frames are larger than the per-frame pixel limit (checked before decoding). */
+    VIDEO_TOO_MANY_PIXELS(Stage.DECODE),
+    /** A video with more frames than the frame limit, or sampled frames too large to hold. */
+    VIDEO_TOO_MANY_FRAMES(Stage.DECODE),
     IMAGE_TOO_SMALL(Stage.PREPROCESS),
     EXTREME_ASPECT_RATIO(Stage.PREPROCESS),
     VIDEO_TOO_SHORT(Stage.PREPROCESS),

@@ -1,0 +1,738 @@
+package dev.stoker.operators.video;
+
+import static org.bytedeco.ffmpeg.global.avcodec.AV_PKT_DATA_DISPLAYMATRIX;
+import static org.bytedeco.ffmpeg.global.avcodec.av_packet_alloc;
+import static org.bytedeco.ffmpeg.global.avcodec.av_packet_free;
+import static org.bytedeco.ffmpeg.global.avcodec.av_packet_side_data_get;
+import static org.bytedeco.ffmpeg.global.avcodec.av_packet_unref;
+import static org.bytedeco.ffmpeg.global.avcodec.avcodec_alloc_context3;
+import static org.bytedeco.ffmpeg.global.avcodec.avcodec_find_decoder;
+import static org.bytedeco.ffmpeg.global.avcodec.avcodec_flush_buffers;
+import static org.bytedeco.ffmpeg.global.avcodec.avcodec_free_context;
+import static org.bytedeco.ffmpeg.global.avcodec.avcodec_get_name;
+import static org.bytedeco.ffmpeg.global.avcodec.avcodec_open2;
+import static org.bytedeco.ffmpeg.global.avcodec.avcodec_parameters_to_context;
+import static org.bytedeco.ffmpeg.global.avcodec.avcodec_receive_frame;
+import static org.bytedeco.ffmpeg.global.avcodec.avcodec_send_packet;
+import static org.bytedeco.ffmpeg.global.avformat.AVPROBE_PADDING_SIZE;
+import static org.bytedeco.ffmpeg.global.avformat.AVSEEK_FLAG_BACKWARD;
+import static org.bytedeco.ffmpeg.global.avformat.av_probe_input_format2;
+import static org.bytedeco.ffmpeg.global.avformat.av_read_frame;
+import static org.bytedeco.ffmpeg.global.avformat.av_seek_frame;
+import static org.bytedeco.ffmpeg.global.avformat.avformat_alloc_context;
+import static org.bytedeco.ffmpeg.global.avformat.avformat_close_input;
+import static org.bytedeco.ffmpeg.global.avformat.avformat_find_stream_info;
+import static org.bytedeco.ffmpeg.global.avformat.avformat_open_input;
+import static org.bytedeco.ffmpeg.global.avutil.AVERROR_EOF;
+import static org.bytedeco.ffmpeg.global.avutil.AVMEDIA_TYPE_VIDEO;
+import static org.bytedeco.ffmpeg.global.avutil.AV_LOG_QUIET;
+import static org.bytedeco.ffmpeg.global.avutil.AV_PIX_FMT_RGB24;
+import static org.bytedeco.ffmpeg.global.avutil.av_dict_free;
+import static org.bytedeco.ffmpeg.global.avutil.av_dict_set;
+import static org.bytedeco.ffmpeg.global.avutil.av_display_rotation_get;
+import static org.bytedeco.ffmpeg.global.avutil.av_frame_alloc;
+import static org.bytedeco.ffmpeg.global.avutil.av_frame_free;
+import static org.bytedeco.ffmpeg.global.avutil.av_frame_unref;
+import static org.bytedeco.ffmpeg.global.avutil.av_freep;
+import static org.bytedeco.ffmpeg.global.avutil.av_get_pix_fmt_name;
+import static org.bytedeco.ffmpeg.global.avutil.av_image_alloc;
+import static org.bytedeco.ffmpeg.global.avutil.av_log_set_level;
+import static org.bytedeco.ffmpeg.global.avutil.av_pix_fmt_desc_get;
+import static org.bytedeco.ffmpeg.global.avutil.av_strerror;
+import static org.bytedeco.ffmpeg.global.swscale.SWS_BILINEAR;
+import static org.bytedeco.ffmpeg.global.swscale.sws_freeContext;
+import static org.bytedeco.ffmpeg.global.swscale.sws_getCachedContext;
+import static org.bytedeco.ffmpeg.global.swscale.sws_scale;
+
+import dev.stoker.operators.image.RgbImage;
+import dev.stoker.operators.model.RejectReason;
+import dev.stoker.operators.model.RejectedRecordException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.BitSet;
+import java.util.List;
+import org.bytedeco.ffmpeg.avcodec.AVCodec;
+import org.bytedeco.ffmpeg.avcodec.AVCodecContext;
+import org.bytedeco.ffmpeg.avcodec.AVCodecParameters;
+import org.bytedeco.ffmpeg.avcodec.AVPacket;
+import org.bytedeco.ffmpeg.avcodec.AVPacketSideData;
+import org.bytedeco.ffmpeg.avformat.AVFormatContext;
+import org.bytedeco.ffmpeg.avformat.AVInputFormat;
+import org.bytedeco.ffmpeg.avformat.AVProbeData;
+import org.bytedeco.ffmpeg.avformat.AVStream;
+import org.bytedeco.ffmpeg.avutil.AVDictionary;
+import org.bytedeco.ffmpeg.avutil.AVFrame;
+import org.bytedeco.ffmpeg.avutil.AVPixFmtDescriptor;
+import org.bytedeco.ffmpeg.avutil.AVRational;
+import org.bytedeco.ffmpeg.swscale.SwsContext;
+import org.bytedeco.javacpp.BytePointer;
+import org.bytedeco.javacpp.DoublePointer;
+import org.bytedeco.javacpp.IntPointer;
+import org.bytedeco.javacpp.PointerPointer;
+
+/**
+ * Decodes the frames at given indices of a video file (or a video in memory) with FFmpeg 8.1
+ * (JavaCPP's presets), to the same frames and the same RGB bytes as transformers 5.23.0's PyAV
+ * loader ({@code transformers/video_utils.py}, {@code read_video_pyav}, with PyAV 16.0.1, FFmpeg
+ * 8.0).
+ *
+ * <p>What it does, each step as the reference does it:
+ *
+ * <ul>
+ *   <li>Open: {@code avformat_open_input} on the file's path (so FFmpeg probes with the file name,
+ *       as PyAV given a path does) with {@code AVFMT_FLAG_GENPTS} (PyAV sets it), then {@code
+ *       avformat_find_stream_info} with the default probe size and analyse duration (the average
+ *       frame rate comes from it). The video is the first stream whose type is video (PyAV's {@code
+ *       container.streams.video[0]}), decoded by {@code avcodec_find_decoder}'s decoder for its
+ *       codec id. {@link #metadata()} is read from the container alone: no frame is decoded to
+ *       count frames (see {@link VideoMetadata#totalFrames()}).
+ *   <li>Frame index: the position of a frame in the decoder's output order from the start of the
+ *       file (PyAV's {@code enumerate(container.decode(video=0))}) after {@code av_seek_frame(ctx,
+ *       -1, 0, AVSEEK_FLAG_BACKWARD)} (the reference's {@code container.seek(0)}). Decoding is
+ *       sequential from there: seeking to a later keyframe is not used, because after a seek the
+ *       output index of a frame is not known exactly for streams with B-frames or open GOPs. It
+ *       stops once the frame after the last requested index is out (the reference's {@code if i >
+ *       end_index: break}), or at the end of the stream, after draining the decoder with an empty
+ *       packet (PyAV's flush packets).
+ *   <li>Colour conversion, only for the requested frames: PyAV's {@code
+ *       VideoFrame.to_ndarray(format="rgb24")} ({@code av/video/reformatter.pyx}, {@code
+ *       VideoReformatter._reformat}) calls {@code sws_getCachedContext(w, h, src_fmt, w, h, RGB24,
+ *       SWS_BILINEAR)} and {@code sws_scale} with swscale's default colourspace details: it passes
+ *       the frame's colourspace as both source and destination and range "unspecified" for both, so
+ *       it never calls {@code sws_setColorspaceDetails}. The same calls are made here: BT.601
+ *       coefficients whatever the stream's colour tags say, limited range unless the pixel format
+ *       is a full-range {@code yuvj*} one. A frame already in RGB24 is copied as it is (PyAV's
+ *       shortcut).
+ *   <li>Rotation: the container's display matrix is reported ({@link VideoMetadata#rotation()}) but
+ *       not applied, as neither PyAV's {@code to_ndarray} nor transformers applies it.
+ *   <li>Errors end the decode as they end the reference's: a failed seek to the start, a read error
+ *       other than end-of-file, an error from {@code avcodec_send_packet} or {@code
+ *       avcodec_receive_frame}, and sampled frames of different sizes (the reference's {@code
+ *       np.stack} fails). Requested indices past the last decoded frame (a container that
+ *       over-reports its frame count) are not an error: like the reference, fewer frames come back.
+ * </ul>
+ *
+ * <p>Errors are {@link RejectedRecordException}s: {@link RejectReason#UNSUPPORTED_VIDEO} (no
+ * container FFmpeg recognises, no video stream, no decoder), {@link RejectReason#CORRUPT_VIDEO}
+ * (empty, truncated, damaged), {@link RejectReason#VIDEO_TOO_MANY_PIXELS} and {@link
+ * RejectReason#VIDEO_TOO_MANY_FRAMES} ({@link VideoLimits}, checked before anything of that size is
+ * allocated). The decoder uses one thread (slice threading, as PyAV asks for; FFmpeg's threading
+ * does not change the output). FFmpeg's own log is silenced (level quiet) when this class loads:
+ * errors are reported through the exceptions.
+ *
+ * <p>Native resources (format and codec contexts, packet, frame, swscale context, RGB buffer) are
+ * freed by {@link #close()}; use try-with-resources. Not thread-safe: one instance per thread.
+ */
+public final class VideoDecoder implements AutoCloseable {
+    /** {@code AVERROR(EAGAIN)} on Linux. */
+    private static final int AVERROR_EAGAIN = -11;
+
+    /** {@code AVFMT_FLAG_GENPTS} (libavformat/avformat.h; the presets do not map it). */
+    private static final int AVFMT_FLAG_GENPTS = 0x0001;
+
+    /** {@code FF_THREAD_SLICE}: what PyAV sets as the codec context's thread type. */
+    private static final int FF_THREAD_SLICE = 2;
+
+    /** How much of a file that FFmpeg cannot open is probed to tell damaged from unknown. */
+    private static final int PROBE_BYTES = 4096;
+
+    /** The probe score over which an unopenable file counts as damaged rather than unknown. */
+    private static final int PROBE_MIN_SCORE = 25;
+
+    /** The row alignment of PyAV's RGB frame buffer ({@code av_image_alloc(..., 16)}). */
+    private static final int RGB_ALIGN = 16;
+
+    static {
+        av_log_set_level(AV_LOG_QUIET);
+    }
+
+    /** Receives the decoded frames of {@link #decode(int[], FrameConsumer)}, in index order. */
+    @FunctionalInterface
+    public interface FrameConsumer {
+        /**
+         * @param index the frame's index (position in decode output order)
+         * @param frame the frame as packed RGB24, a fresh array the consumer may keep
+         * @throws RejectedRecordException to end the decode with that rejection
+         */
+        void accept(int index, RgbImage frame) throws RejectedRecordException;
+    }
+
+    /**
+     * The sampled frames of one {@link #decode(int[])} call.
+     *
+     * @param indices the index of each frame, ascending; fewer than requested when the stream ends
+     *     before some requested index
+     * @param frames the frames, packed RGB24, all of one size
+     */
+    public record DecodedFrames(int[] indices, List<RgbImage> frames) {}
+
+    private final String source;
+    private final VideoLimits limits;
+    private final int streamIndex;
+    private final VideoMetadata metadata;
+    private AVFormatContext format;
+
+    /** The in-memory input of {@link #open(byte[], String, VideoLimits)}; null for a file. */
+    private MemoryInput memory;
+
+    private AVCodecContext codec;
+    private AVPacket packet;
+    private AVFrame frame;
+    private SwsContext sws;
+    private PointerPointer<BytePointer> rgbData;
+    private IntPointer rgbLinesize;
+    private int rgbWidth;
+    private int rgbHeight;
+
+    private VideoDecoder(String source, Path file, byte[] bytes, VideoLimits limits)
+            throws RejectedRecordException {
+        this.source = source;
+        this.limits = limits;
+        boolean done = false;
+        try {
+            openInput(file, bytes);
+            this.streamIndex = firstVideoStream();
+            AVStream stream = format.streams(streamIndex);
+            this.metadata = openDecoder(stream);
+            packet = av_packet_alloc();
+            frame = av_frame_alloc();
+            if (packet == null || frame == null) {
+                throw new OutOfMemoryError("FFmpeg could not allocate a packet or frame");
+            }
+            done = true;
+        } finally {
+            if (!done) {
+                close();
+            }
+        }
+    }
+
+    /**
+     * Opens {@code file} and reads its metadata.
+     *
+     * @param file a local video file (e.g. the fetch stage's spill file)
+     * @param limits the pixel and frame limits
+     * @return an open decoder; close it
+     * @throws RejectedRecordException UNSUPPORTED_VIDEO, CORRUPT_VIDEO, VIDEO_TOO_MANY_PIXELS or
+     *     VIDEO_TOO_MANY_FRAMES, naming the reason
+     */
+    public static VideoDecoder open(Path file, VideoLimits limits) throws RejectedRecordException {
+        if (!Files.isRegularFile(file)) {
+            throw new RejectedRecordException(
+                    RejectReason.CORRUPT_VIDEO, "video file not found: " + file);
+        }
+        try {
+            if (Files.size(file) == 0) {
+                throw new RejectedRecordException(
+                        RejectReason.CORRUPT_VIDEO, "empty video file (0 bytes): " + file);
+            }
+        } catch (java.io.IOException e) {
+            throw new RejectedRecordException(
+                    RejectReason.CORRUPT_VIDEO, "cannot read video file " + file, e);
+        }
+        String name = file.getFileName() != null ? file.getFileName().toString() : file.toString();
+        return new VideoDecoder(name, file, null, limits);
+    }
+
+    /**
+     * Opens a video held in memory (read through a custom {@code AVIOContext}, as PyAV reads a
+     * {@code BytesIO}: FFmpeg then probes the container from the content alone, without a file
+     * name) and reads its metadata.
+     *
+     * @param bytes the file's bytes, not copied: keep them unchanged until {@link #close()}
+     * @param name what error messages call the video (e.g. its path in the dataset)
+     * @param limits the pixel and frame limits
+     * @return an open decoder; close it
+     * @throws RejectedRecordException UNSUPPORTED_VIDEO, CORRUPT_VIDEO, VIDEO_TOO_MANY_PIXELS or
+     *     VIDEO_TOO_MANY_FRAMES, naming the reason
+     */
+    public static VideoDecoder open(byte[] bytes, String name, VideoLimits limits)
+            throws RejectedRecordException {
+        if (bytes.length == 0) {
+            throw new RejectedRecordException(
+                    RejectReason.CORRUPT_VIDEO, "empty video file (0 bytes): " + name);
+        }
+        return new VideoDecoder(name, null, bytes, limits);
+    }
+
+    /** The container's description of the video stream, as the reference reads it. */
+    public VideoMetadata metadata() {
+        return metadata;
+    }
+
+    /**
+     * Decodes the frames at {@code indices} into a list (see the class comment for how frames are
+     * counted). Holds all sampled frames in memory at once; {@link #decode(int[], FrameConsumer)}
+     * streams them.
+     *
+     * @param indices frame indices in ascending order, as a frame-index rule gives them ({@link
+     *     FrameSampling}); duplicates and negative values are ignored, as the reference's {@code i
+     *     in indices} does
+     * @return the frames found, in index order
+     * @throws RejectedRecordException CORRUPT_VIDEO, VIDEO_TOO_MANY_PIXELS or VIDEO_TOO_MANY_FRAMES
+     * @throws IllegalArgumentException if {@code indices} is empty
+     */
+    public DecodedFrames decode(int[] indices) throws RejectedRecordException {
+        List<RgbImage> frames = new ArrayList<>();
+        List<Integer> found = new ArrayList<>();
+        decode(
+                indices,
+                (index, image) -> {
+                    found.add(index);
+                    frames.add(image);
+                });
+        return new DecodedFrames(found.stream().mapToInt(Integer::intValue).toArray(), frames);
+    }
+
+    /**
+     * Decodes the frames at {@code indices} and hands each to {@code consumer} as soon as it is
+     * converted.
+     *
+     * @param indices frame indices in ascending order; the last one ends the decode (the
+     *     reference's {@code end_index = indices[-1]}); duplicates and negative values are ignored
+     * @param consumer receives each frame found, in index order
+     * @return how many frames were handed over (fewer than requested when the stream ends early)
+     * @throws RejectedRecordException CORRUPT_VIDEO, VIDEO_TOO_MANY_PIXELS, VIDEO_TOO_MANY_FRAMES,
+     *     or what {@code consumer} throws
+     * @throws IllegalArgumentException if {@code indices} is empty
+     */
+    public int decode(int[] indices, FrameConsumer consumer) throws RejectedRecordException {
+        if (indices.length == 0) {
+            throw new IllegalArgumentException("no frame indices to decode");
+        }
+        int end = indices[indices.length - 1];
+        if (end >= limits.maxFrames()) {
+            throw new RejectedRecordException(
+                    RejectReason.VIDEO_TOO_MANY_FRAMES,
+                    "frame index "
+                            + end
+                            + " is past the frame limit "
+                            + limits.maxFrames()
+                            + " in "
+                            + source);
+        }
+        BitSet wanted = new BitSet(end + 1);
+        for (int index : indices) {
+            if (index >= 0 && index <= end) {
+                wanted.set(index);
+            }
+        }
+        int ret = av_seek_frame(format, -1, 0, AVSEEK_FLAG_BACKWARD);
+        if (ret < 0) {
+            throw corrupt("seeking to the start failed (" + error(ret) + ")", null);
+        }
+        avcodec_flush_buffers(codec);
+        Pass pass = new Pass(wanted, end, consumer);
+        while (!pass.finished) {
+            ret = av_read_frame(format, packet);
+            if (ret == AVERROR_EOF) {
+                break;
+            }
+            if (ret < 0) {
+                throw corrupt("reading the container failed (" + error(ret) + ")", null);
+            }
+            try {
+                if (packet.stream_index() == streamIndex) {
+                    send(packet);
+                    receive(pass);
+                }
+            } finally {
+                av_packet_unref(packet);
+            }
+        }
+        if (!pass.finished) {
+            send(null);
+            receive(pass);
+        }
+        return pass.delivered;
+    }
+
+    /** The state of one decode pass. */
+    private static final class Pass {
+        final BitSet wanted;
+        final int end;
+        final FrameConsumer consumer;
+        int next;
+        int delivered;
+        int width = -1;
+        int height = -1;
+        boolean finished;
+
+        Pass(BitSet wanted, int end, FrameConsumer consumer) {
+            this.wanted = wanted;
+            this.end = end;
+            this.consumer = consumer;
+        }
+    }
+
+    private void send(AVPacket pkt) throws RejectedRecordException {
+        int ret = avcodec_send_packet(codec, pkt);
+        if (ret < 0 && ret != AVERROR_EOF) {
+            throw corrupt("the decoder rejected a packet (" + error(ret) + ")", null);
+        }
+    }
+
+    private void receive(Pass pass) throws RejectedRecordException {
+        while (!pass.finished) {
+            int ret = avcodec_receive_frame(codec, frame);
+            if (ret == AVERROR_EAGAIN || ret == AVERROR_EOF) {
+                return;
+            }
+            if (ret < 0) {
+                throw corrupt("decoding a frame failed (" + error(ret) + ")", null);
+            }
+            try {
+                int index = pass.next++;
+                if (index > pass.end) {
+                    pass.finished = true;
+                } else if (pass.wanted.get(index)) {
+                    RgbImage rgb = toRgb();
+                    if (pass.width >= 0
+                            && (rgb.width() != pass.width || rgb.height() != pass.height)) {
+                        throw corrupt(
+                                "frame size changes from "
+                                        + pass.width
+                                        + "x"
+                                        + pass.height
+                                        + " to "
+                                        + rgb.width()
+                                        + "x"
+                                        + rgb.height()
+                                        + " at frame "
+                                        + index
+                                        + " (the reference cannot stack such frames either)",
+                                null);
+                    }
+                    pass.width = rgb.width();
+                    pass.height = rgb.height();
+                    pass.delivered++;
+                    pass.consumer.accept(index, rgb);
+                }
+            } finally {
+                av_frame_unref(frame);
+            }
+        }
+    }
+
+    /** The current frame as packed RGB24, as PyAV's {@code to_ndarray(format="rgb24")}. */
+    private RgbImage toRgb() throws RejectedRecordException {
+        int width = frame.width();
+        int height = frame.height();
+        checkPixels(width, height);
+        byte[] out = new byte[width * height * 3];
+        int rowBytes = width * 3;
+        if (frame.format() == AV_PIX_FMT_RGB24) {
+            BytePointer src = frame.data(0);
+            int stride = frame.linesize(0);
+            for (int y = 0; y < height; y++) {
+                src.position((long) y * stride).get(out, y * rowBytes, rowBytes);
+            }
+            src.position(0);
+            return new RgbImage(width, height, out);
+        }
+        sws =
+                sws_getCachedContext(
+                        sws,
+                        width,
+                        height,
+                        frame.format(),
+                        width,
+                        height,
+                        AV_PIX_FMT_RGB24,
+                        SWS_BILINEAR,
+                        null,
+                        null,
+                        (DoublePointer) null);
+        if (sws == null || sws.isNull()) {
+            sws = null;
+            throw new RejectedRecordException(
+                    RejectReason.UNSUPPORTED_VIDEO,
+                    "swscale cannot convert pixel format "
+                            + pixelFormatName(frame.format())
+                            + " to RGB in "
+                            + source);
+        }
+        ensureRgbBuffer(width, height);
+        int ret = sws_scale(sws, frame.data(), frame.linesize(), 0, height, rgbData, rgbLinesize);
+        if (ret != height) {
+            throw corrupt("swscale converted " + ret + " of " + height + " rows", null);
+        }
+        BytePointer dst = rgbData.get(BytePointer.class, 0);
+        int stride = rgbLinesize.get(0);
+        for (int y = 0; y < height; y++) {
+            dst.position((long) y * stride).get(out, y * rowBytes, rowBytes);
+        }
+        return new RgbImage(width, height, out);
+    }
+
+    private void ensureRgbBuffer(int width, int height) throws RejectedRecordException {
+        if (rgbData != null && rgbWidth == width && rgbHeight == height) {
+            return;
+        }
+        freeRgbBuffer();
+        rgbData = new PointerPointer<>(4);
+        rgbLinesize = new IntPointer(4);
+        int ret = av_image_alloc(rgbData, rgbLinesize, width, height, AV_PIX_FMT_RGB24, RGB_ALIGN);
+        if (ret < 0) {
+            freeRgbBuffer();
+            throw new OutOfMemoryError(
+                    "FFmpeg could not allocate a " + width + "x" + height + " RGB frame");
+        }
+        rgbWidth = width;
+        rgbHeight = height;
+    }
+
+    private void freeRgbBuffer() {
+        if (rgbData != null) {
+            av_freep(rgbData);
+            rgbData.close();
+            rgbData = null;
+        }
+        if (rgbLinesize != null) {
+            rgbLinesize.close();
+            rgbLinesize = null;
+        }
+    }
+
+    private void checkPixels(long width, long height) throws RejectedRecordException {
+        long pixels = width * height;
+        if (pixels > limits.maxPixelsPerFrame() || pixels * 3 > Integer.MAX_VALUE - 16) {
+            throw new RejectedRecordException(
+                    RejectReason.VIDEO_TOO_MANY_PIXELS,
+                    width
+                            + "x"
+                            + height
+                            + " video frames are over the limit of "
+                            + limits.maxPixelsPerFrame()
+                            + " pixels: "
+                            + source);
+        }
+    }
+
+    private void openInput(Path file, byte[] bytes) throws RejectedRecordException {
+        format = avformat_alloc_context();
+        if (format == null) {
+            throw new OutOfMemoryError("FFmpeg could not allocate a format context");
+        }
+        format.flags(format.flags() | AVFMT_FLAG_GENPTS);
+        if (bytes != null) {
+            memory = new MemoryInput(bytes);
+            format.pb(memory.context());
+        }
+        int ret = avformat_open_input(format, file != null ? file.toString() : null, null, null);
+        if (ret < 0) {
+            // avformat_open_input frees the context on failure
+            format = null;
+            String container = probe(bytes != null ? bytes : head(file));
+            throw container == null
+                    ? new RejectedRecordException(
+                            RejectReason.UNSUPPORTED_VIDEO,
+                            "not a container FFmpeg recognises (" + error(ret) + "): " + source)
+                    : corrupt(
+                            "a " + container + " file FFmpeg cannot open (" + error(ret) + ")",
+                            null);
+        }
+        for (int i = 0; i < format.nb_streams(); i++) {
+            AVCodecParameters par = format.streams(i).codecpar();
+            if (par.codec_type() == AVMEDIA_TYPE_VIDEO) {
+                checkPixels(Math.max(par.width(), 0), Math.max(par.height(), 0));
+            }
+        }
+        // each stream's probe decoder gets the pixel limit too; nothing else differs from PyAV's
+        // avformat_find_stream_info(ctx, NULL)
+        int streams = format.nb_streams();
+        try (PointerPointer<AVDictionary> options = new PointerPointer<>(Math.max(streams, 1));
+                BytePointer key = new BytePointer("max_pixels");
+                BytePointer value = new BytePointer(Long.toString(maxPixelsOption()))) {
+            options.zero();
+            for (int i = 0; i < streams; i++) {
+                av_dict_set(options.getPointer(i), key, value, 0);
+            }
+            ret = avformat_find_stream_info(format, options);
+            for (int i = 0; i < streams; i++) {
+                av_dict_free(options.getPointer(i));
+            }
+        }
+        if (ret < 0) {
+            throw corrupt("reading the stream information failed (" + error(ret) + ")", null);
+        }
+    }
+
+    /**
+     * The container FFmpeg's probe recognises from the file's first 4 KiB with a score over 25
+     * (FFmpeg's own {@code AVPROBE_SCORE_MAX / 4} retry threshold): a truncated or damaged file of
+     * that container; or null: not a container it knows.
+     */
+    private static String probe(byte[] file) {
+        byte[] head = Arrays.copyOf(file, Math.min(file.length, PROBE_BYTES));
+        try (BytePointer buf = new BytePointer((long) head.length + AVPROBE_PADDING_SIZE);
+                AVProbeData probe = new AVProbeData()) {
+            buf.zero();
+            buf.put(head, 0, head.length);
+            // the content alone (no file name, whose extension alone scores 50)
+            probe.buf(buf).buf_size(head.length);
+            int[] score = {PROBE_MIN_SCORE};
+            AVInputFormat found = av_probe_input_format2(probe, 1, score);
+            return found == null || found.isNull() ? null : found.name().getString();
+        }
+    }
+
+    /** The first {@link #PROBE_BYTES} of {@code file}; empty when it cannot be read. */
+    private static byte[] head(Path file) {
+        try (java.io.InputStream in = Files.newInputStream(file)) {
+            return in.readNBytes(PROBE_BYTES);
+        } catch (java.io.IOException e) {
+            return new byte[0];
+        }
+    }
+
+    private long maxPixelsOption() {
+        return Math.min(limits.maxPixelsPerFrame(), Integer.MAX_VALUE);
+    }
+
+    private int firstVideoStream() throws RejectedRecordException {
+        for (int i = 0; i < format.nb_streams(); i++) {
+            if (format.streams(i).codecpar().codec_type() == AVMEDIA_TYPE_VIDEO) {
+                return i;
+            }
+        }
+        throw new RejectedRecordException(
+                RejectReason.UNSUPPORTED_VIDEO,
+                "no video stream (" + format.nb_streams() + " other streams): " + source);
+    }
+
+    private VideoMetadata openDecoder(AVStream stream) throws RejectedRecordException {
+        AVCodecParameters par = stream.codecpar();
+        AVCodec decoder = avcodec_find_decoder(par.codec_id());
+        if (decoder == null || decoder.isNull()) {
+            throw new RejectedRecordException(
+                    RejectReason.UNSUPPORTED_VIDEO,
+                    "no decoder for video codec "
+                            + avcodec_get_name(par.codec_id()).getString()
+                            + ": "
+                            + source);
+        }
+        long frames = stream.nb_frames();
+        if (frames > limits.maxFrames()) {
+            throw new RejectedRecordException(
+                    RejectReason.VIDEO_TOO_MANY_FRAMES,
+                    "the container reports "
+                            + frames
+                            + " frames, over the limit of "
+                            + limits.maxFrames()
+                            + ": "
+                            + source);
+        }
+        checkPixels(Math.max(par.width(), 0), Math.max(par.height(), 0));
+        codec = avcodec_alloc_context3(decoder);
+        if (codec == null) {
+            throw new OutOfMemoryError("FFmpeg could not allocate a codec context");
+        }
+        int ret = avcodec_parameters_to_context(codec, par);
+        if (ret < 0) {
+            throw corrupt("the codec parameters are invalid (" + error(ret) + ")", null);
+        }
+        codec.pkt_timebase(stream.time_base());
+        codec.thread_count(1);
+        codec.thread_type(FF_THREAD_SLICE);
+        codec.max_pixels(maxPixelsOption());
+        ret = avcodec_open2(codec, decoder, (AVDictionary) null);
+        if (ret < 0) {
+            throw new RejectedRecordException(
+                    RejectReason.UNSUPPORTED_VIDEO,
+                    "the "
+                            + decoder.name().getString()
+                            + " decoder cannot open this stream ("
+                            + error(ret)
+                            + "): "
+                            + source);
+        }
+        AVRational rate = stream.avg_frame_rate();
+        int num = rate.num();
+        int den = rate.den();
+        boolean hasRate = num != 0 && den != 0;
+        int total = (int) Math.max(frames, 0);
+        // Python's float(Fraction) and float(int / Fraction): IEEE division of exact operands is
+        // the correctly rounded quotient
+        double fps = hasRate ? (double) num / (double) den : Double.NaN;
+        double duration = hasRate ? ((double) total * den) / (double) num : 0.0;
+        AVPixFmtDescriptor desc = av_pix_fmt_desc_get(par.format());
+        int depth = desc == null || desc.isNull() ? 0 : desc.comp(0).depth();
+        return new VideoMetadata(
+                total,
+                hasRate ? num : 0,
+                hasRate ? den : 0,
+                fps,
+                duration,
+                par.width(),
+                par.height(),
+                rotation(par),
+                pixelFormatName(par.format()),
+                depth,
+                decoder.name().getString());
+    }
+
+    private static double rotation(AVCodecParameters par) {
+        AVPacketSideData side =
+                av_packet_side_data_get(
+                        par.coded_side_data(), par.nb_coded_side_data(), AV_PKT_DATA_DISPLAYMATRIX);
+        if (side == null || side.isNull() || side.size() < 9 * 4) {
+            return 0.0;
+        }
+        double angle = av_display_rotation_get(new IntPointer(side.data()));
+        return Double.isNaN(angle) ? 0.0 : angle + 0.0;
+    }
+
+    private static String pixelFormatName(int pixelFormat) {
+        BytePointer name = av_get_pix_fmt_name(pixelFormat);
+        return name == null || name.isNull() ? "none" : name.getString();
+    }
+
+    private RejectedRecordException corrupt(String what, Throwable cause) {
+        return new RejectedRecordException(RejectReason.CORRUPT_VIDEO, what + ": " + source, cause);
+    }
+
+    private static String error(int code) {
+        byte[] buf = new byte[256];
+        if (av_strerror(code, buf, buf.length) < 0) {
+            return "FFmpeg error " + code;
+        }
+        int len = 0;
+        while (len < buf.length && buf[len] != 0) {
+            len++;
+        }
+        return new String(buf, 0, len, java.nio.charset.StandardCharsets.UTF_8);
+    }
+
+    /** Frees every native resource; safe to call more than once. */
+    @Override
+    public void close() {
+        freeRgbBuffer();
+        if (sws != null) {
+            sws_freeContext(sws);
+            sws = null;
+        }
+        if (frame != null) {
+            av_frame_free(frame);
+            frame = null;
+        }
+        if (packet != null) {
+            av_packet_free(packet);
+            packet = null;
+        }
+        if (codec != null) {
+            avcodec_free_context(codec);
+            codec = null;
+        }
+        if (format != null) {
+            avformat_close_input(format);
+            format = null;
+        }
+        if (memory != null) {
+            memory.close();
+            memory = null;
+        }
+    }
+}
