@@ -7,13 +7,10 @@ import dev.stoker.operators.metrics.MetricNames;
 import dev.stoker.operators.model.RejectReason;
 import java.lang.reflect.Field;
 import java.lang.reflect.Modifier;
-import java.nio.file.Files;
-import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
-import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import org.junit.jupiter.api.Test;
 
@@ -34,7 +31,7 @@ class MetricsReferenceTest {
     @Test
     void everyMetricIdOfTheOperatorGuideIsMadeOfRegisteredNames() throws Exception {
         Set<String> declared = declaredNames();
-        List<String> ids = documentedIds();
+        List<String> ids = OperatorGuide.watchTableMetricIds();
         assertThat(ids).as("REST ids in the operator guide's Watch table").hasSizeGreaterThan(10);
         for (String id : ids) {
             String[] segments = id.substring(id.indexOf('.') + 1).split("\\.");
@@ -63,26 +60,6 @@ class MetricsReferenceTest {
             }
         }
         return false;
-    }
-
-    private static List<String> documentedIds() throws Exception {
-        String guide = Files.readString(Path.of("..", "docs", "operator-guide.md"));
-        String table =
-                guide.substring(
-                        guide.indexOf("| operator | vertex in the web UI | REST metric id |"));
-        table = table.substring(0, table.indexOf("\n\n"));
-        List<String> ids = new ArrayList<>();
-        for (String row : table.split("\n")) {
-            String[] cells = row.split("\\|");
-            if (cells.length < 4 || cells[3].contains("---")) {
-                continue;
-            }
-            Matcher m = Pattern.compile("`([a-z-]+(?:__Writer)?\\.[^` ]+)`").matcher(cells[3]);
-            while (m.find()) {
-                ids.add(m.group(1));
-            }
-        }
-        return ids;
     }
 
     private static Set<String> declaredNames() throws Exception {

@@ -7,10 +7,8 @@ import dev.stoker.testkit.ExpectedFaultFilter;
 import dev.stoker.testkit.FaultInjectingBlobStore;
 import dev.stoker.testkit.LocalS3Server;
 import java.io.IOException;
-import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
-import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
@@ -20,8 +18,6 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
-import java.util.regex.Matcher;
-import java.util.regex.Pattern;
 import org.apache.flink.configuration.CheckpointingOptions;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.core.execution.JobClient;
@@ -294,16 +290,10 @@ class S3JobITCase {
     @Test
     void theReadmesS3MetricIdsAreOnTheRunningJob(@InjectMiniCluster MiniCluster cluster)
             throws Exception {
-        String readme = Files.readString(Path.of("..", "docs", "operator-guide.md"));
-        String table =
-                readme.substring(
-                        readme.indexOf("| operator | vertex in the web UI | REST metric id |"));
-        table = table.substring(0, table.indexOf("\n\n"));
-        List<String> documented = new ArrayList<>();
-        Matcher m = Pattern.compile("`(fetch-images\\.s3\\.[^`]+)`").matcher(table);
-        while (m.find()) {
-            documented.add(m.group(1));
-        }
+        List<String> documented =
+                OperatorGuide.watchTableMetricIds().stream()
+                        .filter(id -> id.startsWith("fetch-images.s3."))
+                        .toList();
         assertThat(documented).isNotEmpty();
 
         Configuration conf =
