@@ -2,6 +2,7 @@ package dev.stoker.job;
 
 import dev.stoker.connectors.fetch.TransientFailurePolicy;
 import dev.stoker.connectors.protocol.PixelDtype;
+import dev.stoker.operators.image.QwenVisionConfig;
 import dev.stoker.operators.preset.ModelPreset;
 import dev.stoker.operators.tokenize.SequenceLengthPolicy;
 import java.time.Duration;
@@ -422,7 +423,7 @@ public final class StokerOptions {
     public static final ConfigOption<Long> MAX_SOURCE_PIXELS =
             ConfigOptions.key("stoker.image.max-source-pixels")
                     .longType()
-                    .defaultValue(178956970L)
+                    .defaultValue(QwenVisionConfig.DEFAULT_MAX_SOURCE_PIXELS)
                     .withDescription(
                             "Largest decoded image (width x height, read from the header before decoding);"
                                     + " larger ones are dead-lettered as decompression bombs"

@@ -6,6 +6,7 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.stoker.operators.batch.BatchPlan;
 import dev.stoker.operators.image.QwenVisionConfig;
+import dev.stoker.operators.preset.ModelPreset;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -65,7 +66,7 @@ class ProtocolDefinitionTest {
 
     @Test
     void manifestWritesEveryDefinedFieldWithTheVisionSettings() throws IOException {
-        QwenVisionConfig vision = new QwenVisionConfig();
+        QwenVisionConfig vision = ModelPreset.QWEN2_VL.visionConfig();
         vision.patchSize = 16;
         vision.imageMean = new double[] {0.5, 0.25, 0.125};
         vision.imageStd = new double[] {0.75, 0.5, 0.375};
@@ -103,7 +104,7 @@ class ProtocolDefinitionTest {
     void planHistoryKeepsTheEarlierStagesBeforeTheNewStartStep() throws IOException {
         assertThat(Manifest.readPlanHistory(jobDir)).isEmpty();
         ShmLayout layout = new ShmLayout(jobDir.toString(), "g1");
-        QwenVisionConfig vision = new QwenVisionConfig();
+        QwenVisionConfig vision = ModelPreset.QWEN2_VL.visionConfig();
         new Manifest(
                         "job",
                         "g1",
@@ -262,7 +263,7 @@ class ProtocolDefinitionTest {
                         new BatchPlan(8, 2, 2, 1),
                         1,
                         3L,
-                        new QwenVisionConfig(),
+                        ModelPreset.QWEN2_VL.visionConfig(),
                         "sha256:x",
                         "p",
                         null,

@@ -3,10 +3,10 @@ package dev.stoker.connectors.shm;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 import dev.stoker.connectors.protocol.PixelDtype;
-import dev.stoker.operators.image.QwenVisionConfig;
 import dev.stoker.operators.model.RecordRef;
 import dev.stoker.operators.model.TokenizedSample;
 import dev.stoker.operators.model.TrainingBatch;
+import dev.stoker.operators.preset.ModelPreset;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.memory.RootAllocator;
 import org.junit.jupiter.api.AfterEach;
@@ -19,7 +19,7 @@ import org.junit.jupiter.api.Test;
 class ArrowBatchEncoderTest {
     private final BufferAllocator allocator = new RootAllocator();
     private final ArrowBatchEncoder encoder =
-            new ArrowBatchEncoder(new QwenVisionConfig(), 0, PixelDtype.FLOAT32);
+            new ArrowBatchEncoder(ModelPreset.QWEN2_VL.visionConfig(), 0, PixelDtype.FLOAT32);
 
     @AfterEach
     void closeAllocator() {

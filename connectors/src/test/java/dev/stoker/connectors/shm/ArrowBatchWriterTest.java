@@ -18,6 +18,7 @@ import dev.stoker.operators.model.RecordRef;
 import dev.stoker.operators.model.SlotResult;
 import dev.stoker.operators.model.TokenizedSample;
 import dev.stoker.operators.model.TrainingBatch;
+import dev.stoker.operators.preset.ModelPreset;
 import java.io.IOException;
 import java.nio.channels.FileChannel;
 import java.nio.file.Files;
@@ -69,7 +70,7 @@ class ArrowBatchWriterTest {
      * 1, so a {@code pixel_values} row is {@code (R, R, G, G, B, B) / 255} of one pixel.
      */
     static QwenVisionConfig vision() {
-        QwenVisionConfig vision = new QwenVisionConfig();
+        QwenVisionConfig vision = ModelPreset.QWEN2_VL.visionConfig();
         vision.patchSize = 1;
         vision.mergeSize = 1;
         vision.imageMean = new double[] {0, 0, 0};

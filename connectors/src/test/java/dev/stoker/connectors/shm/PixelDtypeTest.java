@@ -9,6 +9,7 @@ import dev.stoker.operators.image.QwenVisionConfig;
 import dev.stoker.operators.model.RecordRef;
 import dev.stoker.operators.model.TokenizedSample;
 import dev.stoker.operators.model.TrainingBatch;
+import dev.stoker.operators.preset.ModelPreset;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.memory.RootAllocator;
 import org.apache.arrow.vector.BaseFixedWidthVector;
@@ -28,7 +29,7 @@ import org.junit.jupiter.api.Test;
  * (the patch order of Hugging Face's reshape/transpose, rebuilt independently here).
  */
 class PixelDtypeTest {
-    private static final QwenVisionConfig VISION = new QwenVisionConfig();
+    private static final QwenVisionConfig VISION = ModelPreset.QWEN2_VL.visionConfig();
 
     /** A 28x28 image (2x2 patches of Qwen2-VL) using every byte value. */
     private static final byte[] RGB = new byte[28 * 28 * 3];

@@ -2,10 +2,10 @@ package dev.stoker.connectors.shm;
 
 import dev.stoker.connectors.protocol.PixelDtype;
 import dev.stoker.connectors.protocol.ShmLayout;
-import dev.stoker.operators.image.QwenVisionConfig;
 import dev.stoker.operators.model.RecordRef;
 import dev.stoker.operators.model.TokenizedSample;
 import dev.stoker.operators.model.TrainingBatch;
+import dev.stoker.operators.preset.ModelPreset;
 import java.lang.management.ManagementFactory;
 import java.lang.management.ThreadMXBean;
 import java.nio.file.Files;
@@ -61,7 +61,8 @@ public final class SinkEncodeBench {
         }
         Path jobDir = Files.createTempDirectory(Path.of("/dev/shm"), "stoker-sink-bench-");
         ShmLayout layout = new ShmLayout(jobDir.toString(), "g1");
-        ArrowBatchEncoder encoder = new ArrowBatchEncoder(new QwenVisionConfig(), 0, dtype);
+        ArrowBatchEncoder encoder =
+                new ArrowBatchEncoder(ModelPreset.QWEN2_VL.visionConfig(), 0, dtype);
         BatchFileWriter files = new BatchFileWriter(layout, encoder);
         ThreadMXBean threads = ManagementFactory.getThreadMXBean();
         double[] encodeMs = new double[batches];

@@ -3,9 +3,11 @@ package dev.stoker.operators.image;
 import java.io.Serializable;
 
 /**
- * Qwen-VL image preprocessing settings, as in a model's {@code preprocessor_config.json}. Defaults
- * are Qwen2-VL / Qwen2.5-VL: patch 14, temporal patch 2, merge 2, {@code min_pixels} 3136 (56*56),
- * {@code max_pixels} 12845056 (28*28*16384), CLIP mean/std (per RGB channel, on the 0..1 scale).
+ * Qwen-VL image preprocessing settings, as in a model's {@code preprocessor_config.json}: patch
+ * size, temporal patch size, merge size, {@code min_pixels} / {@code max_pixels}, mean/std (per RGB
+ * channel, on the 0..1 scale). The model's values are declared once, in {@link
+ * dev.stoker.operators.preset.ModelPreset#visionConfig()}, which is how a config is made; a config
+ * made with {@code new} has them unset (zero, null).
  *
  * <p>{@code maxSourcePixels} is the largest decoded source image (width*height, pixels) accepted
  * before any pixel buffer is allocated; the default 178956970 is Pillow's decompression-bomb error
@@ -30,17 +32,20 @@ public class QwenVisionConfig implements Serializable {
      */
     public static final double RESCALE_FACTOR = 1 / 255.0;
 
-    public int patchSize = 14;
-    public int temporalPatchSize = 2;
-    public int mergeSize = 2;
-    public long minPixels = 3136;
-    public long maxPixels = 12_845_056;
-    public double[] imageMean = {0.48145466, 0.4578275, 0.40821073};
-    public double[] imageStd = {0.26862954, 0.26130258, 0.27577711};
+    public int patchSize;
+    public int temporalPatchSize;
+    public int mergeSize;
+    public long minPixels;
+    public long maxPixels;
+    public double[] imageMean;
+    public double[] imageStd;
     public long maxSourcePixels = DEFAULT_MAX_SOURCE_PIXELS;
     public boolean dctDownscale;
 
-    /** Qwen2-VL / Qwen2.5-VL defaults. */
+    /**
+     * A config with the model's values unset: see {@link
+     * dev.stoker.operators.preset.ModelPreset#visionConfig()}.
+     */
     public QwenVisionConfig() {}
 
     /** A copy with the same settings (the mean and std arrays copied too). */
@@ -58,13 +63,16 @@ public class QwenVisionConfig implements Serializable {
         return c;
     }
 
-    /** Side multiple of resized images in pixels: {@code patchSize * mergeSize} (28 by default). */
+    /**
+     * Side multiple of resized images in pixels: {@code patchSize * mergeSize} (28 for Qwen2-VL).
+     */
     public int factor() {
         return patchSize * mergeSize;
     }
 
     /**
-     * Length of one {@code pixel_values} row: {@code 3 * temporalPatchSize * patchSize^2} (1176).
+     * Length of one {@code pixel_values} row: {@code 3 * temporalPatchSize * patchSize^2} (1176 for
+     * Qwen2-VL).
      */
     public int patchDim() {
         return 3 * temporalPatchSize * patchSize * patchSize;

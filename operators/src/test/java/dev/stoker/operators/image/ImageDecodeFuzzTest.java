@@ -6,6 +6,7 @@ import com.code_intelligence.jazzer.junit.FuzzTest;
 import dev.stoker.operators.FuzzContract;
 import dev.stoker.operators.model.PreprocessedImage;
 import dev.stoker.operators.model.RejectedRecordException;
+import dev.stoker.operators.preset.ModelPreset;
 import java.time.Duration;
 
 /**
@@ -21,7 +22,7 @@ class ImageDecodeFuzzTest {
     private static final QwenImageProcessor PROCESSOR = new QwenImageProcessor(config());
 
     private static QwenVisionConfig config() {
-        QwenVisionConfig c = new QwenVisionConfig();
+        QwenVisionConfig c = ModelPreset.QWEN2_VL.visionConfig();
         c.maxSourcePixels = 1 << 16;
         c.maxPixels = 28 * 28 * 16;
         return c;

@@ -3,6 +3,7 @@ package dev.stoker.operators.image;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
+import dev.stoker.operators.preset.ModelPreset;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
@@ -13,7 +14,7 @@ class PatchifierTest {
     private static final double[] MEAN = {0.48145466, 0.4578275, 0.40821073};
     private static final double[] STD = {0.26862954, 0.26130258, 0.27577711};
 
-    private final Patchifier patchifier = new Patchifier(new QwenVisionConfig());
+    private final Patchifier patchifier = new Patchifier(ModelPreset.QWEN2_VL.visionConfig());
 
     @Test
     void whiteAndBlackPixelsNormaliseWithClipMeanAndStd() {

@@ -7,6 +7,7 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.stoker.operators.SharedData;
 import dev.stoker.operators.model.RejectReason;
 import dev.stoker.operators.model.RejectedRecordException;
+import dev.stoker.operators.preset.ModelPreset;
 import java.io.BufferedReader;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
@@ -145,7 +146,7 @@ class PillowDifferentialDecodeTest {
         assertThat(LibWebpDecoder.available()).as("libwebp (webp-imageio)").isTrue();
         ImageDecoder decoder = new ImageDecoder();
         ImageDecoder fallback = new ImageDecoder(true, false);
-        long limit = new QwenVisionConfig().maxSourcePixels;
+        long limit = ModelPreset.QWEN2_VL.visionConfig().maxSourcePixels;
         List<String> failures = new ArrayList<>();
         Map<String, Distance> perMethod = new TreeMap<>();
         Map<String, Distance> perMethodFallback = new TreeMap<>();

@@ -13,6 +13,7 @@ import dev.stoker.operators.model.PreprocessedRecord;
 import dev.stoker.operators.model.RecordRef;
 import dev.stoker.operators.model.RejectReason;
 import dev.stoker.operators.model.SftRecord;
+import dev.stoker.operators.preset.ModelPreset;
 import java.util.List;
 import java.util.stream.Collectors;
 import org.apache.flink.streaming.runtime.streamrecord.StreamRecord;
@@ -30,7 +31,7 @@ class PreprocessImagesFunctionTest {
                 harness =
                         ProcessFunctionTestHarnesses.forProcessFunction(
                                 new PreprocessImagesFunction(
-                                        PerSource.uniform(new QwenVisionConfig())));
+                                        PerSource.uniform(ModelPreset.QWEN2_VL.visionConfig())));
 
         DeadLetter upstream =
                 new DeadLetter(

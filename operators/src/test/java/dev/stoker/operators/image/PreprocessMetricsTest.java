@@ -2,6 +2,7 @@ package dev.stoker.operators.image;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
+import dev.stoker.operators.preset.ModelPreset;
 import java.util.HashMap;
 import java.util.Map;
 import org.apache.flink.metrics.Gauge;
@@ -32,7 +33,7 @@ class PreprocessMetricsTest {
 
     @Test
     void aProcessorReportsTheDecodersItUses() {
-        QwenVisionConfig config = new QwenVisionConfig();
+        QwenVisionConfig config = ModelPreset.QWEN2_VL.visionConfig();
         QwenImageProcessor defaults = new QwenImageProcessor(config);
         assertThat(defaults.nativeJpeg()).isEqualTo(TurboJpeg.available());
         assertThat(defaults.nativeWebp()).isEqualTo(LibWebpDecoder.available());

@@ -8,11 +8,12 @@ import dev.stoker.operators.model.ImageRef;
 import dev.stoker.operators.model.PreprocessedImage;
 import dev.stoker.operators.model.RejectReason;
 import dev.stoker.operators.model.RejectedRecordException;
+import dev.stoker.operators.preset.ModelPreset;
 import java.util.Arrays;
 import org.junit.jupiter.api.Test;
 
 class QwenImageProcessorTest {
-    private final QwenVisionConfig config = new QwenVisionConfig();
+    private final QwenVisionConfig config = ModelPreset.QWEN2_VL.visionConfig();
     private final QwenImageProcessor processor = new QwenImageProcessor(config);
 
     @Test

@@ -3,6 +3,7 @@ package dev.stoker.operators.image;
 import com.sun.management.OperatingSystemMXBean;
 import dev.stoker.operators.model.PreprocessedImage;
 import dev.stoker.operators.model.RejectedRecordException;
+import dev.stoker.operators.preset.ModelPreset;
 import java.lang.management.ManagementFactory;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -56,7 +57,7 @@ public final class TransformCeilingBench {
                 images.add(Files.readAllBytes(p));
             }
         }
-        QwenVisionConfig config = new QwenVisionConfig();
+        QwenVisionConfig config = ModelPreset.QWEN2_VL.visionConfig();
         config.maxPixels = Long.parseLong(args[2]);
         double warmup = Double.parseDouble(args[3]);
         double repeatSeconds = Double.parseDouble(args[4]);
@@ -181,7 +182,7 @@ public final class TransformCeilingBench {
 
     private static Work work(String mode, QwenVisionConfig base, List<byte[]> images)
             throws RejectedRecordException {
-        QwenVisionConfig dct = new QwenVisionConfig();
+        QwenVisionConfig dct = ModelPreset.QWEN2_VL.visionConfig();
         dct.maxPixels = base.maxPixels;
         dct.dctDownscale = true;
         switch (mode) {
