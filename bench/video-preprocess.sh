@@ -8,7 +8,7 @@
 # bench/results/video-preprocess.{json,md}.
 #   bench/video-preprocess.sh [--sets 720p[,360p,1080p]] [--rounds R] [--passes P] [--warmup W]
 #                             [--cores N] [--max-pixels M] [--peers pyav,torchcodec]
-# Defaults: --sets 720p --rounds 2 --passes 1 --warmup 1 --cores $(nproc) --max-pixels 602112
+# Defaults: --sets 720p --rounds 2 --passes 2 --warmup 1 --cores $(nproc) --max-pixels 602112
 # (768*28*28, a common per-frame budget for video; the qwen2-vl checkpoint's 12845056 keeps 720p
 # at full size) --peers pyav,torchcodec. fps 2, min_frames 4, max_frames 768, min_pixels 3136
 # (the qwen2-vl preset). "1 core" runs pin the whole process (JVM, or DataLoader main + worker) to
@@ -23,7 +23,7 @@ cd "$(dirname "$0")/.."
 die() { echo "[video-bench] error: $*" >&2; exit 1; }
 log() { echo "[video-bench] $*" >&2; }
 
-SETS=720p ROUNDS=2 PASSES=1 WARMUP=1 CORES=$(nproc) MAX_PIXELS=602112 PEERS=pyav,torchcodec
+SETS=720p ROUNDS=2 PASSES=2 WARMUP=1 CORES=$(nproc) MAX_PIXELS=602112 PEERS=pyav,torchcodec
 while [ $# -gt 0 ]; do
   case "$1" in
     --sets) SETS=$2; shift 2 ;;
