@@ -321,19 +321,28 @@ class S3Server:
         self.endpoint = self._await_endpoint(timeout_s)
 
     def _await_endpoint(self, timeout_s: float) -> str:
+        """The ``endpoint=`` line of the server's standard output, read from the pipe's file
+        descriptor itself: a buffered ``readline`` after ``select`` can take the server's
+        ``uploaded=`` and ``endpoint=`` lines in one read and leave the second in its buffer,
+        where ``select`` never sees it."""
         assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
         deadline = time.monotonic() + timeout_s
+        received = b""
         while time.monotonic() < deadline:
-            ready, _, _ = select.select([self.proc.stdout], [], [], 1.0)
+            ready, _, _ = select.select([fd], [], [], 1.0)
             if not ready:
                 continue
-            line = self.proc.stdout.readline()
-            if not line:
+            chunk = os.read(fd, 65536)
+            if not chunk:
                 raise HarnessError(
                     f"the S3 server exited ({self.proc.wait()}); see {self.err.name}"
                 )
-            if line.startswith("endpoint="):
-                return line.strip().removeprefix("endpoint=")
+            received += chunk
+            *complete, _ = received.split(b"\n")  # the last piece may be a line still written
+            for line in complete:
+                if line.startswith(b"endpoint="):
+                    return line.decode().strip().removeprefix("endpoint=")
         raise HarnessError(
             f"the S3 server did not serve within {timeout_s:.0f}s; see {self.err.name}"
         )
