@@ -511,9 +511,9 @@ def test_multinode_feed_survives_failures_and_rescale(base: Path) -> None:
         phases("gpu1's trainers paused, checkpoints measured")
 
         # a CPU node fails: SIGKILL cpu1's TaskManager; the job restores on cpu0's (its 2 slots)
-        consumed = min(consumed(d) for d in rank_dirs.values())
-        assert consumed + PREFETCH_DEPTH < STOP_AFTER, (
-            f"the trainers are at step {consumed}: the restore after the kills would not be tested"
+        trainers_at = min(consumed(d) for d in rank_dirs.values())
+        assert trainers_at + PREFETCH_DEPTH < STOP_AFTER, (
+            f"the trainers are at step {trainers_at}: the restore after the kills would not be tested"
         )
         killed_at = time.time()
         cluster.kill_taskmanager(cpu_tm["cpu1"])
@@ -526,12 +526,12 @@ def test_multinode_feed_survives_failures_and_rescale(base: Path) -> None:
         )
         cpu_recovery_s = time.time() - killed_at
         check_placement(cluster, jid, 2)
-        phases(f"CPU TaskManager killed (trainers at step {consumed}), job restored on cpu0")
+        phases(f"CPU TaskManager killed (trainers at step {trainers_at}), job restored on cpu0")
 
         # a GPU node's edge TaskManager fails and comes back in its node
-        consumed = min(consumed(d) for d in rank_dirs.values())
-        assert consumed + PREFETCH_DEPTH < STOP_AFTER, (
-            f"the trainers are at step {consumed}: the edge restore would not be tested"
+        trainers_at = min(consumed(d) for d in rank_dirs.values())
+        assert trainers_at + PREFETCH_DEPTH < STOP_AFTER, (
+            f"the trainers are at step {trainers_at}: the edge restore would not be tested"
         )
         edge_killed_at = time.time()
         cluster.kill_taskmanager(edge_tm[1])
@@ -545,7 +545,7 @@ def test_multinode_feed_survives_failures_and_rescale(base: Path) -> None:
         )
         edge_recovery_s = time.time() - edge_killed_at
         check_placement(cluster, jid, 2)
-        phases(f"edge TaskManager of gpu1 killed (trainers at step {consumed}) and restarted")
+        phases(f"edge TaskManager of gpu1 killed (trainers at step {trainers_at}) and restarted")
         # cpu1 back for the resume's 3 CPU slots (cpu0's TaskManager has 2)
         cpu_tm["cpu1"] = cluster.add_taskmanager("cpu1", CPU_RESOURCE, 2)
         phases("a new CPU TaskManager in cpu1")
