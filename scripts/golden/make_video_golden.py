@@ -34,9 +34,9 @@ FFmpeg 8 libraries, numpy 2.3.5, pyarrow 22.0.0; pinned in requirements.txt besi
 Preset values are the checkpoints' (Qwen/Qwen2-VL-7B-Instruct, Qwen/Qwen2.5-VL-7B-Instruct:
 patch 14, temporal 2, merge 2, CLIP mean/std, ``min_pixels`` 3136; Qwen/Qwen3-VL-8B-Instruct
 ``video_preprocessor_config.json``: patch 16, temporal 2, merge 2, mean/std 0.5,
-``size.shortest_edge`` 4096, ``fps`` 2, ``min_frames`` 4, ``max_frames`` 768) except the maximum
-pixel budget, cut to PRESETS' ``max_pixels`` so that outputs stay small (per frame for Qwen2/2.5,
-over T*H*W for Qwen3); frames are sampled by the processor (``do_sample_frames=True``) at 2 fps
+``size.shortest_edge`` 4096, ``fps`` 2, ``min_frames`` 4, ``max_frames`` 768; the model values are
+make_golden.py's PRESETS, read from it) except the pixel budget, cut to VIDEO_PIXELS so that
+outputs stay small (per frame for Qwen2/2.5, over T*H*W for Qwen3); frames are sampled by the processor (``do_sample_frames=True``) at 2 fps
 for every preset, plus one clip at OTHER_FPS. ``cap_pixels_per_frame`` is left unset (the 5.23.0
 default, which is the uncapped behaviour, with a warning).
 
@@ -74,13 +74,14 @@ import hashlib
 import json
 import struct
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import av
+import make_golden  # beside this script (its folder is sys.path[0]): the presets, declared once
 import numpy as np
 import pyarrow as pa
 import torch
@@ -89,11 +90,8 @@ import transformers
 from av.video.reformatter import ColorRange, Colorspace
 from transformers import (
     AutoTokenizer,
-    Qwen2_5_VLProcessor,
     Qwen2VLImageProcessor,
-    Qwen2VLProcessor,
     Qwen2VLVideoProcessor,
-    Qwen3VLProcessor,
     Qwen3VLVideoProcessor,
 )
 from transformers.video_utils import VideoMetadata, load_video
@@ -102,8 +100,6 @@ REPO = Path(__file__).resolve().parents[2]
 DATA = REPO.parent / "shared" / "data"
 OUT = REPO / "operators" / "target" / "video-goldens"
 
-CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
-CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
 FPS = 2.0
 OTHER_FPS = 4.0
 OTHER_FPS_CLIP = "h264_main.mp4"
@@ -123,69 +119,29 @@ ENCODERS = [
 ]
 
 
-@dataclass(frozen=True)
-class Preset:
-    key: str
-    processor_class: Any
-    video_processor_class: Any
-    patch_size: int
-    min_pixels: int
-    max_pixels: int
-    mean: list[float]
-    std: list[float]
-
-    def config(self) -> dict[str, Any]:
-        return {
-            "size": {"shortest_edge": self.min_pixels, "longest_edge": self.max_pixels},
-            "patch_size": self.patch_size,
-            "temporal_patch_size": 2,
-            "merge_size": 2,
-            "image_mean": self.mean,
-            "image_std": self.std,
-        }
-
-    def video_config(self) -> dict[str, Any]:
-        return {
-            **self.config(),
-            "min_frames": 4,
-            "max_frames": 768,
-            "do_sample_frames": True,
-            "fps": FPS,
-        }
-
+#: The video goldens' pixel budgets (min_pixels, max_pixels), cut far below the checkpoints' so the
+#: outputs stay small; everything else of a preset is make_golden.py's (one declaration).
+VIDEO_PIXELS = {
+    "qwen2-vl": (3136, 28 * 28 * 8),
+    "qwen2.5-vl": (3136, 28 * 28 * 8),
+    "qwen3-vl": (4096, 32 * 32 * 24),
+}
 
 PRESETS = [
-    Preset(
-        "qwen2-vl",
-        Qwen2VLProcessor,
-        Qwen2VLVideoProcessor,
-        14,
-        3136,
-        28 * 28 * 8,
-        CLIP_MEAN,
-        CLIP_STD,
-    ),
-    Preset(
-        "qwen2.5-vl",
-        Qwen2_5_VLProcessor,
-        Qwen2VLVideoProcessor,
-        14,
-        3136,
-        28 * 28 * 8,
-        CLIP_MEAN,
-        CLIP_STD,
-    ),
-    Preset(
-        "qwen3-vl",
-        Qwen3VLProcessor,
-        Qwen3VLVideoProcessor,
-        16,
-        4096,
-        32 * 32 * 24,
-        [0.5] * 3,
-        [0.5] * 3,
-    ),
+    replace(p, min_pixels=VIDEO_PIXELS[p.key][0], max_pixels=VIDEO_PIXELS[p.key][1])
+    for p in make_golden.PRESETS
 ]
+
+
+def video_config(preset: make_golden.Preset) -> dict[str, Any]:
+    """The video processor's settings: the preset's, with frame sampling on at :data:`FPS`."""
+    return {
+        **preset.image_config(),
+        "min_frames": 4,
+        "max_frames": 768,
+        "do_sample_frames": True,
+        "fps": FPS,
+    }
 
 
 @dataclass(frozen=True)
@@ -530,10 +486,10 @@ def pyav_fetch(captured: list[Any], video: Any, sample_indices_fn: Any = None) -
     return frames, metadata
 
 
-def build(preset: Preset, tokenizer: Any) -> Any:
-    video_processor = preset.video_processor_class(**preset.video_config())
+def build(preset: make_golden.Preset, tokenizer: Any) -> Any:
+    video_processor = preset.video_processor_class(**video_config(preset))
     processor = preset.processor_class(
-        image_processor=Qwen2VLImageProcessor(**preset.config()),
+        image_processor=Qwen2VLImageProcessor(**preset.image_config()),
         tokenizer=tokenizer,
         video_processor=video_processor,
     )
@@ -541,7 +497,7 @@ def build(preset: Preset, tokenizer: Any) -> Any:
 
 
 def reference_row(
-    preset: Preset, processor: Any, clip: Clip, clip_dir: Path, fps: float
+    preset: make_golden.Preset, processor: Any, clip: Clip, clip_dir: Path, fps: float
 ) -> dict[str, Any]:
     vp = processor.video_processor
     captured: list[Any] = []
@@ -628,7 +584,7 @@ def keep_result(method: Any, results: list[Any], *args: Any, **kwargs: Any) -> A
     return result
 
 
-def patchify(u8: np.ndarray, preset: Preset) -> np.ndarray:
+def patchify(u8: np.ndarray, preset: make_golden.Preset) -> np.ndarray:
     """``(u8 / 255 - mean) / std`` of resized (T, C, H, W) uint8 frames, padded to the temporal
     patch by repeating the last frame and patchified in the processor's order (view (gt, 2, C,
     gh/2, 2, p, gw/2, 2, p), permute (0, 3, 6, 4, 7, 2, 1, 5, 8)), in float64."""
@@ -646,8 +602,8 @@ def patchify(u8: np.ndarray, preset: Preset) -> np.ndarray:
 def index_rows(clip_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The three index rules in circulation, for a few frame counts, over each good clip's
     frame count as the reference reads it (``stream.frames``; clips reading 0 are skipped)."""
-    qwen2 = Qwen2VLVideoProcessor(**PRESETS[0].video_config())
-    qwen3 = Qwen3VLVideoProcessor(**PRESETS[2].video_config())
+    qwen2 = Qwen2VLVideoProcessor(**video_config(PRESETS[0]))
+    qwen3 = Qwen3VLVideoProcessor(**video_config(PRESETS[2]))
     rows = []
     for clip_row_ in clip_rows:
         if not clip_row_["good"]:
@@ -825,7 +781,7 @@ def main() -> None:
             p.key: {
                 "processor": p.processor_class.__name__,
                 "video_processor": p.video_processor_class.__name__,
-                "video_config": p.video_config(),
+                "video_config": video_config(p),
                 "cap_pixels_per_frame": None,
             }
             for p in PRESETS
