@@ -7,6 +7,7 @@ import java.nio.channels.FileChannel;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
+import java.nio.file.attribute.FileTime;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -23,10 +24,10 @@ import org.apache.arrow.vector.util.Text;
  * One set of golden files made by a script of {@code scripts/golden/} with the real Hugging Face
  * processors of the model venv ({@code .stoker/model-venv}, which {@code ./stoker test} creates
  * before the Java tests), generated at test time into {@code target/<outDir>/} once per build
- * (again when the script is newer than the set's last file, which the script writes last), and read
- * into plain rows: column name to value, with Arrow strings as {@link String}, binaries as {@code
- * byte[]}, integers as {@link Integer} or {@link Long} (int32 / int64), floats as {@link Double}
- * (float64), lists as {@link List}, nulls as {@code null}.
+ * (again when the script, or a file it imports, is newer than the set's last file, which the script
+ * writes last), and read into plain rows: column name to value, with Arrow strings as {@link
+ * String}, binaries as {@code byte[]}, integers as {@link Integer} or {@link Long} (int32 / int64),
+ * floats as {@link Double} (float64), lists as {@link List}, nulls as {@code null}.
  *
  * <p>The script runs with the test JVM's environment (so {@code PYTHONPATH} reaches it) and the
  * working directory of the module ({@code operators}); its output goes to {@code
@@ -44,29 +45,37 @@ public final class GoldenSet {
             new GoldenSet(
                     "scripts/golden/make_golden.py",
                     "parity-goldens",
-                    List.of("tokens.arrow", "pixels.arrow", "pixel_values.arrow", "summary.json"));
+                    List.of("tokens.arrow", "pixels.arrow", "pixel_values.arrow", "summary.json"),
+                    List.of());
 
     /**
      * {@code scripts/golden/make_video_golden.py}: the clips under {@code clips/} and {@code
      * clips.arrow}, {@code videos.arrow}, {@code frame_indices.arrow} (about 20 s; needs PyAV, see
      * {@code scripts/golden/requirements.txt}); the schema is in the script's docstring and {@code
-     * docs/parity.md}.
+     * docs/parity.md}. The script reads the presets of {@code make_golden.py}, so a change of
+     * either regenerates it.
      */
     public static final GoldenSet VIDEO =
             new GoldenSet(
                     "scripts/golden/make_video_golden.py",
                     "video-goldens",
-                    List.of("clips.arrow", "videos.arrow", "frame_indices.arrow", "summary.json"));
+                    List.of("clips.arrow", "videos.arrow", "frame_indices.arrow", "summary.json"),
+                    List.of("scripts/golden/make_golden.py"));
 
     private final String script;
     private final String outDir;
     private final List<String> files;
+
+    /** Other files the script reads: a change of one regenerates the set too. */
+    private final List<String> imports;
+
     private Path dir;
 
-    private GoldenSet(String script, String outDir, List<String> files) {
+    private GoldenSet(String script, String outDir, List<String> files, List<String> imports) {
         this.script = script;
         this.outDir = outDir;
         this.files = files;
+        this.imports = imports;
     }
 
     /**
@@ -112,10 +121,16 @@ public final class GoldenSet {
         Path out = Path.of("target", outDir).toAbsolutePath();
         Path last = out.resolve(files.get(files.size() - 1));
         try {
-            if (!Files.isRegularFile(last)
-                    || Files.getLastModifiedTime(last)
-                                    .compareTo(Files.getLastModifiedTime(scriptPath))
-                            < 0) {
+            boolean stale = !Files.isRegularFile(last);
+            List<String> inputs = new ArrayList<>(imports);
+            inputs.add(script);
+            for (String input : inputs) {
+                if (!stale) {
+                    FileTime changed = Files.getLastModifiedTime(repo.resolve(input));
+                    stale = changed.compareTo(Files.getLastModifiedTime(last)) > 0;
+                }
+            }
+            if (stale) {
                 generate(repo, scriptPath, out);
             }
         } catch (IOException | InterruptedException e) {
