@@ -10,6 +10,9 @@ public class FetchedRecord {
     /** Encoded image files (JPEG, PNG, ...), one per {@link SftRecord#images} entry. */
     public byte[][] imageBytes;
 
+    /** Encoded video files (MP4, MOV, ...), one per {@link SftRecord#videos} entry. */
+    public byte[][] videoBytes = new byte[0][];
+
     public FetchedRecord() {}
 
     public FetchedRecord(SftRecord record, byte[][] imageBytes) {

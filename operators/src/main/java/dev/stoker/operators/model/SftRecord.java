@@ -1,6 +1,6 @@
 package dev.stoker.operators.model;
 
-/** A parsed and validated SFT conversation, normalised from either record format. */
+/** A parsed and validated SFT conversation, normalised from any record format. */
 public class SftRecord {
     /** Provenance, with {@link RecordRef#recordId} filled in when the record has an id. */
     public RecordRef ref;
@@ -10,6 +10,9 @@ public class SftRecord {
 
     /** Images in the order their parts occur; {@link ContentPart#imageIndex} points into this. */
     public ImageRef[] images;
+
+    /** Videos in the order their parts occur; {@link ContentPart#videoIndex} points into this. */
+    public VideoRef[] videos = new VideoRef[0];
 
     public SftRecord() {}
 
