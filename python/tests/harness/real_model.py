@@ -39,6 +39,9 @@ import make_golden as hf  # noqa: E402  (the HF reference: presets, templates, r
 MAX_PIXELS = 200704
 WORLD_SIZE = 2
 MICRO_BATCH = 2
+#: B of the tier's plain run per preset (the ``plain_run`` fixture), which the real-model and
+#: packing tests share: four samples a row give packing two to four samples per packed row.
+PLAIN_MICRO_BATCH = 4
 JOB_TIMEOUT_S = 600
 LOSS_RTOL = 1e-5
 IMAGE_PAD, VISION_START, VISION_END = 151655, 151652, 151653

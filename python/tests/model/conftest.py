@@ -2,15 +2,44 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from harness.real_model import Record, model_dataset
+from harness.real_model import PLAIN_MICRO_BATCH, Record, model_dataset, read_all, run_job
+
+from stoker import Batch
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def dataset() -> Iterator[tuple[Path, dict[tuple[str, int], Record]]]:
-    """:func:`harness.real_model.model_dataset`, once per test module."""
+    """:func:`harness.real_model.model_dataset`, once per session."""
     with model_dataset() as d:
         yield d
+
+
+@pytest.fixture(scope="session")
+def plain_run(dataset) -> Iterator[Callable[[str], list[Batch]]]:
+    """Every batch of the job run over :func:`dataset` with a preset and the tier's defaults
+    (:func:`harness.real_model.run_job` with B = ``PLAIN_MICRO_BATCH``, no further options): run
+    once per preset in the
+    session, as the real-model and packing tests both read it; its files (on /dev/shm) stay
+    mapped until the session ends."""
+    root, _ = dataset
+    out_root = Path(tempfile.mkdtemp(prefix="stoker-model-", dir="/dev/shm"))
+    runs: dict[str, list[Batch]] = {}
+
+    def run(preset: str) -> list[Batch]:
+        if preset not in runs:
+            runs[preset] = read_all(
+                run_job(root, preset, out_root, name=preset, micro_batch_size=PLAIN_MICRO_BATCH)
+            )
+        return runs[preset]
+
+    try:
+        yield run
+    finally:
+        runs.clear()
+        shutil.rmtree(out_root, ignore_errors=True)

@@ -39,11 +39,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from harness.real_model import read_all, run_job, tiny_model
+from harness.real_model import PLAIN_MICRO_BATCH, read_all, run_job, tiny_model
 
 from stoker import Batch
 
-MICRO_BATCH = 4  # B (test_real_model runs B = 2; W = 2 as there)
+MICRO_BATCH = PLAIN_MICRO_BATCH  # B of the unpacked run (the plain run); W = 2
 RTOL = 1e-5
 IGNORE = -100
 PRESET_KEYS = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl")
@@ -130,17 +130,16 @@ def close(a: float, b: float) -> bool:
 
 
 @pytest.fixture(scope="module")
-def runs(request, dataset):  # noqa: F811  (the fixture imported above)
-    """The preset (``request.param``), its unpacked and packed runs' batches and T. Module
-    scoped and parametrized indirectly, so pytest runs one preset's tests together and removes
-    its batch files before the next preset's jobs run."""
+def runs(request, dataset, plain_run):  # noqa: F811  (the fixture imported above)
+    """The preset (``request.param``), its unpacked (the session's plain run, which the
+    real-model test reads too) and packed runs' batches and T. Module scoped and parametrized
+    indirectly, so pytest runs one preset's tests together and removes its packed batch files
+    before the next preset's jobs run."""
     preset = request.param
     root, _ = dataset
     out_root = Path(tempfile.mkdtemp(prefix="stoker-packing-", dir="/dev/shm"))
     try:
-        unpacked = read_all(
-            run_job(root, preset, out_root, name="unpacked", micro_batch_size=MICRO_BATCH)
-        )
+        unpacked = plain_run(preset)
         lengths = [int(n) for b in unpacked for n in b.attention_mask.sum(axis=1)]
         # every sample fits (T >= the longest, which max-seq-len must allow), and a row takes
         # two to four typical samples

@@ -21,8 +21,6 @@ vision tower's parameters change). Runs in the model venv (``.stoker/model-venv`
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +33,6 @@ from harness.real_model import (
     MAX_PIXELS,
     Record,
     hf,
-    read_all,
-    run_job,
     tiny_model,
 )
 from PIL import Image, ImageOps
@@ -149,61 +145,57 @@ def rope_index(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> tuple
 
 
 @pytest.mark.parametrize("preset_key", [p.key for p in hf.PRESETS])
-def test_batches_train_the_real_model_as_the_processor_output_does(dataset, preset_key):
+def test_batches_train_the_real_model_as_the_processor_output_does(dataset, plain_run, preset_key):
     root, records = dataset
     preset = next(p for p in hf.PRESETS if p.key == preset_key)
-    out_root = Path(tempfile.mkdtemp(prefix="stoker-model-", dir="/dev/shm"))
-    try:
-        batches = read_all(run_job(root, preset_key, out_root))
-        assert sum(b.num_samples - len(b.backfilled_slots) for b in batches) == len(records)
-        reference = Reference(preset, root)
-        model = tiny_model(preset_key)
-        model.eval()
-        image_tokens = wrong_1d = 0
-        for batch in batches:
-            if batch.num_samples == 0:
-                continue
-            where = f"{preset_key} step {batch.step} rank {batch.rank} ({batch.location})"
-            ours = batch.to_torch()
-            theirs = tensors(reference.batch(row_records(batch, records)))
-            assert sorted(ours) == sorted(theirs), where
-            for name in (
-                "input_ids",
-                "labels",
-                "attention_mask",
-                "mm_token_type_ids",
-                "image_grid_thw",
-            ):
-                assert torch.equal(ours[name], theirs[name]), f"{name} differs: {where}"
-            assert ours["pixel_values"].shape == theirs["pixel_values"].shape, where
-            bad = _images_that_differ(ours, theirs, row_records(batch, records))
-            assert not bad, f"pixel_values differ (image: max abs diff): {bad}: {where}"
+    batches = plain_run(preset_key)
+    assert sum(b.num_samples - len(b.backfilled_slots) for b in batches) == len(records)
+    reference = Reference(preset, root)
+    model = tiny_model(preset_key)
+    model.eval()
+    image_tokens = wrong_1d = 0
+    for batch in batches:
+        if batch.num_samples == 0:
+            continue
+        where = f"{preset_key} step {batch.step} rank {batch.rank} ({batch.location})"
+        ours = batch.to_torch()
+        theirs = tensors(reference.batch(row_records(batch, records)))
+        assert sorted(ours) == sorted(theirs), where
+        for name in (
+            "input_ids",
+            "labels",
+            "attention_mask",
+            "mm_token_type_ids",
+            "image_grid_thw",
+        ):
+            assert torch.equal(ours[name], theirs[name]), f"{name} differs: {where}"
+        assert ours["pixel_values"].shape == theirs["pixel_values"].shape, where
+        bad = _images_that_differ(ours, theirs, row_records(batch, records))
+        assert not bad, f"pixel_values differ (image: max abs diff): {bad}: {where}"
 
-            positions, deltas = rope_index(model, ours)
-            ref_positions, ref_deltas = rope_index(model, theirs)
-            assert torch.equal(positions, ref_positions), where
-            assert torch.equal(deltas, ref_deltas), where
-            # what a model without mm_token_type_ids gets: 1-D positions on every axis
-            is_image = ours["mm_token_type_ids"].bool()
-            flat = (ours["attention_mask"].cumsum(-1) - 1).clamp(min=0)
-            image_tokens += int(is_image.sum())
-            wrong_1d += int(((positions != flat.unsqueeze(0)).any(0) & is_image).sum())
+        positions, deltas = rope_index(model, ours)
+        ref_positions, ref_deltas = rope_index(model, theirs)
+        assert torch.equal(positions, ref_positions), where
+        assert torch.equal(deltas, ref_deltas), where
+        # what a model without mm_token_type_ids gets: 1-D positions on every axis
+        is_image = ours["mm_token_type_ids"].bool()
+        flat = (ours["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+        image_tokens += int(is_image.sum())
+        wrong_1d += int(((positions != flat.unsqueeze(0)).any(0) & is_image).sum())
 
-            with torch.no_grad():
-                loss = model(**ours).loss
-                ref_loss = model(**theirs).loss
-            assert torch.isfinite(loss), where
-            assert abs(float(loss) - float(ref_loss)) <= LOSS_RTOL * abs(float(ref_loss)), (
-                f"loss {float(loss)!r} vs processor's {float(ref_loss)!r}: {where}"
-            )
-        assert image_tokens > 0
-        print(
-            f"{preset_key}: {len(batches)} batches; {wrong_1d} of {image_tokens} image tokens "
-            "would get another position without mm_token_type_ids"
+        with torch.no_grad():
+            loss = model(**ours).loss
+            ref_loss = model(**theirs).loss
+        assert torch.isfinite(loss), where
+        assert abs(float(loss) - float(ref_loss)) <= LOSS_RTOL * abs(float(ref_loss)), (
+            f"loss {float(loss)!r} vs processor's {float(ref_loss)!r}: {where}"
         )
-        _train_one_step(preset_key, model, next(b for b in batches if b.num_images))
-    finally:
-        shutil.rmtree(out_root, ignore_errors=True)
+    assert image_tokens > 0
+    print(
+        f"{preset_key}: {len(batches)} batches; {wrong_1d} of {image_tokens} image tokens "
+        "would get another position without mm_token_type_ids"
+    )
+    _train_one_step(preset_key, model, next(b for b in batches if b.num_images))
 
 
 def _images_that_differ(

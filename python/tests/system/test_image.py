@@ -77,11 +77,11 @@ def _job_arg(name: str) -> str:
 
 
 def _guide_lib() -> set[str]:
-    """The operator guide's lib/ list, as group:artifact:version."""
+    """The operator guide's lib/ list, as group:artifact:version[:classifier]."""
     text = OPERATOR_GUIDE.read_text()
     start = text.index("**On your own cluster**")
     paragraph = text[start : text.index("\n\n", start)]
-    coordinates = set(re.findall(r"`([\w.-]+:[\w.-]+:\d[\w.-]*)`", paragraph))
+    coordinates = set(re.findall(r"`([\w.-]+:[\w.-]+:\d[\w.-]*(?::[\w-]+)?)`", paragraph))
     assert coordinates, "no group:artifact:version in the operator guide's lib/ paragraph"
     return coordinates
 
@@ -121,8 +121,8 @@ def image_problems(dockerfile: str, files_txt: str, guide_lib: set[str]) -> list
     # lib/: the operator guide's list, each the artifact Maven resolved
     lib = {Path(dst).name: src for dst, src in files.items() if dst.startswith("lib/")}
     for coordinate in sorted(guide_lib):
-        group, artifact, version = coordinate.split(":")
-        name = f"{artifact}-{version}.jar"
+        group, artifact, version = coordinate.split(":")[:3]
+        name = _jar_name(coordinate)
         resolved = M2 / group.replace(".", "/") / artifact / version / name
         if name not in lib:
             problems.append(f"{coordinate} of the operator guide is not in the image's lib/")
@@ -131,9 +131,15 @@ def image_problems(dockerfile: str, files_txt: str, guide_lib: set[str]) -> list
             and _sha256(resolved) != _sha256(REPO_ROOT / lib[name])
         ):
             problems.append(f"{lib[name]} is not {coordinate} as Maven resolved it ({resolved})")
-    extra = set(lib) - {f"{c.split(':')[1]}-{c.split(':')[2]}.jar" for c in guide_lib}
+    extra = set(lib) - {_jar_name(c) for c in guide_lib}
     problems += [f"lib/{name} is not in the operator guide's list" for name in sorted(extra)]
     return problems
+
+
+def _jar_name(coordinate: str) -> str:
+    """Maven's file name of group:artifact:version[:classifier]."""
+    _, artifact, version, *classifier = coordinate.split(":")
+    return "-".join([artifact, version, *classifier]) + ".jar"
 
 
 def _sha256(path: Path) -> str:
