@@ -43,9 +43,11 @@ final class JobPlan {
     record SourceSettings(int maxLineBytes, long fileCacheBytes, int prefetchDepth) {}
 
     /**
-     * The image fetch's settings ({@code stoker.fetch.*}).
+     * The image and video fetch's settings ({@code stoker.fetch.*}, {@code
+     * stoker.video.max-bytes}).
      *
      * @param maxObjectBytes the largest image read, in bytes
+     * @param maxVideoBytes the largest video read, in bytes
      * @param timeout the operator's timeout per record
      * @param capacity records in flight per subtask
      * @param threads reader threads per subtask (images outside S3)
@@ -54,6 +56,7 @@ final class JobPlan {
      */
     record FetchSettings(
             long maxObjectBytes,
+            long maxVideoBytes,
             Duration timeout,
             int capacity,
             int threads,
@@ -196,6 +199,7 @@ final class JobPlan {
                         conf.get(StokerOptions.PREFETCH_DEPTH)),
                 new FetchSettings(
                         conf.get(StokerOptions.MAX_OBJECT_SIZE).getBytes(),
+                        conf.get(StokerOptions.VIDEO_MAX_BYTES).getBytes(),
                         conf.get(StokerOptions.FETCH_TIMEOUT),
                         conf.get(StokerOptions.FETCH_CAPACITY),
                         conf.get(StokerOptions.FETCH_THREADS),

@@ -286,7 +286,8 @@ public final class StokerOptions {
                     .durationType()
                     .defaultValue(Duration.ofSeconds(60))
                     .withDescription(
-                            "Time after which a record's image fetch is abandoned and dead-lettered.");
+                            "Time after which a record's image and video fetch is abandoned and"
+                                    + " dead-lettered.");
 
     public static final ConfigOption<TransientFailurePolicy> FETCH_TRANSIENT_FAILURES =
             ConfigOptions.key("stoker.fetch.transient-failures")
@@ -307,6 +308,18 @@ public final class StokerOptions {
                             "Largest image object accepted; a larger one is dead-lettered IMAGE_TOO_LARGE,"
                                     + " from its size before reading (files) or after at most this many bytes"
                                     + " (an s3:// GET asks for the range bytes=0-<this>).");
+
+    public static final ConfigOption<MemorySize> VIDEO_MAX_BYTES =
+            ConfigOptions.key("stoker.video.max-bytes")
+                    .memoryType()
+                    .defaultValue(MemorySize.ofMebiBytes(256))
+                    .withDescription(
+                            "Largest video file accepted (at most 2 gb - 9 bytes: one Java array); a larger"
+                                    + " one is dead-lettered VIDEO_FILE_TOO_LARGE, from its size before reading"
+                                    + " (files) or after at most this many bytes (an s3:// GET asks for the range"
+                                    + " bytes=0-<this>). A video is held whole in memory while its record is"
+                                    + " fetched and preprocessed: up to stoker.fetch.capacity of them per fetch"
+                                    + " subtask.");
 
     public static final ConfigOption<MemorySize> MAX_LINE_LENGTH =
             ConfigOptions.key("stoker.source.max-line-length")

@@ -168,11 +168,14 @@ public final class StokerPipeline {
                         ? new S3ImageFetchFunction(
                                 mixture.imageRoots,
                                 f.maxObjectBytes(),
+                                f.maxVideoBytes(),
                                 f.s3(),
                                 f.timeout(),
                                 f.transientFailures())
                         : new ImageFetchFunction(
-                                mixture.imageStores(f.maxObjectBytes()), f.threads(), f.timeout());
+                                mixture.imageStores(f.maxObjectBytes(), f.maxVideoBytes()),
+                                f.threads(),
+                                f.timeout());
         DataStream<Either<DeadLetter, FetchedRecord>> fetched =
                 AsyncDataStream.unorderedWait(
                                 records,

@@ -29,13 +29,22 @@ public final class MetricNames {
         private Source() {}
     }
 
-    /** The image fetch ({@code fetch-images}): both stores, then per store a group. */
+    /**
+     * The image and video fetch ({@code fetch-images}): both stores, then per store a group (the S3
+     * group counts both kinds).
+     */
     public static final class Fetch {
         /** Counter: images fetched (local files or S3 objects). */
         public static final String IMAGES_FETCHED = "imagesFetched";
 
         /** Counter: bytes of the images fetched, in bytes. */
         public static final String IMAGE_BYTES_FETCHED = "imageBytesFetched";
+
+        /** Counter: videos fetched (local files or S3 objects). */
+        public static final String VIDEOS_FETCHED = "videosFetched";
+
+        /** Counter: bytes of the videos fetched, in bytes. */
+        public static final String VIDEO_BYTES_FETCHED = "videoBytesFetched";
 
         /** Group of the local-filesystem store's metrics. */
         public static final String FS_GROUP = "fs";
