@@ -8,6 +8,7 @@ import dev.stoker.connectors.protocol.ShmLayout;
 import dev.stoker.operators.batch.BatchPlan;
 import dev.stoker.operators.image.QwenVisionConfig;
 import dev.stoker.operators.tokenize.SequenceLengthPolicy;
+import dev.stoker.operators.video.VideoSettings;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
@@ -29,6 +30,10 @@ final class JobPlan {
     final Topology topology;
     final SourceSettings source;
     final FetchSettings fetch;
+
+    /** The video stage's settings ({@code stoker.video.*} over the model preset). */
+    final VideoSettings video;
+
     final TokenizeSettings tokenize;
     final OutputSettings output;
 
@@ -110,6 +115,7 @@ final class JobPlan {
             Topology topology,
             SourceSettings source,
             FetchSettings fetch,
+            VideoSettings video,
             TokenizeSettings tokenize,
             OutputSettings output) {
         this.jobName = jobName;
@@ -119,6 +125,7 @@ final class JobPlan {
         this.topology = topology;
         this.source = source;
         this.fetch = fetch;
+        this.video = video;
         this.tokenize = tokenize;
         this.output = output;
     }
@@ -205,6 +212,7 @@ final class JobPlan {
                         conf.get(StokerOptions.FETCH_THREADS),
                         conf.get(StokerOptions.FETCH_TRANSIENT_FAILURES),
                         s3),
+                ModelOptions.videoSettings(conf),
                 new TokenizeSettings(
                         conf.get(StokerOptions.TOKENIZER_PATH),
                         conf.get(StokerOptions.MAX_SEQ_LEN_POLICY),

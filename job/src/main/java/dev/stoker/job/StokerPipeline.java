@@ -7,7 +7,7 @@ import dev.stoker.connectors.source.ShuffledJsonlSource;
 import dev.stoker.operators.accounting.DeadLetterAccounting;
 import dev.stoker.operators.accounting.SampleAccounting;
 import dev.stoker.operators.batch.BatchPlan;
-import dev.stoker.operators.image.PreprocessImagesFunction;
+import dev.stoker.operators.media.PreprocessMediaFunction;
 import dev.stoker.operators.model.DeadLetter;
 import dev.stoker.operators.model.DeadLetters;
 import dev.stoker.operators.model.FetchedRecord;
@@ -187,7 +187,7 @@ public final class StokerPipeline {
                         .uid("fetch-images");
 
         SingleOutputStreamOperator<PreprocessedRecord> preprocessed =
-                fetched.process(new PreprocessImagesFunction(mixture.visionConfigs))
+                fetched.process(new PreprocessMediaFunction(mixture.visionConfigs, job.video))
                         .name("preprocess-images")
                         .uid("preprocess-images");
 

@@ -85,7 +85,7 @@ public final class MetricNames {
         private Fetch() {}
     }
 
-    /** The image preprocessing ({@code preprocess-images}). */
+    /** The image and video preprocessing ({@code preprocess-images}). */
     public static final class Preprocess {
         /** Counter: images decoded, resized, normalised and patchified. */
         public static final String IMAGES_PREPROCESSED = "imagesPreprocessed";
@@ -101,6 +101,18 @@ public final class MetricNames {
 
         /** Gauge: decode + resize time per megapixel of model input, in ms (-1 before any). */
         public static final String PREPROCESS_MS_PER_MEGAPIXEL = "preprocessMsPerMegapixel";
+
+        /** Counter: videos decoded, sampled and resized. */
+        public static final String VIDEOS_PREPROCESSED = "videosPreprocessed";
+
+        /** Counter: videos rejected (their record goes to the dead letters). */
+        public static final String VIDEOS_REJECTED = "videosRejected";
+
+        /** Counter: time spent decoding, sampling and resizing videos, in nanoseconds. */
+        public static final String VIDEO_PREPROCESS_NANOS = "videoPreprocessNanos";
+
+        /** Counter: frames sampled from the videos preprocessed. */
+        public static final String VIDEO_FRAMES_SAMPLED = "videoFramesSampled";
 
         /** Gauge: 1 when libjpeg-turbo decodes JPEGs, 0 when ImageIO does. */
         public static final String JPEG_DECODER_NATIVE = "jpegDecoderNative";
