@@ -8,6 +8,7 @@ import dev.stoker.connectors.protocol.ShmLayout;
 import dev.stoker.operators.batch.BatchPlan;
 import dev.stoker.operators.image.QwenVisionConfig;
 import dev.stoker.operators.tokenize.SequenceLengthPolicy;
+import dev.stoker.operators.video.VideoSettings;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
@@ -29,6 +30,10 @@ final class JobPlan {
     final Topology topology;
     final SourceSettings source;
     final FetchSettings fetch;
+
+    /** The video stage's settings ({@code stoker.video.*} over the model preset). */
+    final VideoSettings video;
+
     final TokenizeSettings tokenize;
     final OutputSettings output;
 
@@ -43,9 +48,11 @@ final class JobPlan {
     record SourceSettings(int maxLineBytes, long fileCacheBytes, int prefetchDepth) {}
 
     /**
-     * The image fetch's settings ({@code stoker.fetch.*}).
+     * The image and video fetch's settings ({@code stoker.fetch.*}, {@code
+     * stoker.video.max-bytes}).
      *
      * @param maxObjectBytes the largest image read, in bytes
+     * @param maxVideoBytes the largest video read, in bytes
      * @param timeout the operator's timeout per record
      * @param capacity records in flight per subtask
      * @param threads reader threads per subtask (images outside S3)
@@ -54,6 +61,7 @@ final class JobPlan {
      */
     record FetchSettings(
             long maxObjectBytes,
+            long maxVideoBytes,
             Duration timeout,
             int capacity,
             int threads,
@@ -107,6 +115,7 @@ final class JobPlan {
             Topology topology,
             SourceSettings source,
             FetchSettings fetch,
+            VideoSettings video,
             TokenizeSettings tokenize,
             OutputSettings output) {
         this.jobName = jobName;
@@ -116,6 +125,7 @@ final class JobPlan {
         this.topology = topology;
         this.source = source;
         this.fetch = fetch;
+        this.video = video;
         this.tokenize = tokenize;
         this.output = output;
     }
@@ -196,11 +206,13 @@ final class JobPlan {
                         conf.get(StokerOptions.PREFETCH_DEPTH)),
                 new FetchSettings(
                         conf.get(StokerOptions.MAX_OBJECT_SIZE).getBytes(),
+                        conf.get(StokerOptions.VIDEO_MAX_BYTES).getBytes(),
                         conf.get(StokerOptions.FETCH_TIMEOUT),
                         conf.get(StokerOptions.FETCH_CAPACITY),
                         conf.get(StokerOptions.FETCH_THREADS),
                         conf.get(StokerOptions.FETCH_TRANSIENT_FAILURES),
                         s3),
+                ModelOptions.videoSettings(conf),
                 new TokenizeSettings(
                         conf.get(StokerOptions.TOKENIZER_PATH),
                         conf.get(StokerOptions.MAX_SEQ_LEN_POLICY),

@@ -156,12 +156,12 @@ final class MixturePlan {
         return S3ImageStore.isS3(imageRoots.first());
     }
 
-    /** Each source's image store, for images outside S3. */
-    PerSource<ImageStore> imageStores(long maxObjectBytes) {
+    /** Each source's image store, for images and videos outside S3. */
+    PerSource<ImageStore> imageStores(long maxObjectBytes, long maxVideoBytes) {
         Map<String, ImageStore> stores = new LinkedHashMap<>();
         for (int s = 0; s < order.numSources(); s++) {
             String name = order.name(s);
-            stores.put(name, new ImageStore(rootOf(s), maxObjectBytes));
+            stores.put(name, new ImageStore(rootOf(s), maxObjectBytes, maxVideoBytes));
         }
         return PerSource.of(stores);
     }

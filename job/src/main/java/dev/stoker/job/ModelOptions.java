@@ -3,14 +3,18 @@ package dev.stoker.job;
 import dev.stoker.operators.image.QwenVisionConfig;
 import dev.stoker.operators.preset.ModelPreset;
 import dev.stoker.operators.tokenize.QwenChatTemplate;
+import dev.stoker.operators.video.QwenVideoConfig;
+import dev.stoker.operators.video.VideoLimits;
+import dev.stoker.operators.video.VideoSettings;
 import java.util.List;
 import org.apache.flink.configuration.ConfigOption;
 import org.apache.flink.configuration.Configuration;
 
 /**
  * The model preset ({@link StokerOptions#MODEL_PRESET}) with the {@code stoker.image.*}, {@code
- * stoker.template.*} and {@code stoker.max-seq-len} overrides applied: the vision config of the
- * image stage, the chat template and the maximum sequence length of the tokenize stage.
+ * stoker.video.*}, {@code stoker.template.*} and {@code stoker.max-seq-len} overrides applied: the
+ * vision config of the image stage, the video settings, the chat template and the maximum sequence
+ * length of the tokenize stage.
  */
 final class ModelOptions {
     private ModelOptions() {}
@@ -56,6 +60,75 @@ final class ModelOptions {
         vision.maxSourcePixels = conf.get(StokerOptions.MAX_SOURCE_PIXELS);
         vision.dctDownscale = conf.get(StokerOptions.DCT_DOWNSCALE);
         return vision;
+    }
+
+    /**
+     * The preset's video settings ({@link ModelPreset#videoConfig()}, {@link
+     * ModelPreset#videoFps()}, {@link ModelPreset#frameRule()}) with every set {@code
+     * stoker.video.*} option applied, and the decoding limits.
+     *
+     * @throws IllegalArgumentException naming the option when a value is out of range (fps not
+     *     positive, frame counts below 1 or min above max, min pixels below 1 or above max pixels,
+     *     limits not positive)
+     */
+    static VideoSettings videoSettings(Configuration conf) {
+        ModelPreset preset = preset(conf);
+        QwenVideoConfig video = preset.videoConfig();
+        video.minFrames = positive(conf, StokerOptions.VIDEO_MIN_FRAMES, video.minFrames);
+        video.maxFrames = positive(conf, StokerOptions.VIDEO_MAX_FRAMES, video.maxFrames);
+        if (video.minFrames > video.maxFrames) {
+            throw new IllegalArgumentException(
+                    "need "
+                            + StokerOptions.VIDEO_MIN_FRAMES.key()
+                            + " <= "
+                            + StokerOptions.VIDEO_MAX_FRAMES.key()
+                            + ", got "
+                            + video.minFrames
+                            + " and "
+                            + video.maxFrames);
+        }
+        video.minPixels = conf.getOptional(StokerOptions.VIDEO_MIN_PIXELS).orElse(video.minPixels);
+        video.maxPixels = conf.getOptional(StokerOptions.VIDEO_MAX_PIXELS).orElse(video.maxPixels);
+        if (video.minPixels < 1 || video.minPixels > video.maxPixels) {
+            throw new IllegalArgumentException(
+                    "need 1 <= "
+                            + StokerOptions.VIDEO_MIN_PIXELS.key()
+                            + " <= "
+                            + StokerOptions.VIDEO_MAX_PIXELS.key()
+                            + ", got "
+                            + video.minPixels
+                            + " and "
+                            + video.maxPixels);
+        }
+        double fps = conf.getOptional(StokerOptions.VIDEO_FPS).orElse(preset.videoFps());
+        if (!(fps > 0) || Double.isInfinite(fps)) {
+            throw new IllegalArgumentException(
+                    StokerOptions.VIDEO_FPS.key() + " must be positive, got " + fps);
+        }
+        long sourcePixels = conf.get(StokerOptions.VIDEO_MAX_SOURCE_PIXELS);
+        if (sourcePixels < 1) {
+            throw new IllegalArgumentException(
+                    StokerOptions.VIDEO_MAX_SOURCE_PIXELS.key()
+                            + " must be at least 1, got "
+                            + sourcePixels);
+        }
+        int sourceFrames = conf.get(StokerOptions.VIDEO_MAX_SOURCE_FRAMES);
+        if (sourceFrames < 1) {
+            throw new IllegalArgumentException(
+                    StokerOptions.VIDEO_MAX_SOURCE_FRAMES.key()
+                            + " must be at least 1, got "
+                            + sourceFrames);
+        }
+        long sampledBytes = conf.get(StokerOptions.VIDEO_MAX_SAMPLED_SIZE).getBytes();
+        if (sampledBytes < 1) {
+            throw new IllegalArgumentException(
+                    StokerOptions.VIDEO_MAX_SAMPLED_SIZE.key() + " must be at least 1 byte");
+        }
+        return new VideoSettings(
+                video,
+                conf.getOptional(StokerOptions.VIDEO_FRAME_RULE).orElse(preset.frameRule()),
+                fps,
+                new VideoLimits(sourcePixels, sourceFrames, sampledBytes));
     }
 
     /** The preset's chat template, with {@link StokerOptions#DEFAULT_SYSTEM_PROMPT} applied. */

@@ -22,6 +22,10 @@ import org.apache.flink.util.ParameterTool;
 /** Reads the job configuration from program arguments and checks it. */
 final class StokerConfig {
     private static final List<ConfigOption<?>> OPTIONS = declaredOptions();
+
+    /** The largest Java byte array, in bytes. */
+    private static final long MAX_ARRAY_BYTES = Integer.MAX_VALUE - 8;
+
     private static final Pattern URI_SCHEME = Pattern.compile("^[A-Za-z][A-Za-z0-9+.-]*:");
 
     private StokerConfig() {}
@@ -100,6 +104,15 @@ final class StokerConfig {
                             + " ("
                             + conf.get(StokerOptions.FETCH_TIMEOUT)
                             + ")");
+        }
+        long videoBytes = conf.get(StokerOptions.VIDEO_MAX_BYTES).getBytes();
+        if (videoBytes < 1 || videoBytes > MAX_ARRAY_BYTES) {
+            throw new IllegalConfigurationException(
+                    StokerOptions.VIDEO_MAX_BYTES.key()
+                            + " must be between 1 byte and "
+                            + MAX_ARRAY_BYTES
+                            + " bytes (a video is read into one Java array), got "
+                            + conf.get(StokerOptions.VIDEO_MAX_BYTES));
         }
         conf.getOptional(StokerOptions.IMAGE_ROOT).ifPresent(StokerConfig::imageRootUri);
         if (!conf.get(StokerOptions.JOB_NAME).matches("[A-Za-z0-9._-]+")) {

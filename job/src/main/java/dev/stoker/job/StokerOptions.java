@@ -5,6 +5,7 @@ import dev.stoker.connectors.protocol.PixelDtype;
 import dev.stoker.operators.image.QwenVisionConfig;
 import dev.stoker.operators.preset.ModelPreset;
 import dev.stoker.operators.tokenize.SequenceLengthPolicy;
+import dev.stoker.operators.video.VideoPreprocessor;
 import java.time.Duration;
 import java.util.List;
 import org.apache.flink.configuration.ConfigOption;
@@ -286,7 +287,8 @@ public final class StokerOptions {
                     .durationType()
                     .defaultValue(Duration.ofSeconds(60))
                     .withDescription(
-                            "Time after which a record's image fetch is abandoned and dead-lettered.");
+                            "Time after which a record's image and video fetch is abandoned and"
+                                    + " dead-lettered.");
 
     public static final ConfigOption<TransientFailurePolicy> FETCH_TRANSIENT_FAILURES =
             ConfigOptions.key("stoker.fetch.transient-failures")
@@ -328,9 +330,9 @@ public final class StokerOptions {
                                     + ". Sets patch size, temporal patch size, merge size (resize factor ="
                                     + " patch x merge), min/max pixels, image mean/std and the chat template"
                                     + " (qwen2-vl and qwen2.5-vl insert the default system prompt 'You are a"
-                                    + " helpful assistant.', qwen3-vl none). Each stoker.image.* and"
-                                    + " stoker.template.* option, and stoker.max-seq-len, overrides its preset"
-                                    + " value (values and their sources: docs/parity.md).");
+                                    + " helpful assistant.', qwen3-vl none). Each stoker.image.*,"
+                                    + " stoker.video.* and stoker.template.* option, and stoker.max-seq-len,"
+                                    + " overrides its preset value (values and their sources: docs/parity.md).");
 
     public static final ConfigOption<Integer> PATCH_SIZE =
             ConfigOptions.key("stoker.image.patch-size")
@@ -441,6 +443,104 @@ public final class StokerOptions {
                                     + " changes pixels: they no longer match the Hugging Face processor"
                                     + " (mean 0.85, max 56 levels, PSNR 40 dB at 1/2; docs/parity.md). Off:"
                                     + " Pillow-exact decoding.");
+
+    // ---- Video (issue 36; see ModelOptions.videoSettings and docs/parity.md) ----
+
+    public static final ConfigOption<Double> VIDEO_FPS =
+            ConfigOptions.key("stoker.video.fps")
+                    .doubleType()
+                    .noDefaultValue()
+                    .withDescription(
+                            "Frames per second sampled from a video whose record gives no fps of its own"
+                                    + " (preset: 2, Qwen3-VL's video processor default and qwen-vl-utils' FPS"
+                                    + " for Qwen2/2.5-VL, whose processors have none).");
+
+    public static final ConfigOption<VideoPreprocessor.FrameRule> VIDEO_FRAME_RULE =
+            ConfigOptions.key("stoker.video.frame-rule")
+                    .enumType(VideoPreprocessor.FrameRule.class)
+                    .noDefaultValue()
+                    .withDescription(
+                            "Which frames the sampling picks: QWEN2_VL (Qwen2VLVideoProcessor.sample_frames:"
+                                    + " an even count, a floored float32 arange) or QWEN3_VL"
+                                    + " (Qwen3VLVideoProcessor.sample_frames: linspace, rounded) (preset: the"
+                                    + " model's own).");
+
+    public static final ConfigOption<Integer> VIDEO_MIN_FRAMES =
+            ConfigOptions.key("stoker.video.min-frames")
+                    .intType()
+                    .noDefaultValue()
+                    .withDescription(
+                            "Fewest frames sampled from a video (the processor's min_frames; preset: 4).");
+
+    public static final ConfigOption<Integer> VIDEO_MAX_FRAMES =
+            ConfigOptions.key("stoker.video.max-frames")
+                    .intType()
+                    .noDefaultValue()
+                    .withDescription(
+                            "Most frames sampled from a video (the processor's max_frames; preset: 768).");
+
+    public static final ConfigOption<Long> VIDEO_MIN_PIXELS =
+            ConfigOptions.key("stoker.video.min-pixels")
+                    .longType()
+                    .noDefaultValue()
+                    .withDescription(
+                            "The video processor's smallest resized area (size.shortest_edge): of one frame"
+                                    + " for Qwen2/2.5-VL, of all frames together for Qwen3-VL (preset: 3136 for"
+                                    + " Qwen2/2.5-VL, 4096 for Qwen3-VL). A video part's own min_pixels bounds"
+                                    + " each frame.");
+
+    public static final ConfigOption<Long> VIDEO_MAX_PIXELS =
+            ConfigOptions.key("stoker.video.max-pixels")
+                    .longType()
+                    .noDefaultValue()
+                    .withDescription(
+                            "The video processor's largest resized area (size.longest_edge): of one frame for"
+                                    + " Qwen2/2.5-VL, of all frames together for Qwen3-VL (preset: 12845056 for"
+                                    + " Qwen2/2.5-VL, 25165824 for Qwen3-VL). A video part's own max_pixels bounds"
+                                    + " each frame.");
+
+    public static final ConfigOption<MemorySize> VIDEO_MAX_BYTES =
+            ConfigOptions.key("stoker.video.max-bytes")
+                    .memoryType()
+                    .defaultValue(MemorySize.ofMebiBytes(256))
+                    .withDescription(
+                            "Largest video file accepted (at most 2 gb - 9 bytes: one Java array); a larger"
+                                    + " one is dead-lettered VIDEO_FILE_TOO_LARGE, from its size before reading"
+                                    + " (files) or after at most this many bytes (an s3:// GET asks for the range"
+                                    + " bytes=0-<this>). A video is held whole in memory while its record is"
+                                    + " fetched and preprocessed: up to stoker.fetch.capacity of them per fetch"
+                                    + " subtask.");
+
+    public static final ConfigOption<Long> VIDEO_MAX_SOURCE_PIXELS =
+            ConfigOptions.key("stoker.video.max-source-pixels")
+                    .longType()
+                    .defaultValue(7680L * 4320)
+                    .withDescription(
+                            "Largest video frame (width x height from the container, checked before decoding"
+                                    + " and again on every frame); a larger video is dead-lettered"
+                                    + " VIDEO_TOO_MANY_PIXELS. Default: 8K UHD.");
+
+    public static final ConfigOption<Integer> VIDEO_MAX_SOURCE_FRAMES =
+            ConfigOptions.key("stoker.video.max-source-frames")
+                    .intType()
+                    .defaultValue(108_000)
+                    .withDescription(
+                            "Largest frame count a video's container may report, and the most frames decoded"
+                                    + " to reach the sampled ones (decoding runs from the start); a longer video"
+                                    + " is dead-lettered VIDEO_TOO_MANY_FRAMES. Default: an hour at 30 fps.");
+
+    public static final ConfigOption<MemorySize> VIDEO_MAX_SAMPLED_SIZE =
+            ConfigOptions.key("stoker.video.max-sampled-size")
+                    .memoryType()
+                    .defaultValue(MemorySize.parse("2gb"))
+                    .withDescription(
+                            "Largest size of one video's sampled frames decoded to RGB (frames x width x"
+                                    + " height x 3, from the container's frame size, checked before decoding),"
+                                    + " which a preprocess subtask holds at once before resizing them; a larger"
+                                    + " video is dead-lettered VIDEO_TOO_MANY_FRAMES. 768 frames of 1080p are"
+                                    + " 4.4 GiB: raise it with the TaskManager heap, or lower"
+                                    + " stoker.video.fps or stoker.video.max-frames.");
+
     // ---- S3 (image fetch from s3:// dataset roots; the JSONL and checkpoints go through Flink's
     // S3 plugin) ----
 

@@ -7,7 +7,7 @@ import dev.stoker.connectors.source.ShuffledJsonlSource;
 import dev.stoker.operators.accounting.DeadLetterAccounting;
 import dev.stoker.operators.accounting.SampleAccounting;
 import dev.stoker.operators.batch.BatchPlan;
-import dev.stoker.operators.image.PreprocessImagesFunction;
+import dev.stoker.operators.media.PreprocessMediaFunction;
 import dev.stoker.operators.model.DeadLetter;
 import dev.stoker.operators.model.DeadLetters;
 import dev.stoker.operators.model.FetchedRecord;
@@ -168,11 +168,14 @@ public final class StokerPipeline {
                         ? new S3ImageFetchFunction(
                                 mixture.imageRoots,
                                 f.maxObjectBytes(),
+                                f.maxVideoBytes(),
                                 f.s3(),
                                 f.timeout(),
                                 f.transientFailures())
                         : new ImageFetchFunction(
-                                mixture.imageStores(f.maxObjectBytes()), f.threads(), f.timeout());
+                                mixture.imageStores(f.maxObjectBytes(), f.maxVideoBytes()),
+                                f.threads(),
+                                f.timeout());
         DataStream<Either<DeadLetter, FetchedRecord>> fetched =
                 AsyncDataStream.unorderedWait(
                                 records,
@@ -184,7 +187,7 @@ public final class StokerPipeline {
                         .uid("fetch-images");
 
         SingleOutputStreamOperator<PreprocessedRecord> preprocessed =
-                fetched.process(new PreprocessImagesFunction(mixture.visionConfigs))
+                fetched.process(new PreprocessMediaFunction(mixture.visionConfigs, job.video))
                         .name("preprocess-images")
                         .uid("preprocess-images");
 

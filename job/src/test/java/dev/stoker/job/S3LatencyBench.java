@@ -323,6 +323,7 @@ public final class S3LatencyBench {
             java.time.Duration hedgeAfter) {
         return new S3ImageStore(
                 1 << 20,
+                1 << 20,
                 settings.toBuilder()
                         .getsPerSecondPerPrefix(getsPerSecondPerPrefix)
                         .hedgeAfter(hedgeAfter)

@@ -115,6 +115,18 @@ class StokerConfigTest {
                                                 "--stoker.job-name",
                                                 "../x")))
                 .hasMessageContaining("stoker.job-name");
+        assertThatThrownBy(
+                        () ->
+                                StokerConfig.validate(
+                                        args(
+                                                "--stoker.dataset.path",
+                                                "/d",
+                                                "--stoker.tokenizer.path",
+                                                "/t",
+                                                "--stoker.video.max-bytes",
+                                                "2gb")))
+                .hasMessageContaining(
+                        "stoker.video.max-bytes must be between 1 byte and 2147483639 bytes");
     }
 
     private static Configuration withImageRoot(String imageRoot) {

@@ -12,14 +12,18 @@ import java.util.function.BooleanSupplier;
 import org.apache.flink.streaming.api.functions.async.ResultFuture;
 import org.apache.flink.types.Either;
 
-/** The dead letters both image fetch operators (local filesystem and S3) emit, worded alike. */
+/** The dead letters both fetch operators (local filesystem and S3) emit, worded alike. */
 final class FetchOutcomes {
     private FetchOutcomes() {}
 
-    /** Image {@code index} (0-based) of {@code record} could not be fetched. */
-    static Either<DeadLetter, FetchedRecord> imageRejected(
-            SftRecord record, int index, RejectedRecordException e) {
-        String msg = "image " + (index + 1) + " of " + record.images.length + ": " + e.getMessage();
+    /**
+     * Image or video {@code index} (0-based) of {@code record} could not be fetched: e.g. {@code
+     * "video 1 of 2: 'clips/a.mp4' is ... bytes, above the video limit of ..."}.
+     */
+    static Either<DeadLetter, FetchedRecord> rejected(
+            SftRecord record, Media media, int index, RejectedRecordException e) {
+        int count = media == Media.VIDEO ? record.videos.length : record.images.length;
+        String msg = media.word() + " " + (index + 1) + " of " + count + ": " + e.getMessage();
         return Either.Left(new DeadLetter(record.ref, e.reason(), msg));
     }
 
@@ -42,22 +46,27 @@ final class FetchOutcomes {
         };
     }
 
-    /** The async operator's timeout fired before all images of {@code record} arrived. */
+    /**
+     * The async operator's timeout fired before all images and videos of {@code record} arrived.
+     */
     static Either<DeadLetter, FetchedRecord> timedOut(SftRecord record, Duration timeout) {
         return timedOut(record, timeout, "");
     }
 
     /**
-     * The async operator's timeout fired before all images of {@code record} arrived; {@code
-     * progress} says where the unfinished reads were (empty if unknown).
+     * The async operator's timeout fired before all images and videos of {@code record} arrived;
+     * {@code progress} says where the unfinished reads were (empty if unknown).
      */
     static Either<DeadLetter, FetchedRecord> timedOut(
             SftRecord record, Duration timeout, String progress) {
         String msg =
                 String.format(
                         java.util.Locale.ROOT,
-                        "fetching %d image(s) took longer than %.1f s (stoker.fetch.timeout)%s",
+                        "fetching %d image(s)%s took longer than %.1f s (stoker.fetch.timeout)%s",
                         record.images.length,
+                        record.videos.length == 0
+                                ? ""
+                                : " and " + record.videos.length + " video(s)",
                         timeout.toMillis() / 1e3,
                         progress.isEmpty() ? "" : ": " + progress);
         return Either.Left(new DeadLetter(record.ref, RejectReason.FETCH_TIMEOUT, msg));

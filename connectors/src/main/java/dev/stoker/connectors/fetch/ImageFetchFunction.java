@@ -22,13 +22,14 @@ import org.apache.flink.types.Either;
 import org.apache.flink.util.concurrent.ExecutorThreadFactory;
 
 /**
- * Async I/O operator that fetches all images of a record from the {@link ImageStore}.
+ * Async I/O operator that fetches all images and videos of a record from the {@link ImageStore}
+ * (images first, then videos, one at a time; the first that fails ends the record's fetch).
  *
  * <p>Use with {@code AsyncDataStream.unorderedWait(..., timeout, capacity)}: at most {@code
  * capacity} records are in flight per subtask, served by a pool of {@code threads} I/O threads. A
- * record whose images cannot be read becomes a {@link DeadLetter} ({@code Either.Left}) naming the
- * image; a record that exceeds the async timeout becomes a {@link RejectReason#FETCH_TIMEOUT} dead
- * letter instead of failing the job.
+ * record whose images or videos cannot be read becomes a {@link DeadLetter} ({@code Either.Left})
+ * naming the image or video; a record that exceeds the async timeout becomes a {@link
+ * RejectReason#FETCH_TIMEOUT} dead letter instead of failing the job.
  */
 public final class ImageFetchFunction
         extends RichAsyncFunction<SftRecord, Either<DeadLetter, FetchedRecord>> {
@@ -80,20 +81,36 @@ public final class ImageFetchFunction
 
     private Either<DeadLetter, FetchedRecord> fetchAll(SftRecord record) {
         byte[][] bytes = new byte[record.images.length][];
+        byte[][] videoBytes = new byte[record.videos.length][];
         ImageStore store = stores.of(record.ref);
         for (int i = 0; i < bytes.length; i++) {
-            String path = record.images[i].path;
-            long start = System.nanoTime();
             try {
-                bytes[i] = store.read(path);
+                bytes[i] = read(store, record.images[i].path, Media.IMAGE);
             } catch (RejectedRecordException e) {
-                return FetchOutcomes.imageRejected(record, i, e);
-            } finally {
-                readLatencyMs.update((System.nanoTime() - start) / 1_000_000);
+                return FetchOutcomes.rejected(record, Media.IMAGE, i, e);
             }
             fetched.fetched(bytes[i].length);
         }
-        return Either.Right(new FetchedRecord(record, bytes));
+        for (int i = 0; i < videoBytes.length; i++) {
+            try {
+                videoBytes[i] = read(store, record.videos[i].path, Media.VIDEO);
+            } catch (RejectedRecordException e) {
+                return FetchOutcomes.rejected(record, Media.VIDEO, i, e);
+            }
+            fetched.fetchedVideo(videoBytes[i].length);
+        }
+        FetchedRecord result = new FetchedRecord(record, bytes);
+        result.videoBytes = videoBytes;
+        return Either.Right(result);
+    }
+
+    private byte[] read(ImageStore store, String path, Media media) throws RejectedRecordException {
+        long start = System.nanoTime();
+        try {
+            return store.read(path, media);
+        } finally {
+            readLatencyMs.update((System.nanoTime() - start) / 1_000_000);
+        }
     }
 
     @Override

@@ -15,62 +15,82 @@ import org.apache.flink.core.fs.FileSystem;
 import org.apache.flink.core.fs.Path;
 
 /**
- * Reads image objects by path relative to the image root through Flink's {@link FileSystem} (local
- * files now; any Flink filesystem scheme works the same way).
+ * Reads image and video objects by path relative to the image root through Flink's {@link
+ * FileSystem} (local files now; any Flink filesystem scheme works the same way).
  *
  * <p>Paths are resolved against the root and normalised ({@code .} and {@code ..} segments; no
  * Unicode normalization: a name is looked up as written, and a not-found message names its NFC or
  * NFD spelling when that one exists); a path that would leave the root is rejected ({@link
- * RejectReason#UNSAFE_PATH}) even if the parser let it through. Objects larger than {@code
- * maxObjectBytes} are rejected from their listed size before any byte is read.
+ * RejectReason#UNSAFE_PATH}) even if the parser let it through. Objects larger than their kind's
+ * limit ({@code maxObjectBytes} for images, {@code maxVideoBytes} for videos) are rejected from
+ * their listed size before any byte is read. A video is read whole into memory, as an image is (no
+ * spill file, no ranged reads).
  */
 public final class ImageStore implements Serializable {
     private static final long serialVersionUID = 1L;
 
     private final String root;
     private final long maxObjectBytes;
+    private final long maxVideoBytes;
 
     /**
      * @param root image root URI: {@code stoker.image.root}, by default the dataset root (the
      *     directory of the JSONL files)
      * @param maxObjectBytes largest accepted image object, in bytes
+     * @param maxVideoBytes largest accepted video object, in bytes, at most {@code 2^31 - 9} (one
+     *     array)
      */
-    public ImageStore(String root, long maxObjectBytes) {
+    public ImageStore(String root, long maxObjectBytes, long maxVideoBytes) {
         this.root = root.endsWith("/") ? root : root + "/";
         this.maxObjectBytes = maxObjectBytes;
+        this.maxVideoBytes = maxVideoBytes;
+    }
+
+    /**
+     * Reads the whole image at {@code relativePath}.
+     *
+     * @throws RejectedRecordException IMAGE_NOT_FOUND, IMAGE_TOO_LARGE, UNSAFE_PATH or FETCH_FAILED
+     */
+    public byte[] read(String relativePath) throws RejectedRecordException {
+        return read(relativePath, Media.IMAGE);
     }
 
     /**
      * Reads the whole object at {@code relativePath}.
      *
-     * @throws RejectedRecordException IMAGE_NOT_FOUND, IMAGE_TOO_LARGE, UNSAFE_PATH or FETCH_FAILED
+     * @param media what it is: its size limit and the reasons of its rejections
+     * @throws RejectedRecordException {@link Media#notFound()}, {@link Media#tooLarge()},
+     *     UNSAFE_PATH or FETCH_FAILED
      */
-    public byte[] read(String relativePath) throws RejectedRecordException {
+    public byte[] read(String relativePath, Media media) throws RejectedRecordException {
         Path path = resolve(relativePath);
+        long limit = media == Media.VIDEO ? maxVideoBytes : maxObjectBytes;
         try {
             FileSystem fs = path.getFileSystem();
             FileStatus status = fs.getFileStatus(path);
             if (status.isDir()) {
                 throw new RejectedRecordException(
-                        RejectReason.IMAGE_NOT_FOUND, "'" + relativePath + "' is a directory");
+                        media.notFound(), "'" + relativePath + "' is a directory");
             }
             long len = status.getLen();
-            if (len > maxObjectBytes) {
+            if (len > limit) {
                 throw new RejectedRecordException(
-                        RejectReason.IMAGE_TOO_LARGE,
+                        media.tooLarge(),
                         "'"
                                 + relativePath
                                 + "' is "
                                 + len
-                                + " bytes, above the limit of "
-                                + maxObjectBytes);
+                                + " bytes, above the "
+                                + media.word()
+                                + " limit of "
+                                + limit);
             }
             try (InputStream in = fs.open(path)) {
                 return in.readNBytes((int) len);
             }
         } catch (FileNotFoundException e) {
             throw new RejectedRecordException(
-                    RejectReason.IMAGE_NOT_FOUND,
+                    media.notFound(),
                     "'" + relativePath + "' not found under " + root + variantHint(relativePath));
         } catch (IOException e) {
             throw new RejectedRecordException(

@@ -28,21 +28,25 @@ import software.amazon.awssdk.services.s3.model.GetObjectResponse;
 import software.amazon.awssdk.services.s3.model.ListObjectsV2Request;
 
 /**
- * Reads image objects from S3 by path relative to an {@code s3://bucket/prefix/} image root, with
- * non-blocking GETs on a shared {@link S3AsyncClient}.
+ * Reads image and video objects from S3 by path relative to an {@code s3://bucket/prefix/} image
+ * root, with non-blocking GETs on a shared {@link S3AsyncClient}: both kinds alike (connections,
+ * rate limit, retries, hedging, metrics), each with its own size limit and reasons ({@link Media}).
+ * A video is read whole into memory in one GET (no ranged or streamed reads, no spill file).
  *
  * <p>Paths are resolved and normalised like {@link ImageStore}'s: a key outside the image root's
  * prefix (or in another bucket) is rejected ({@link RejectReason#UNSAFE_PATH}) before any request.
- * Each GET asks for the range {@code bytes=0-maxObjectBytes}, so an oversized object costs at most
- * that many bytes and is rejected from its total size ({@link RejectReason#IMAGE_TOO_LARGE}).
+ * Each GET asks for the range {@code bytes=0-<limit>}, so an oversized object costs at most that
+ * many bytes and is rejected from its total size ({@link RejectReason#IMAGE_TOO_LARGE}, {@link
+ * RejectReason#VIDEO_FILE_TOO_LARGE}).
  *
  * <p>Keys are the paths as written, without Unicode normalization. Outcomes, each naming the {@code
- * s3://} key: 404 is {@link RejectReason#IMAGE_NOT_FOUND} (naming the NFC or NFD spelling of the
- * path when an object of that name exists, found with a HEAD request); 403 and any error left after
- * the client's retries are {@link RejectReason#FETCH_FAILED} (with the HTTP status, S3 error code
- * and number of attempts); running out of the client's total request time, or every attempt timing
- * out, is {@link RejectReason#FETCH_TIMEOUT}; every such message names the attempts made and how
- * long they took. Retries themselves happen inside the client (see {@link S3ClientSettings}).
+ * s3://} key: 404 is {@link RejectReason#IMAGE_NOT_FOUND} or {@link RejectReason#VIDEO_NOT_FOUND}
+ * (naming the NFC or NFD spelling of the path when an object of that name exists, found with a HEAD
+ * request); 403 and any error left after the client's retries are {@link RejectReason#FETCH_FAILED}
+ * (with the HTTP status, S3 error code and number of attempts); running out of the client's total
+ * request time, or every attempt timing out, is {@link RejectReason#FETCH_TIMEOUT}; every such
+ * message names the attempts made and how long they took. Retries themselves happen inside the
+ * client (see {@link S3ClientSettings}).
  *
  * <p>Connections: at most {@link S3ClientSettings#maxConnections} requests (GETs, hedged GETs,
  * HEADs) are on the wire at once; the store queues the others itself (first come, first served,
@@ -51,6 +55,7 @@ import software.amazon.awssdk.services.s3.model.ListObjectsV2Request;
  */
 public final class S3ImageStore implements AutoCloseable {
     private final long maxObjectBytes;
+    private final long maxVideoBytes;
     private final S3AsyncClient client;
     private final S3FetchMetrics metrics;
     private final PrefixRateLimiter rateLimiter;
@@ -61,12 +66,18 @@ public final class S3ImageStore implements AutoCloseable {
 
     /**
      * @param maxObjectBytes largest accepted image object, in bytes
+     * @param maxVideoBytes largest accepted video object, in bytes, at most {@code 2^31 - 9}
      * @param settings the client to build (endpoint, credentials, connections, timeouts, retries),
      *     the client-side GET rate limit per key prefix and the hedging delay
      * @param metrics where to count requests, latency, bytes and failures
      */
-    public S3ImageStore(long maxObjectBytes, S3ClientSettings settings, S3FetchMetrics metrics) {
+    public S3ImageStore(
+            long maxObjectBytes,
+            long maxVideoBytes,
+            S3ClientSettings settings,
+            S3FetchMetrics metrics) {
         this.maxObjectBytes = maxObjectBytes;
+        this.maxVideoBytes = maxVideoBytes;
         this.metrics = metrics;
         this.rateLimiter = new PrefixRateLimiter(settings.getsPerSecondPerPrefix());
         this.connections = new ConnectionPermits(settings.maxConnections());
@@ -159,6 +170,19 @@ public final class S3ImageStore implements AutoCloseable {
      * @throws IllegalArgumentException if {@code root} is not an S3 URI
      */
     public Get read(String root, String relativePath) {
+        return read(root, relativePath, Media.IMAGE);
+    }
+
+    /**
+     * Starts reading the whole object at {@code relativePath} as {@link #read(String, String)} does
+     * an image, with {@code media}'s size limit and reasons.
+     *
+     * @return the read: its bytes, or failed with a {@link RejectedRecordException} ({@link
+     *     Media#notFound()}, {@link Media#tooLarge()}, UNSAFE_PATH, FETCH_FAILED or FETCH_TIMEOUT)
+     * @throws IllegalArgumentException if {@code root} is not an S3 URI
+     */
+    public Get read(String root, String relativePath, Media media) {
+        long limit = media == Media.VIDEO ? maxVideoBytes : maxObjectBytes;
         if (!isS3(root)) {
             throw new IllegalArgumentException("not an s3:// image root: " + root);
         }
@@ -178,7 +202,7 @@ public final class S3ImageStore implements AutoCloseable {
                 GetObjectRequest.builder()
                         .bucket(bucket)
                         .key(key)
-                        .range("bytes=0-" + maxObjectBytes)
+                        .range("bytes=0-" + limit)
                         .overrideConfiguration(
                                 o -> o.putExecutionAttribute(S3FetchMetrics.ATTEMPTS, get.attempts))
                         .build();
@@ -195,24 +219,27 @@ public final class S3ImageStore implements AutoCloseable {
                                     (response, error) -> {
                                         metrics.finished(start);
                                         if (error != null) {
-                                            return emptyOrThrow(relativePath, where, error, get);
+                                            return emptyOrThrow(
+                                                    relativePath, where, error, get, media);
                                         }
                                         byte[] bytes = response.asByteArrayUnsafe();
                                         long total =
                                                 totalSize(
                                                         response.response().contentRange(),
                                                         bytes.length);
-                                        if (total > maxObjectBytes) {
+                                        if (total > limit) {
                                             throw reject(
-                                                    RejectReason.IMAGE_TOO_LARGE,
+                                                    media.tooLarge(),
                                                     "'"
                                                             + relativePath
                                                             + "' ("
                                                             + where
                                                             + ") is "
                                                             + total
-                                                            + " bytes, above the limit of "
-                                                            + maxObjectBytes);
+                                                            + " bytes, above the "
+                                                            + media.word()
+                                                            + " limit of "
+                                                            + limit);
                                         }
                                         metrics.fetched(bytes.length);
                                         return bytes;
@@ -225,7 +252,7 @@ public final class S3ImageStore implements AutoCloseable {
                         e -> {
                             Throwable cause = unwrap(e);
                             if (cause instanceof RejectedRecordException rejected) {
-                                return rejected.reason() == RejectReason.IMAGE_NOT_FOUND
+                                return rejected.reason() == media.notFound()
                                         ? withVariantHint(rejected, dir, bucket, relativePath)
                                         : CompletableFuture.failedFuture(cause);
                             }
@@ -292,8 +319,7 @@ public final class S3ImageStore implements AutoCloseable {
                                 h.isEmpty()
                                         ? notFound
                                         : new RejectedRecordException(
-                                                RejectReason.IMAGE_NOT_FOUND,
-                                                notFound.getMessage() + h)));
+                                                notFound.reason(), notFound.getMessage() + h)));
     }
 
     /** Whether an object exists at {@code relativePath} (HEAD); false on any error. */
@@ -378,7 +404,8 @@ public final class S3ImageStore implements AutoCloseable {
         return sent;
     }
 
-    private byte[] emptyOrThrow(String relativePath, String where, Throwable error, Get get) {
+    private byte[] emptyOrThrow(
+            String relativePath, String where, Throwable error, Get get, Media media) {
         Throwable t = unwrap(error);
         String attempts = " after " + get.attempts.get() + " attempt(s)" + get.timing();
         if (t instanceof AwsServiceException e) {
@@ -387,7 +414,7 @@ public final class S3ImageStore implements AutoCloseable {
             String statusText = "HTTP " + status + (code != null ? " " + code : "");
             if (status == 404) {
                 throw reject(
-                        RejectReason.IMAGE_NOT_FOUND,
+                        media.notFound(),
                         "'" + relativePath + "' not found: " + where + " (" + statusText + ")");
             }
             if (status == 416) {
@@ -552,6 +579,10 @@ public final class S3ImageStore implements AutoCloseable {
 
     @Override
     public String toString() {
-        return "S3ImageStore{maxObjectBytes=" + maxObjectBytes + "}";
+        return "S3ImageStore{maxObjectBytes="
+                + maxObjectBytes
+                + ", maxVideoBytes="
+                + maxVideoBytes
+                + "}";
     }
 }

@@ -25,7 +25,7 @@ class ImageStoreTest {
         Files.createDirectories(root.resolve("images"));
         Files.write(root.resolve("images/a.jpg"), new byte[] {1, 2, 3});
         Files.write(dir.resolve("secret.txt"), new byte[] {9});
-        return new ImageStore(root.toUri().toString(), max);
+        return new ImageStore(root.toUri().toString(), max, 100);
     }
 
     @Test
@@ -63,6 +63,29 @@ class ImageStoreTest {
                 .hasMessageContaining("3 bytes");
     }
 
+    /** A video is read like an image, with its own limit and reasons. */
+    @Test
+    void videosHaveTheirOwnLimitAndReasons() throws Exception {
+        Path root = Files.createDirectories(dir.resolve("media"));
+        Files.write(root.resolve("a.mp4"), new byte[] {1, 2, 3, 4});
+        ImageStore store = new ImageStore(root.toUri().toString(), 100, 3);
+        assertThat(store.read("a.mp4")).containsExactly(1, 2, 3, 4);
+        assertThatThrownBy(() -> store.read("a.mp4", Media.VIDEO))
+                .satisfies(
+                        e ->
+                                assertThat(((RejectedRecordException) e).reason())
+                                        .isEqualTo(RejectReason.VIDEO_FILE_TOO_LARGE))
+                .hasMessage("'a.mp4' is 4 bytes, above the video limit of 3");
+        assertThatThrownBy(() -> store.read("b.mp4", Media.VIDEO))
+                .satisfies(
+                        e ->
+                                assertThat(((RejectedRecordException) e).reason())
+                                        .isEqualTo(RejectReason.VIDEO_NOT_FOUND))
+                .hasMessageContaining("'b.mp4' not found under");
+        assertThat(new ImageStore(root.toUri().toString(), 1, 4).read("a.mp4", Media.VIDEO))
+                .containsExactly(1, 2, 3, 4);
+    }
+
     @Test
     void symbolicLinksMayNotLeaveTheRoot() throws Exception {
         ImageStore store = store(100);
@@ -83,7 +106,7 @@ class ImageStoreTest {
     void aRootReachedThroughASymbolicLinkStillWorks() throws Exception {
         store(100);
         Path link = Files.createSymbolicLink(dir.resolve("root-link"), dir.resolve("root"));
-        ImageStore viaLink = new ImageStore(link.toUri().toString(), 100);
+        ImageStore viaLink = new ImageStore(link.toUri().toString(), 100, 100);
         assertThat(viaLink.read("images/a.jpg")).containsExactly(1, 2, 3);
     }
 
@@ -99,7 +122,7 @@ class ImageStoreTest {
         Files.writeString(dir.resolve("annotations/train.jsonl"), "{}\n");
         Files.write(dir.resolve("images/photos/a.jpg"), new byte[] {4, 5});
         Files.write(dir.resolve("images-private/b.jpg"), new byte[] {6});
-        ImageStore store = new ImageStore(dir.resolve("images").toUri().toString(), 100);
+        ImageStore store = new ImageStore(dir.resolve("images").toUri().toString(), 100, 100);
 
         assertThat(store.read("photos/a.jpg")).containsExactly(4, 5);
         for (String escaping :

@@ -1,7 +1,9 @@
 package dev.stoker.connectors.s3;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.catchThrowableOfType;
 
+import dev.stoker.connectors.fetch.Media;
 import dev.stoker.connectors.fetch.S3ClientSettings;
 import dev.stoker.connectors.fetch.S3FetchMetrics;
 import dev.stoker.connectors.fetch.S3ImageStore;
@@ -76,7 +78,7 @@ class S3ImageStoreITCase {
     }
 
     private static S3ImageStore store(S3ClientSettings settings, S3FetchMetrics metrics) {
-        return new S3ImageStore(100, settings, metrics);
+        return new S3ImageStore(100, 2, settings, metrics);
     }
 
     private static RejectedRecordException rejection(S3ImageStore store, String path) {
@@ -202,6 +204,38 @@ class S3ImageStoreITCase {
             assertThat(e.reason()).isEqualTo(RejectReason.IMAGE_TOO_LARGE);
             assertThat(e.getMessage()).contains("1000 bytes");
         }
+    }
+
+    /** A video is fetched like an image, with its own limit (2 bytes here) and reasons. */
+    @Test
+    void videosHaveTheirOwnLimitAndReasons() {
+        S3FetchMetrics metrics = metrics();
+        try (S3ImageStore store = store(clientSettings().build(), metrics)) {
+            assertThat(store.read(ROOT, "images/a.jpg").join()).hasSize(3);
+            CompletionException tooLarge =
+                    catchThrowableOfType(
+                            CompletionException.class,
+                            () -> store.read(ROOT, "images/a.jpg", Media.VIDEO).join());
+            assertThat(tooLarge.getCause())
+                    .isInstanceOfSatisfying(
+                            RejectedRecordException.class,
+                            e ->
+                                    assertThat(e.reason())
+                                            .isEqualTo(RejectReason.VIDEO_FILE_TOO_LARGE))
+                    .hasMessageContaining("s3://images/data/images/a.jpg")
+                    .hasMessageContaining("3 bytes, above the video limit of 2");
+            CompletionException missing =
+                    catchThrowableOfType(
+                            CompletionException.class,
+                            () -> store.read(ROOT, "images/none.mp4", Media.VIDEO).join());
+            assertThat(missing.getCause())
+                    .isInstanceOfSatisfying(
+                            RejectedRecordException.class,
+                            e -> assertThat(e.reason()).isEqualTo(RejectReason.VIDEO_NOT_FOUND))
+                    .hasMessageContaining("404");
+        }
+        assertThat(metrics.failures(RejectReason.VIDEO_FILE_TOO_LARGE)).isEqualTo(1);
+        assertThat(metrics.failures(RejectReason.VIDEO_NOT_FOUND)).isEqualTo(1);
     }
 
     @Test

@@ -29,13 +29,22 @@ public final class MetricNames {
         private Source() {}
     }
 
-    /** The image fetch ({@code fetch-images}): both stores, then per store a group. */
+    /**
+     * The image and video fetch ({@code fetch-images}): both stores, then per store a group (the S3
+     * group counts both kinds).
+     */
     public static final class Fetch {
         /** Counter: images fetched (local files or S3 objects). */
         public static final String IMAGES_FETCHED = "imagesFetched";
 
         /** Counter: bytes of the images fetched, in bytes. */
         public static final String IMAGE_BYTES_FETCHED = "imageBytesFetched";
+
+        /** Counter: videos fetched (local files or S3 objects). */
+        public static final String VIDEOS_FETCHED = "videosFetched";
+
+        /** Counter: bytes of the videos fetched, in bytes. */
+        public static final String VIDEO_BYTES_FETCHED = "videoBytesFetched";
 
         /** Group of the local-filesystem store's metrics. */
         public static final String FS_GROUP = "fs";
@@ -76,7 +85,7 @@ public final class MetricNames {
         private Fetch() {}
     }
 
-    /** The image preprocessing ({@code preprocess-images}). */
+    /** The image and video preprocessing ({@code preprocess-images}). */
     public static final class Preprocess {
         /** Counter: images decoded, resized, normalised and patchified. */
         public static final String IMAGES_PREPROCESSED = "imagesPreprocessed";
@@ -92,6 +101,18 @@ public final class MetricNames {
 
         /** Gauge: decode + resize time per megapixel of model input, in ms (-1 before any). */
         public static final String PREPROCESS_MS_PER_MEGAPIXEL = "preprocessMsPerMegapixel";
+
+        /** Counter: videos decoded, sampled and resized. */
+        public static final String VIDEOS_PREPROCESSED = "videosPreprocessed";
+
+        /** Counter: videos rejected (their record goes to the dead letters). */
+        public static final String VIDEOS_REJECTED = "videosRejected";
+
+        /** Counter: time spent decoding, sampling and resizing videos, in nanoseconds. */
+        public static final String VIDEO_PREPROCESS_NANOS = "videoPreprocessNanos";
+
+        /** Counter: frames sampled from the videos preprocessed. */
+        public static final String VIDEO_FRAMES_SAMPLED = "videoFramesSampled";
 
         /** Gauge: 1 when libjpeg-turbo decodes JPEGs, 0 when ImageIO does. */
         public static final String JPEG_DECODER_NATIVE = "jpegDecoderNative";

@@ -27,6 +27,10 @@ public enum RejectReason {
     FETCH_FAILED(Stage.FETCH),
     FETCH_TIMEOUT(Stage.FETCH),
     IMAGE_TOO_LARGE(Stage.FETCH),
+    /** A record's video file is not there (a missing file, a 404). */
+    VIDEO_NOT_FOUND(Stage.FETCH),
+    /** A record's video file is larger than {@code stoker.video.max-bytes}. */
+    VIDEO_FILE_TOO_LARGE(Stage.FETCH),
     UNSUPPORTED_IMAGE(Stage.DECODE),
     CORRUPT_IMAGE(Stage.DECODE),
     IMAGE_TOO_MANY_PIXELS(Stage.DECODE),

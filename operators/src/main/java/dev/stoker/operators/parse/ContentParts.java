@@ -4,14 +4,33 @@ import com.fasterxml.jackson.databind.JsonNode;
 import dev.stoker.operators.model.ImageRef;
 import dev.stoker.operators.model.RejectReason;
 import dev.stoker.operators.model.RejectedRecordException;
+import dev.stoker.operators.model.VideoRef;
+import java.util.List;
 
 /**
  * Reads one messages-style content part: {@code {type: text, text}}, {@code {type: image, image:
- * path, min_pixels?, max_pixels?}} or {@code {type: image_url, image_url: {url}}} (as qwen-vl-utils
- * and the Qwen2-VL chat template accept them; a part without {@code type} is recognised by its
- * key).
+ * path, min_pixels?, max_pixels?}}, {@code {type: image_url, image_url: {url}}} or {@code {type:
+ * video, video: path, fps?, min_pixels?, max_pixels?}} (as qwen-vl-utils 0.0.14's {@code
+ * fetch_video} and the Qwen2-VL chat template accept them; a part without {@code type} is
+ * recognised by its key). A video part's {@code min_pixels}/{@code max_pixels} bound each frame.
+ *
+ * <p>Refused with a reason ({@link RejectReason#INVALID_RECORD}) rather than ignored, since they
+ * change which frames or pixels the model sees: a video given as a list of frame images, and the
+ * other qwen-vl-utils video keys ({@link #UNSUPPORTED_VIDEO_KEYS}).
  */
 final class ContentParts {
+    /** qwen-vl-utils video-part keys not read yet. */
+    static final List<String> UNSUPPORTED_VIDEO_KEYS =
+            List.of(
+                    "nframes",
+                    "min_frames",
+                    "max_frames",
+                    "total_pixels",
+                    "video_start",
+                    "video_end",
+                    "resized_height",
+                    "resized_width");
+
     private ContentParts() {}
 
     static void add(ConversationBuilder builder, JsonNode part, String where)
@@ -27,6 +46,7 @@ final class ContentParts {
                                 source(url != null && url.isObject() ? url.get("url") : url),
                                 where));
             }
+            case "video" -> builder.addVideo(video(part, where));
             default ->
                     throw RecordFormats.invalid(
                             where
@@ -41,7 +61,7 @@ final class ContentParts {
         if (type != null && type.isTextual()) {
             return type.textValue();
         }
-        for (String key : new String[] {"text", "image", "image_url"}) {
+        for (String key : new String[] {"text", "image", "image_url", "video"}) {
             if (part.has(key)) {
                 return key;
             }
@@ -70,6 +90,44 @@ final class ContentParts {
                     where + ": min_pixels " + minPixels + " > max_pixels " + maxPixels);
         }
         return new ImageRef(ImagePaths.requireSafe(path, where), minPixels, maxPixels);
+    }
+
+    private static VideoRef video(JsonNode part, String where) throws RejectedRecordException {
+        JsonNode node = part.get("video");
+        if (node != null && node.isArray()) {
+            throw RecordFormats.framesNotSupported(where);
+        }
+        String path = source(node);
+        if (path == null) {
+            throw new RejectedRecordException(
+                    RejectReason.PLACEHOLDER_MISMATCH,
+                    where + ": video part without source (no non-empty path in 'video')");
+        }
+        for (String key : UNSUPPORTED_VIDEO_KEYS) {
+            if (part.has(key)) {
+                throw RecordFormats.invalid(
+                        where
+                                + ": the video part's '"
+                                + key
+                                + "' is not supported (supported: fps, min_pixels, max_pixels)");
+            }
+        }
+        double fps = 0;
+        JsonNode rate = part.get("fps");
+        if (rate != null && !rate.isNull()) {
+            if (!rate.isNumber() || !(rate.doubleValue() > 0) || rate.doubleValue() > 1e6) {
+                throw RecordFormats.invalid(
+                        where + ": 'fps' must be a positive number, got " + rate);
+            }
+            fps = rate.doubleValue();
+        }
+        long minPixels = pixels(part, "min_pixels", where);
+        long maxPixels = pixels(part, "max_pixels", where);
+        if (minPixels > 0 && maxPixels > 0 && minPixels > maxPixels) {
+            throw RecordFormats.invalid(
+                    where + ": min_pixels " + minPixels + " > max_pixels " + maxPixels);
+        }
+        return new VideoRef(ImagePaths.requireSafeVideo(path, where), fps, minPixels, maxPixels);
     }
 
     private static long pixels(JsonNode part, String field, String where)

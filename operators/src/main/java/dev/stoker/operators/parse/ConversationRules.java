@@ -14,7 +14,7 @@ import dev.stoker.operators.model.SftRecord;
  *       assistant turns alternate, starting with user and ending with assistant (a trailing user
  *       turn is not dropped: the record is rejected);
  *   <li>no assistant turn is empty or whitespace-only (it would have no trainable answer tokens);
- *   <li>images occur only in user turns.
+ *   <li>images and videos occur only in user turns.
  * </ul>
  *
  * <p>Text may contain the strings of special tokens ({@code <|im_end|>}, {@code <|image_pad|>},
@@ -28,8 +28,8 @@ final class ConversationRules {
      * Checks all rules.
      *
      * @throws RejectedRecordException {@link RejectReason#INVALID_RECORD} for missing turns, roles
-     *     out of order and empty answers; {@link RejectReason#PLACEHOLDER_MISMATCH} for images
-     *     outside user turns
+     *     out of order and empty answers; {@link RejectReason#PLACEHOLDER_MISMATCH} for images and
+     *     videos outside user turns
      */
     static void check(SftRecord record) throws RejectedRecordException {
         ChatMessage[] messages = record.messages;
@@ -70,15 +70,18 @@ final class ConversationRules {
     private static void checkTurn(ChatMessage message, int turn) throws RejectedRecordException {
         StringBuilder text = new StringBuilder();
         for (ContentPart part : message.content) {
-            if (part.isImage()) {
+            if (part.isImage() || part.isVideo()) {
                 if (!ChatMessage.USER.equals(message.role)) {
                     throw new RejectedRecordException(
                             RejectReason.PLACEHOLDER_MISMATCH,
-                            "image in "
+                            part.type
+                                    + " in "
                                     + message.role
                                     + " turn "
                                     + turn
-                                    + " (images are only allowed in user turns)");
+                                    + " ("
+                                    + part.type
+                                    + "s are only allowed in user turns)");
                 }
                 continue;
             }

@@ -11,16 +11,19 @@ import java.util.stream.Collectors;
 public enum RecordFormat {
     /** Per record: {@code conversations} is LLaVA, {@code messages} is messages or ShareGPT. */
     AUTO("auto"),
-    /** LLaVA: {@code conversations} of {@code {from, value}}, top-level {@code image(s)}. */
+    /**
+     * LLaVA: {@code conversations} of {@code {from, value}}, top-level {@code image(s)}, {@code
+     * video(s)}.
+     */
     LLAVA("llava"),
     /**
      * Messages (OpenAI/Qwen): {@code messages} whose content is a list of parts (or a plain string
-     * for a turn without images); no top-level {@code images}.
+     * for a turn without images or videos); no top-level {@code images} or {@code videos}.
      */
     MESSAGES("messages"),
     /**
-     * LLaMA-Factory/ShareGPT: {@code messages} whose content is a string with {@code <image>}
-     * placeholders, plus a top-level {@code images} array.
+     * LLaMA-Factory/ShareGPT: {@code messages} whose content is a string with {@code <image>} and
+     * {@code <video>} placeholders, plus top-level {@code images} and {@code videos} arrays.
      */
     SHAREGPT("sharegpt");
 

@@ -5,6 +5,7 @@ import dev.stoker.operators.model.ChatMessage;
 import dev.stoker.operators.model.ImageRef;
 import dev.stoker.operators.model.RejectReason;
 import dev.stoker.operators.model.RejectedRecordException;
+import dev.stoker.operators.model.VideoRef;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -13,14 +14,20 @@ import java.util.Map;
  * Reads the three supported record layouts into a {@link ConversationBuilder}.
  *
  * <ul>
- *   <li>LLaVA: {@code image} (string or array) or {@code images} (array) and {@code conversations}
- *       of {@code {from, value}} with {@code <image>} placeholders;
+ *   <li>LLaVA: {@code image} (string or array) or {@code images} (array), {@code video} (string or
+ *       array) or {@code videos} (array), and {@code conversations} of {@code {from, value}} with
+ *       {@code <image>} and {@code <video>} placeholders; in a record with videos and no image
+ *       whose text has no {@code <video>}, each {@code <image>} stands for the next video (the
+ *       LLaVA-NeXT / LLaVA-Video-178K convention);
  *   <li>messages (OpenAI/Qwen): {@code messages} of {@code {role, content}} where content is a list
- *       of {@code {type: text|image|image_url}} parts (text is literal; {@code <image>} in it is
- *       not a placeholder);
- *   <li>LLaMA-Factory/ShareGPT: {@code messages} whose content is a string with {@code <image>}
- *       placeholders, plus a top-level {@code images} array.
+ *       of {@code {type: text|image|image_url|video}} parts (text is literal; {@code <image>} in it
+ *       is not a placeholder);
+ *   <li>LLaMA-Factory/ShareGPT: {@code messages} whose content is a string with {@code <image>} and
+ *       {@code <video>} placeholders, plus top-level {@code images} and {@code videos} arrays.
  * </ul>
+ *
+ * <p>A video given as a list of frame images (an array where a path is expected) is refused ({@link
+ * RejectReason#INVALID_RECORD}): only video files are read for now.
  *
  * <p>A source's {@link RecordFormat} says which: {@link RecordFormat#AUTO} reads a record with
  * {@code messages} as messages or ShareGPT (turn by turn: list content as parts, string content
@@ -62,20 +69,36 @@ final class RecordFormats {
                 if (!root.has("messages")) {
                     throw notIn(format, whatItHas(root));
                 }
-                JsonNode images = root.get("images");
-                if (format == RecordFormat.MESSAGES
-                        && images != null
-                        && !images.isNull()
-                        && !(images.isArray() && images.isEmpty())) {
-                    throw notIn(
-                            format,
-                            "it has a top-level 'images' for <image> placeholders (the "
-                                    + RecordFormat.SHAREGPT.key()
-                                    + " format); messages give images as content parts");
+                if (format == RecordFormat.MESSAGES) {
+                    refuseTopLevel(root, "images", "<image>", format);
+                    refuseTopLevel(root, "videos", "<video>", format);
                 }
                 yield readMessages(root, format);
             }
         };
+    }
+
+    /**
+     * A messages record gives images and videos as content parts: a non-empty top-level list for
+     * placeholders is the ShareGPT layout.
+     */
+    private static void refuseTopLevel(
+            JsonNode root, String field, String placeholder, RecordFormat format)
+            throws RejectedRecordException {
+        JsonNode list = root.get(field);
+        if (list != null && !list.isNull() && !(list.isArray() && list.isEmpty())) {
+            throw notIn(
+                    format,
+                    "it has a top-level '"
+                            + field
+                            + "' for "
+                            + placeholder
+                            + " placeholders (the "
+                            + RecordFormat.SHAREGPT.key()
+                            + " format); messages give "
+                            + field
+                            + " as content parts");
+        }
     }
 
     /** Reads a LLaVA record. */
@@ -83,9 +106,17 @@ final class RecordFormats {
         if (root.has("image") && root.has("images")) {
             throw invalid("record has both 'image' and 'images'");
         }
-        String field = root.has("image") ? "image" : "images";
-        ConversationBuilder builder = new ConversationBuilder(topLevelImages(root, field));
+        if (root.has("video") && root.has("videos")) {
+            throw invalid("record has both 'video' and 'videos'");
+        }
+        List<ImageRef> images = topLevelImages(root, root.has("image") ? "image" : "images");
+        List<VideoRef> videos = topLevelVideos(root, root.has("video") ? "video" : "videos");
         JsonNode turns = requireArray(root, "conversations");
+        ConversationBuilder builder =
+                new ConversationBuilder(
+                        images,
+                        videos,
+                        images.isEmpty() && !videos.isEmpty() && !hasVideoPlaceholder(turns));
         for (int i = 0; i < turns.size(); i++) {
             String where = "conversations[" + i + "] (turn " + (i + 1) + ")";
             JsonNode turn = requireObject(turns.get(i), where);
@@ -101,7 +132,9 @@ final class RecordFormats {
      */
     private static ConversationBuilder readMessages(JsonNode root, RecordFormat format)
             throws RejectedRecordException {
-        ConversationBuilder builder = new ConversationBuilder(topLevelImages(root, "images"));
+        ConversationBuilder builder =
+                new ConversationBuilder(
+                        topLevelImages(root, "images"), topLevelVideos(root, "videos"), false);
         JsonNode turns = requireArray(root, "messages");
         for (int i = 0; i < turns.size(); i++) {
             String where = "messages[" + i + "] (turn " + (i + 1) + ")";
@@ -180,6 +213,65 @@ final class RecordFormats {
             throw invalid("'" + field + "' must be a string or an array of string paths");
         }
         return images;
+    }
+
+    /**
+     * A top-level video list: a string or an array of string paths; an array in place of a path is
+     * a video given as frame images, refused.
+     */
+    private static List<VideoRef> topLevelVideos(JsonNode root, String field)
+            throws RejectedRecordException {
+        JsonNode node = root.get(field);
+        List<VideoRef> videos = new ArrayList<>();
+        if (node == null || node.isNull()) {
+            return videos;
+        }
+        if (node.isTextual()) {
+            videos.add(
+                    new VideoRef(
+                            ImagePaths.requireSafeVideo(node.textValue(), "'" + field + "'"),
+                            0,
+                            0,
+                            0));
+        } else if (node.isArray()) {
+            for (int i = 0; i < node.size(); i++) {
+                String where = "'" + field + "'[" + i + "]";
+                JsonNode entry = node.get(i);
+                if (entry.isArray()) {
+                    throw framesNotSupported(where);
+                }
+                if (!entry.isTextual()) {
+                    throw invalid(where + " must be a string path");
+                }
+                videos.add(
+                        new VideoRef(
+                                ImagePaths.requireSafeVideo(entry.textValue(), where), 0, 0, 0));
+            }
+        } else {
+            throw invalid("'" + field + "' must be a string or an array of string paths");
+        }
+        return videos;
+    }
+
+    /** A video given as a list of frame images, which is not read yet. */
+    static RejectedRecordException framesNotSupported(String where) {
+        return invalid(
+                where
+                        + ": a video given as a list of frame images is not supported (give the"
+                        + " video file)");
+    }
+
+    /** Whether any turn's text has a {@code <video>} placeholder. */
+    private static boolean hasVideoPlaceholder(JsonNode turns) {
+        for (JsonNode turn : turns) {
+            JsonNode value = turn.get("value");
+            if (value != null
+                    && value.isTextual()
+                    && value.textValue().contains(ConversationBuilder.VIDEO_PLACEHOLDER)) {
+                return true;
+            }
+        }
+        return false;
     }
 
     private static String role(JsonNode turn, String field, String where)

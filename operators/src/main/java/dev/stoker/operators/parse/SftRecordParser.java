@@ -28,8 +28,8 @@ import java.io.Serializable;
  * surrogate escapes such as {@code \ud800} ({@link RejectReason#INVALID_RECORD}, "invalid Unicode
  * scalar"); read the LLaVA, messages or LLaMA-Factory/ShareGPT layout, the one the source's {@link
  * RecordFormat} names or the one the record's keys name ({@link RecordFormats}); check placeholders
- * against images ({@link RejectReason#PLACEHOLDER_MISMATCH}), image paths ({@link
- * RejectReason#UNSAFE_PATH}) and conversation structure ({@link ConversationRules}).
+ * against images and videos ({@link RejectReason#PLACEHOLDER_MISMATCH}), image and video paths
+ * ({@link RejectReason#UNSAFE_PATH}) and conversation structure ({@link ConversationRules}).
  *
  * <p>Jackson's default maximum string length (20,000,000 chars) is lifted: the only record size
  * limit is the source's configured maximum line length, reported as {@code LINE_TOO_LONG}.

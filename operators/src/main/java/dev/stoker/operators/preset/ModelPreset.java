@@ -4,6 +4,7 @@ import dev.stoker.operators.image.QwenVisionConfig;
 import dev.stoker.operators.tokenize.QwenChatTemplate;
 import dev.stoker.operators.video.QwenVideoConfig;
 import dev.stoker.operators.video.QwenVideoConfig.PixelBudget;
+import dev.stoker.operators.video.VideoPreprocessor.FrameRule;
 import java.util.Arrays;
 import java.util.Locale;
 import java.util.stream.Collectors;
@@ -87,6 +88,13 @@ public enum ModelPreset {
             null,
             262_144,
             new Video(4096, 25_165_824, PixelBudget.WHOLE_VIDEO, 768, 2, false));
+
+    /**
+     * Frames per second sampled when neither the job nor the video sets a rate and the model's
+     * video processor class has no default of its own (Qwen2-VL, Qwen2.5-VL): qwen-vl-utils' {@code
+     * FPS} ({@code vision_process.py}), the same as Qwen3-VL's processor default.
+     */
+    public static final double QWEN_VL_UTILS_FPS = 2.0;
 
     /** The preset of the {@code stoker.model.preset} default. */
     public static final ModelPreset DEFAULT = QWEN2_VL;
@@ -181,6 +189,19 @@ public enum ModelPreset {
         config.fps = video.fps;
         config.secondPerGridTs = video.secondPerGridTs;
         return config;
+    }
+
+    /**
+     * Frames per second the model's videos are sampled at by default: its video processor's {@code
+     * fps} ({@link QwenVideoConfig#fps}), or {@link #QWEN_VL_UTILS_FPS} where the class has none.
+     */
+    public double videoFps() {
+        return video.fps > 0 ? video.fps : QWEN_VL_UTILS_FPS;
+    }
+
+    /** The frame-index rule of the model's video processor. */
+    public FrameRule frameRule() {
+        return this == QWEN3_VL ? FrameRule.QWEN3_VL : FrameRule.QWEN2_VL;
     }
 
     /**

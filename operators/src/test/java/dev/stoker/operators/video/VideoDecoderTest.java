@@ -31,7 +31,7 @@ import org.slf4j.LoggerFactory;
  */
 class VideoDecoderTest {
     private static final Logger LOG = LoggerFactory.getLogger(VideoDecoderTest.class);
-    private static final VideoLimits LIMITS = new VideoLimits(4096L * 4096, 10_000);
+    private static final VideoLimits LIMITS = new VideoLimits(4096L * 4096, 10_000, 1L << 31);
 
     @Test
     void decodesTheReferenceFramesAndMetadata() throws RejectedRecordException {
@@ -159,7 +159,7 @@ class VideoDecoderTest {
                         () ->
                                 VideoDecoder.open(
                                                 clipPath("h264_main.mp4"),
-                                                new VideoLimits(128 * 72 - 1, 10_000))
+                                                new VideoLimits(128 * 72 - 1, 10_000, 1L << 31))
                                         .close())
                 .isInstanceOfSatisfying(
                         RejectedRecordException.class,
@@ -168,7 +168,7 @@ class VideoDecoderTest {
                         () ->
                                 VideoDecoder.open(
                                                 clipPath("h264_main.mp4"),
-                                                new VideoLimits(1 << 20, 71))
+                                                new VideoLimits(1 << 20, 71, 1L << 31))
                                         .close())
                 .isInstanceOfSatisfying(
                         RejectedRecordException.class,

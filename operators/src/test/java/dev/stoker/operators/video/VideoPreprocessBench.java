@@ -42,7 +42,7 @@ import java.util.stream.Stream;
  */
 public final class VideoPreprocessBench {
     /** Generous bounds: the bench's clips are at most 1920x1080 and 300 frames. */
-    private static final VideoLimits LIMITS = new VideoLimits(1L << 24, 100_000);
+    private static final VideoLimits LIMITS = new VideoLimits(1L << 24, 100_000, 1L << 34);
 
     private VideoPreprocessBench() {}
 

@@ -5,11 +5,16 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 import dev.stoker.operators.model.RejectReason;
 import dev.stoker.operators.model.RejectedRecordException;
+import dev.stoker.operators.model.SampledVideo;
+import dev.stoker.operators.model.VideoRef;
 import dev.stoker.operators.parity.GoldenSet;
 import dev.stoker.operators.preset.ModelPreset;
+import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.Arrays;
+import java.util.HashSet;
 import java.util.Map;
+import java.util.Set;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -19,7 +24,7 @@ import org.junit.jupiter.api.Test;
  * pixel_values_videos} bit for bit; a clip the reference refuses is refused.
  */
 class VideoPreprocessorTest {
-    private static final VideoLimits LIMITS = new VideoLimits(1L << 24, 10_000);
+    private static final VideoLimits LIMITS = new VideoLimits(1L << 24, 10_000, 1L << 31);
 
     @Test
     void fromTheClipFileToTheModelsInputsAsTheProcessorCalledOnIt() throws Exception {
@@ -70,6 +75,100 @@ class VideoPreprocessorTest {
         }
         assertThat(ok).isGreaterThanOrEqualTo(40);
         assertThat(refused).isGreaterThanOrEqualTo(1);
+    }
+
+    /**
+     * {@link VideoPreprocessor#sample} (the job's path: bytes in, resized uint8 frames out, with a
+     * video's own fps and, for Qwen2/2.5-VL, its per-frame pixel bounds) patchified by the
+     * processor's float path equals the processor's output, for one clip per preset; the
+     * preprocessor's own fps and bounds are the presets' defaults, so the overrides are what make
+     * it match.
+     */
+    @Test
+    void theJobsPathFromBytesWithTheVideosOwnSettingsPatchifiesToTheProcessorsValues()
+            throws Exception {
+        Set<String> done = new HashSet<>();
+        for (Map<String, Object> row : GoldenSet.VIDEO.read("videos.arrow")) {
+            String presetKey = (String) row.get("preset");
+            if (!row.get("status").equals("ok") || !done.add(presetKey)) {
+                continue;
+            }
+            String what = presetKey + " " + row.get("clip") + " fps " + row.get("fps");
+            ModelPreset preset = ModelPreset.fromKey(presetKey);
+            QwenVideoConfig config = preset.videoConfig();
+            long min = (Long) row.get("min_pixels");
+            long max = (Long) row.get("max_pixels");
+            boolean wholeVideo = config.budget == QwenVideoConfig.PixelBudget.WHOLE_VIDEO;
+            if (wholeVideo) { // a per-frame override is not the processor's whole-video bound
+                config.minPixels = min;
+                config.maxPixels = max;
+            }
+            VideoPreprocessor preprocessor =
+                    new VideoPreprocessor(
+                            config,
+                            wholeVideo
+                                    ? VideoPreprocessor.FrameRule.QWEN3_VL
+                                    : VideoPreprocessor.FrameRule.QWEN2_VL,
+                            2,
+                            LIMITS);
+            String clip = (String) row.get("clip");
+            byte[] bytes = Files.readAllBytes(GoldenSet.VIDEO.dir().resolve("clips").resolve(clip));
+            VideoRef ref =
+                    new VideoRef(
+                            clip,
+                            (Double) row.get("fps"),
+                            wholeVideo ? 0 : min,
+                            wholeVideo ? 0 : max);
+            SampledVideo v = preprocessor.sample(bytes, ref);
+
+            assertThat(Arrays.stream(v.frameIndices).asLongStream().toArray())
+                    .as(what + " frame indices")
+                    .containsExactly(GoldenSet.longs(row.get("frames_indices")));
+            assertThat(v.sampledFps).as(what).isEqualTo((Double) row.get("sampled_fps"));
+            assertThat(new long[] {v.gridT, v.gridH, v.gridW})
+                    .as(what)
+                    .containsExactly(GoldenSet.longs(row.get("video_grid_thw")));
+            Double secondPerGridT = (Double) row.get("second_per_grid_ts");
+            if (secondPerGridT != null) {
+                assertThat(v.secondPerGridT).as(what).isEqualTo(secondPerGridT);
+            }
+            int ps = config.patchSize;
+            float[] actual =
+                    new QwenVideoProcessor(config)
+                            .patchify(
+                                    new ResizedVideo(
+                                            v.resizedRgb,
+                                            v.frames,
+                                            v.gridH * ps,
+                                            v.gridW * ps,
+                                            v.gridT,
+                                            v.gridH,
+                                            v.gridW));
+            float[] expected = GoldenSet.float32((byte[]) row.get("pixel_values_videos"));
+            assertThat(actual).as(what).hasSameSizeAs(expected);
+            assertThat(Arrays.mismatch(actual, expected))
+                    .as(what + ": the first value that differs from the processor's")
+                    .isEqualTo(-1);
+        }
+        assertThat(done).containsExactlyInAnyOrder("qwen2-vl", "qwen2.5-vl", "qwen3-vl");
+    }
+
+    @Test
+    void sampledFramesOverTheMemoryLimitAreRefusedBeforeDecoding() throws Exception {
+        Map<String, Object> row = GoldenSet.VIDEO.read("videos.arrow").get(0);
+        String clip = (String) row.get("clip");
+        byte[] bytes = Files.readAllBytes(GoldenSet.VIDEO.dir().resolve("clips").resolve(clip));
+        VideoPreprocessor tight =
+                new VideoPreprocessor(
+                        ModelPreset.QWEN2_VL.videoConfig(),
+                        VideoPreprocessor.FrameRule.QWEN2_VL,
+                        2,
+                        new VideoLimits(1L << 24, 10_000, 1000));
+        assertThatThrownBy(() -> tight.sample(bytes, new VideoRef(clip, 0, 0, 0)))
+                .isInstanceOfSatisfying(
+                        RejectedRecordException.class,
+                        e -> assertThat(e.reason()).isEqualTo(RejectReason.VIDEO_TOO_MANY_FRAMES))
+                .hasMessageContaining("bytes of RGB, more than the limit of 1000");
     }
 
     @Test

@@ -1,5 +1,9 @@
-package dev.stoker.operators.image;
+package dev.stoker.operators.media;
 
+import dev.stoker.operators.image.Patchifier;
+import dev.stoker.operators.image.PreprocessMetrics;
+import dev.stoker.operators.image.QwenImageProcessor;
+import dev.stoker.operators.image.QwenVisionConfig;
 import dev.stoker.operators.metrics.MetricNames;
 import dev.stoker.operators.model.DeadLetter;
 import dev.stoker.operators.model.DeadLetters;
@@ -9,7 +13,11 @@ import dev.stoker.operators.model.PerSource;
 import dev.stoker.operators.model.PreprocessedImage;
 import dev.stoker.operators.model.PreprocessedRecord;
 import dev.stoker.operators.model.RejectedRecordException;
+import dev.stoker.operators.model.SampledVideo;
 import dev.stoker.operators.model.SftRecord;
+import dev.stoker.operators.model.VideoRef;
+import dev.stoker.operators.video.VideoPreprocessor;
+import dev.stoker.operators.video.VideoSettings;
 import java.util.HashMap;
 import java.util.Map;
 import org.apache.flink.api.common.functions.OpenContext;
@@ -20,48 +28,67 @@ import org.apache.flink.types.Either;
 import org.apache.flink.util.Collector;
 
 /**
- * The CPU-heavy image stage: decodes and resizes every image of a fetched record with {@link
+ * The CPU-heavy media stage: decodes and resizes every image of a fetched record with {@link
  * QwenImageProcessor}, with the vision config of the record's mixture source (a source may have its
- * own pixel budget) (normalisation and patchification, a few percent of the work, happen in the
- * sink: {@link Patchifier}).
+ * own pixel budget), and decodes, samples and resizes every video with {@link
+ * VideoPreprocessor#sample} (the job's video settings; a video's own {@code fps} and pixel bounds
+ * from the record). Normalisation and patchification, a few percent of the work, happen in the sink
+ * ({@link Patchifier}): images leave as {@link PreprocessedImage}, videos as {@link SampledVideo},
+ * both uint8.
  *
  * <p>Input: {@code Either.Left} dead letters from the fetch stage, forwarded unchanged to {@link
  * DeadLetters#TAG}; {@code Either.Right} fetched records. Output: one {@link PreprocessedRecord}
- * per record whose images all preprocess, with images in record order; a record with any rejected
- * image becomes one {@link DeadLetter} on {@link DeadLetters#TAG} whose message names the image
- * ({@code image 2 'images/x.png': ...}). Text-only records pass with an empty image array.
+ * per record whose images and videos all preprocess, in record order; a record with any rejected
+ * image or video becomes one {@link DeadLetter} on {@link DeadLetters#TAG} whose message names it
+ * ({@code image 2 of 3 'images/x.png': ...}, {@code video 1 of 1 'clips/a.mp4': ...}). Text-only
+ * records pass with empty arrays.
  *
  * <p>Metrics on the operator's group: counters {@code imagesPreprocessed}, {@code imagesRejected}
  * and {@code imagePreprocessNanos} (total wall time in {@link QwenImageProcessor#process},
  * nanoseconds; divide its rate by the rate of {@code imagesPreprocessed} for the mean time per
- * image), and the cost per megapixel ({@link PreprocessMetrics}).
+ * image), the cost per megapixel ({@link PreprocessMetrics}); for videos {@code
+ * videosPreprocessed}, {@code videosRejected}, {@code videoPreprocessNanos} and {@code
+ * videoFramesSampled}.
  */
-public class PreprocessImagesFunction
+public class PreprocessMediaFunction
         extends ProcessFunction<Either<DeadLetter, FetchedRecord>, PreprocessedRecord> {
     private static final long serialVersionUID = 1L;
 
     private final PerSource<QwenVisionConfig> configs;
+    private final VideoSettings video;
     private transient Map<String, QwenImageProcessor> processors;
+    private transient VideoPreprocessor videos;
     private transient Counter imagesPreprocessed;
     private transient Counter imagesRejected;
     private transient Counter preprocessNanos;
+    private transient Counter videosPreprocessed;
+    private transient Counter videosRejected;
+    private transient Counter videoNanos;
+    private transient Counter videoFrames;
     private transient PreprocessMetrics cost;
 
     /**
      * @param configs each source's vision config (they differ at most in the pixel budget)
+     * @param video the video settings (one for the job)
      */
-    public PreprocessImagesFunction(PerSource<QwenVisionConfig> configs) {
+    public PreprocessMediaFunction(PerSource<QwenVisionConfig> configs, VideoSettings video) {
         this.configs = configs;
+        this.video = video;
     }
 
     @Override
     public void open(OpenContext openContext) {
         processors = new HashMap<>();
+        videos = video.newPreprocessor();
         QwenImageProcessor any = new QwenImageProcessor(configs.first());
         MetricGroup metrics = getRuntimeContext().getMetricGroup();
         imagesPreprocessed = metrics.counter(MetricNames.Preprocess.IMAGES_PREPROCESSED);
         imagesRejected = metrics.counter(MetricNames.Preprocess.IMAGES_REJECTED);
         preprocessNanos = metrics.counter(MetricNames.Preprocess.IMAGE_PREPROCESS_NANOS);
+        videosPreprocessed = metrics.counter(MetricNames.Preprocess.VIDEOS_PREPROCESSED);
+        videosRejected = metrics.counter(MetricNames.Preprocess.VIDEOS_REJECTED);
+        videoNanos = metrics.counter(MetricNames.Preprocess.VIDEO_PREPROCESS_NANOS);
+        videoFrames = metrics.counter(MetricNames.Preprocess.VIDEO_FRAMES_SAMPLED);
         cost =
                 new PreprocessMetrics(
                         metrics, configs.first().patchSize, any.nativeJpeg(), any.nativeWebp());
@@ -91,24 +118,46 @@ public class PreprocessImagesFunction
                 cost.imageDone(System.nanoTime() - start, images[i]);
             } catch (RejectedRecordException e) {
                 imagesRejected.inc();
-                String message =
-                        "image "
-                                + (i + 1)
-                                + " of "
-                                + refs.length
-                                + " '"
-                                + refs[i].path
-                                + "': "
-                                + e.getMessage();
-                ctx.output(
-                        DeadLetters.TAG,
-                        DeadLetter.of(
-                                record.ref, new RejectedRecordException(e.reason(), message, e)));
+                reject(ctx, record, "image", i, refs.length, refs[i].path, e);
                 return;
             } finally {
                 preprocessNanos.inc(System.nanoTime() - start);
             }
         }
-        out.collect(new PreprocessedRecord(record, images));
+        VideoRef[] videoRefs = record.videos == null ? new VideoRef[0] : record.videos;
+        SampledVideo[] sampled = new SampledVideo[videoRefs.length];
+        for (int i = 0; i < videoRefs.length; i++) {
+            long start = System.nanoTime();
+            try {
+                sampled[i] = videos.sample(fetched.videoBytes[i], videoRefs[i]);
+                videosPreprocessed.inc();
+                videoFrames.inc(sampled[i].frames);
+            } catch (RejectedRecordException e) {
+                videosRejected.inc();
+                reject(ctx, record, "video", i, videoRefs.length, videoRefs[i].path, e);
+                return;
+            } finally {
+                videoNanos.inc(System.nanoTime() - start);
+            }
+        }
+        PreprocessedRecord result = new PreprocessedRecord(record, images);
+        result.videos = sampled;
+        out.collect(result);
+    }
+
+    /** The record's dead letter, naming the image or video ({@code what} {@code index}). */
+    private static void reject(
+            Context ctx,
+            SftRecord record,
+            String what,
+            int index,
+            int count,
+            String path,
+            RejectedRecordException e) {
+        String message =
+                what + " " + (index + 1) + " of " + count + " '" + path + "': " + e.getMessage();
+        ctx.output(
+                DeadLetters.TAG,
+                DeadLetter.of(record.ref, new RejectedRecordException(e.reason(), message, e)));
     }
 }

@@ -1,4 +1,4 @@
-package dev.stoker.operators.image;
+package dev.stoker.operators.media;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
@@ -12,9 +12,17 @@ import dev.stoker.operators.model.PerSource;
 import dev.stoker.operators.model.PreprocessedRecord;
 import dev.stoker.operators.model.RecordRef;
 import dev.stoker.operators.model.RejectReason;
+import dev.stoker.operators.model.SampledVideo;
 import dev.stoker.operators.model.SftRecord;
+import dev.stoker.operators.model.VideoRef;
+import dev.stoker.operators.parity.GoldenSet;
 import dev.stoker.operators.preset.ModelPreset;
+import dev.stoker.operators.video.VideoLimits;
+import dev.stoker.operators.video.VideoPreprocessor;
+import dev.stoker.operators.video.VideoSettings;
+import java.nio.file.Files;
 import java.util.List;
+import java.util.Map;
 import java.util.stream.Collectors;
 import org.apache.flink.streaming.runtime.streamrecord.StreamRecord;
 import org.apache.flink.streaming.util.OneInputStreamOperatorTestHarness;
@@ -22,16 +30,24 @@ import org.apache.flink.streaming.util.ProcessFunctionTestHarnesses;
 import org.apache.flink.types.Either;
 import org.junit.jupiter.api.Test;
 
-class PreprocessImagesFunctionTest {
+class PreprocessMediaFunctionTest {
     private static final String IMAGES = "llava-style/images/";
+
+    private static final VideoSettings VIDEO =
+            new VideoSettings(
+                    ModelPreset.QWEN2_VL.videoConfig(),
+                    VideoPreprocessor.FrameRule.QWEN2_VL,
+                    2,
+                    new VideoLimits(1 << 24, 10_000, 1L << 31));
 
     @Test
     void routesRecordsAndDeadLetters() throws Exception {
         OneInputStreamOperatorTestHarness<Either<DeadLetter, FetchedRecord>, PreprocessedRecord>
                 harness =
                         ProcessFunctionTestHarnesses.forProcessFunction(
-                                new PreprocessImagesFunction(
-                                        PerSource.uniform(ModelPreset.QWEN2_VL.visionConfig())));
+                                new PreprocessMediaFunction(
+                                        PerSource.uniform(ModelPreset.QWEN2_VL.visionConfig()),
+                                        VIDEO));
 
         DeadLetter upstream =
                 new DeadLetter(
@@ -68,6 +84,59 @@ class PreprocessImagesFunctionTest {
         assertThat(dead.get(1).message)
                 .startsWith("image 2 of 2 'images/broken.png': not a supported image");
         harness.close();
+    }
+
+    /**
+     * A record's videos leave as {@link SampledVideo}s (the preprocessor's own output, checked
+     * against the processor in VideoPreprocessorTest); a video FFmpeg cannot read makes the record
+     * a dead letter naming it.
+     */
+    @Test
+    void samplesVideosAndDeadLettersABadOne() throws Exception {
+        OneInputStreamOperatorTestHarness<Either<DeadLetter, FetchedRecord>, PreprocessedRecord>
+                harness =
+                        ProcessFunctionTestHarnesses.forProcessFunction(
+                                new PreprocessMediaFunction(
+                                        PerSource.uniform(ModelPreset.QWEN2_VL.visionConfig()),
+                                        VIDEO));
+        String clip = goodClip();
+        byte[] bytes = Files.readAllBytes(GoldenSet.VIDEO.dir().resolve("clips").resolve(clip));
+        FetchedRecord good = new FetchedRecord(record(ref(1)), new byte[0][]);
+        good.record.videos = new VideoRef[] {new VideoRef(clip, 0, 0, 0)};
+        good.videoBytes = new byte[][] {bytes};
+        FetchedRecord bad = new FetchedRecord(record(ref(2)), new byte[0][]);
+        bad.record.videos =
+                new VideoRef[] {new VideoRef(clip, 0, 0, 0), new VideoRef("clips/x.mp4", 0, 0, 0)};
+        bad.videoBytes = new byte[][] {bytes, "<Error>AccessDenied</Error>".getBytes()};
+        harness.processElement(Either.Right(good), 0L);
+        harness.processElement(Either.Right(bad), 0L);
+
+        List<PreprocessedRecord> out = harness.extractOutputValues();
+        assertThat(out).hasSize(1);
+        SampledVideo expected = VIDEO.newPreprocessor().sample(bytes, new VideoRef(clip, 0, 0, 0));
+        assertThat(out.get(0).videos).hasSize(1);
+        assertThat(out.get(0).videos[0]).usingRecursiveComparison().isEqualTo(expected);
+        assertThat(out.get(0).images).isEmpty();
+        List<DeadLetter> dead =
+                harness.getSideOutput(DeadLetters.TAG).stream()
+                        .map(StreamRecord::getValue)
+                        .collect(Collectors.toList());
+        assertThat(dead).hasSize(1);
+        assertThat(dead.get(0).ref).isEqualTo(ref(2));
+        assertThat(dead.get(0).reason)
+                .isIn(RejectReason.UNSUPPORTED_VIDEO, RejectReason.CORRUPT_VIDEO);
+        assertThat(dead.get(0).message).startsWith("video 2 of 2 'clips/x.mp4': ");
+        harness.close();
+    }
+
+    /** The first clip of the video golden set that the decoder reads. */
+    private static String goodClip() {
+        for (Map<String, Object> clip : GoldenSet.VIDEO.read("clips.arrow")) {
+            if ((Boolean) clip.get("good")) {
+                return (String) clip.get("clip");
+            }
+        }
+        throw new AssertionError("no good clip in the video golden set");
     }
 
     private static RecordRef ref(long line) {
