@@ -200,9 +200,12 @@ public enum ModelPreset {
         return maxPositionEmbeddings;
     }
 
-    /** This preset's chat template. */
+    /**
+     * This preset's chat template: its default system prompt, and video timestamps for Qwen3-VL
+     * (whose processor writes one per temporal patch; the other two write none).
+     */
     public QwenChatTemplate chatTemplate() {
-        return new QwenChatTemplate(defaultSystemPrompt);
+        return new QwenChatTemplate(defaultSystemPrompt, this == QWEN3_VL);
     }
 
     @Override
