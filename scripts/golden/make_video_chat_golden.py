@@ -25,6 +25,8 @@ with the model venv, ``GoldenSet.VIDEO_CHAT``; a second or so per preset):
   flattened (n, 4), ``frames_indices``, ``video_fps``, ``total_num_frames``; ``image_sizes``
   flattened (n, 2) (height, width) of the synthetic images), and the processor's outputs:
   ``input_ids`` (int64), ``label_mask`` (bool; make_golden.label_mask), ``mm_token_type_ids``,
+  ``position_ids`` (the model's ``get_rope_index`` for the sample, flattened (3, L): temporal,
+  height, width; the model built on the meta device, ROPE_MODELS),
   ``image_grid_thw`` and ``video_grid_thw`` (flattened (n, 3)), ``second_per_grid_ts`` (Qwen2.5-VL
   only, else empty), ``video_timestamps`` (Qwen3-VL's ``_calculate_timestamps`` per video, else
   empty), ``pixel_values_videos`` (float32 little-endian bytes, (sum of grid products, D)).
@@ -49,13 +51,32 @@ import pyarrow as pa
 import torch
 import transformers
 from PIL import Image
-from transformers import AutoTokenizer, Qwen2VLImageProcessor
+from transformers import (
+    AutoTokenizer,
+    Qwen2_5_VLConfig,
+    Qwen2_5_VLModel,
+    Qwen2VLConfig,
+    Qwen2VLImageProcessor,
+    Qwen2VLModel,
+    Qwen3VLConfig,
+    Qwen3VLModel,
+)
 from transformers.video_utils import VideoMetadata
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO.parent / "shared" / "data"
 OUT = REPO / "operators" / "target" / "video-chat-goldens"
 VIDEO_PAD = 151656
+#: ``vision_config.tokens_per_second`` of Qwen/Qwen2.5-VL-7B-Instruct's config.json.
+TOKENS_PER_SECOND = 2
+#: Per preset the model class whose ``get_rope_index`` gives the M-RoPE positions, built on the
+#: meta device from a one-layer config (no weights; only the config values the method reads,
+#: ``spatial_merge_size`` 2 and Qwen2.5-VL's ``tokens_per_second``, matter).
+ROPE_MODELS = {
+    "qwen2-vl": (Qwen2VLConfig, Qwen2VLModel, {}),
+    "qwen2.5-vl": (Qwen2_5_VLConfig, Qwen2_5_VLModel, {"tokens_per_second": TOKENS_PER_SECOND}),
+    "qwen3-vl": (Qwen3VLConfig, Qwen3VLModel, {}),
+}
 
 #: Per-preset video pixel budgets (min, max) so that the frames below are kept at their size
 #: (per frame for Qwen2/2.5-VL, over T*H*W for Qwen3-VL).
@@ -172,7 +193,33 @@ def build(preset: make_golden.Preset, tokenizer: Any) -> Any:
     )
 
 
-def chat_row(preset: make_golden.Preset, processor: Any, chat: tuple[Any, ...]) -> dict[str, Any]:
+def rope_model(preset: make_golden.Preset) -> Any:
+    config_class, model_class, vision = ROPE_MODELS[preset.key]
+    config = config_class(
+        vision_config={"depth": 1, **vision}, text_config={"num_hidden_layers": 1}
+    )
+    with torch.device("meta"):
+        return model_class(config)
+
+
+def positions(model: Any, out: Any, ids: np.ndarray, mm: np.ndarray) -> np.ndarray:
+    """``get_rope_index`` of the model for the one unpadded sample: ``(3, L)`` int64."""
+    kwargs: dict[str, Any] = {
+        "mm_token_type_ids": torch.tensor(mm)[None],
+        "video_grid_thw": torch.tensor(np.asarray(out["video_grid_thw"], np.int64)),
+    }
+    if "image_grid_thw" in out:
+        kwargs["image_grid_thw"] = torch.tensor(np.asarray(out["image_grid_thw"], np.int64))
+    if "second_per_grid_ts" in out:
+        # float32, as the processor's return_tensors="pt" tensor of the Python floats
+        kwargs["second_per_grid_ts"] = torch.tensor(list(out["second_per_grid_ts"]))
+    pos, _ = model.get_rope_index(torch.tensor(ids)[None], **kwargs)
+    return pos[:, 0].numpy().astype(np.int64)
+
+
+def chat_row(
+    preset: make_golden.Preset, processor: Any, chat: tuple[Any, ...], model: Any
+) -> dict[str, Any]:
     name, messages, video_keys, image_sizes = chat
     h, w = 2 * preset.factor, 3 * preset.factor
     clips = [frames(key, VIDEOS[key][0], h, w) for key in video_keys]
@@ -210,7 +257,7 @@ def chat_row(preset: make_golden.Preset, processor: Any, chat: tuple[Any, ...]) 
             )
     affine = float(np.abs(pv - np.concatenate(expected)).max())
     assert affine < 1e-5, affine
-    mm = out.get("mm_token_type_ids")
+    mm = np.asarray(out["mm_token_type_ids"][0], np.int64)
     igrid = (
         np.asarray(out["image_grid_thw"], dtype=np.int64) if images else np.zeros((0, 3), np.int64)
     )
@@ -232,7 +279,8 @@ def chat_row(preset: make_golden.Preset, processor: Any, chat: tuple[Any, ...]) 
         "image_sizes": [v for s in image_sizes for v in s],
         "input_ids": ids.tolist(),
         "label_mask": make_golden.label_mask(ids).tolist(),
-        "mm_token_type_ids": [] if mm is None else [int(v) for v in mm[0]],
+        "mm_token_type_ids": mm.tolist(),
+        "position_ids": positions(model, out, ids, mm).reshape(-1).tolist(),
         "image_grid_thw": igrid.reshape(-1).tolist(),
         "video_grid_thw": vgrid.reshape(-1).tolist(),
         "second_per_grid_ts": [float(v) for v in out.get("second_per_grid_ts", [])],
@@ -256,6 +304,7 @@ SCHEMA = pa.schema(
         ("input_ids", pa.list_(pa.int64())),
         ("label_mask", pa.list_(pa.bool_())),
         ("mm_token_type_ids", pa.list_(pa.int64())),
+        ("position_ids", pa.list_(pa.int64())),
         ("image_grid_thw", pa.list_(pa.int64())),
         ("video_grid_thw", pa.list_(pa.int64())),
         ("second_per_grid_ts", pa.list_(pa.float64())),
@@ -275,7 +324,8 @@ def main() -> None:
     rows = []
     for preset in PRESETS:
         processor = build(preset, tokenizer)
-        rows.extend(chat_row(preset, processor, chat) for chat in CHATS)
+        model = rope_model(preset)
+        rows.extend(chat_row(preset, processor, chat, model) for chat in CHATS)
     table = pa.Table.from_pylist(rows, schema=SCHEMA)
     with pa.OSFile(str(out_dir / "chats.arrow"), "wb") as sink:
         with pa.ipc.new_file(sink, SCHEMA) as writer:

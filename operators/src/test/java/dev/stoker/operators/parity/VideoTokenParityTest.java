@@ -15,12 +15,14 @@ import dev.stoker.operators.model.SampledVideo;
 import dev.stoker.operators.model.SftRecord;
 import dev.stoker.operators.model.TokenizedSample;
 import dev.stoker.operators.model.VideoRef;
+import dev.stoker.operators.pack.MropePositions;
 import dev.stoker.operators.preset.ModelPreset;
 import dev.stoker.operators.tokenize.ChatTokenizer;
 import dev.stoker.operators.tokenize.SampleTokenizer;
 import dev.stoker.operators.tokenize.SequenceLengthPolicy;
 import dev.stoker.operators.video.QwenVideoProcessor;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 import org.junit.jupiter.api.AfterAll;
@@ -33,9 +35,10 @@ import org.junit.jupiter.api.Test;
  * GoldenSet#VIDEO_CHAT}), which {@code scripts/golden/make_video_chat_golden.py} made with the
  * transformers 5.23.0 processors' {@code apply_chat_template} and {@code __call__} on pre-sampled
  * frames. Exact equality of {@code input_ids}, the label mask, {@code video_grid_thw}, {@code
- * image_grid_thw} and the passed-on frames and {@code second_per_grid_ts}; and the reference's
- * {@code mm_token_type_ids} is what the reader derives from the ids (1 on {@code <|image_pad|>}, 2
- * on {@code <|video_pad|>}, else 0).
+ * image_grid_thw}, the passed-on frames and {@code second_per_grid_ts}, and {@link MropePositions}
+ * against the model's own {@code get_rope_index} (per preset's {@code ModelPreset#videoTime}); and
+ * the reference's {@code mm_token_type_ids} is what the reader derives from the ids (1 on {@code
+ * <|image_pad|>}, 2 on {@code <|video_pad|>}, else 0).
  */
 class VideoTokenParityTest {
     private static ChatTokenizer tokenizer;
@@ -99,6 +102,25 @@ class VideoTokenParityTest {
                         .as(what)
                         .containsExactly(seconds.stream().mapToDouble(d -> d).toArray());
             }
+            long[][] positions =
+                    MropePositions.of(
+                            sample.inputIds,
+                            sample.imageGridThw,
+                            sample.videoGridThw,
+                            toFloat32(sample.secondPerGridTs),
+                            ChatTokenizer.IMAGE_PAD,
+                            ChatTokenizer.VIDEO_PAD,
+                            2,
+                            preset.videoTime(),
+                            preset.tokensPerSecond());
+            long[] rope = GoldenSet.longs(row.get("position_ids"));
+            for (int axis = 0; axis < 3; axis++) {
+                assertThat(positions[axis + 1])
+                        .as("%s position_ids axis %d", what, axis)
+                        .containsExactly(
+                                Arrays.copyOfRange(
+                                        rope, axis * ids.length, (axis + 1) * ids.length));
+            }
             long[] types = GoldenSet.longs(row.get("mm_token_type_ids"));
             assertThat(types).as(what).hasSameSizeAs(ids);
             for (int i = 0; i < ids.length; i++) {
@@ -109,6 +131,15 @@ class VideoTokenParityTest {
                 assertThat(types[i]).as("%s mm_token_type_ids[%d]", what, i).isEqualTo(expected);
             }
         }
+    }
+
+    /** The values as the batch carries them (float32 {@code second_per_grid_ts}). */
+    private static double[] toFloat32(double[] values) {
+        double[] out = new double[values.length];
+        for (int i = 0; i < values.length; i++) {
+            out[i] = (float) values[i];
+        }
+        return out;
     }
 
     /**
@@ -170,8 +201,7 @@ class VideoTokenParityTest {
             video.gridH = (int) grids[3 * v + 1];
             video.gridW = (int) grids[3 * v + 2];
             video.frameIndices =
-                    java.util.Arrays.stream(
-                                    GoldenSet.longs(((List<?>) row.get("frames_indices")).get(v)))
+                    Arrays.stream(GoldenSet.longs(((List<?>) row.get("frames_indices")).get(v)))
                             .mapToInt(i -> (int) i)
                             .toArray();
             video.videoFps = (Double) ((List<?>) row.get("video_fps")).get(v);
