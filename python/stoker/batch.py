@@ -28,7 +28,13 @@ import pyarrow.ipc
 
 from .arrow_columns import data_buffer, fixed_rows, list_of_fixed, list_values, strings, view
 from .packed import check_packed
-from .pixels import bfloat16_to_float32, normalize_uint8, normalize_uint8_torch
+from .pixels import (
+    bfloat16_to_float32,
+    normalize_uint8,
+    normalize_uint8_torch,
+    normalize_uint8_video,
+    normalize_uint8_video_torch,
+)
 from .protocol import BatchFormatError, Manifest, VisionSettings
 from .schema import (
     BACKFILLED_SLOTS_KEY,
@@ -41,6 +47,7 @@ from .schema import (
     RANK_KEY,
     SLOTS_KEY,
     STEP_KEY,
+    VIDEO_TOKEN_ID_KEY,
     match_column,
 )
 
@@ -65,6 +72,10 @@ class Batch:
       ``device``), :meth:`pixel_values_float32` with numpy, both to the float32 values a FLOAT32
       job writes, bit for bit (:func:`normalize_uint8`).
     * ``image_grid_thw``: ``(I, 3)`` int64, (grid_t, grid_h, grid_w) per image, in patches.
+    * ``pixel_values_videos``: ``(PV, D)`` video patches of all videos in row order, in the file's
+      element type as ``pixel_values`` (float32 values of the video processor's own arithmetic,
+      batch-schema.json); ``video_grid_thw``: ``(V, 3)`` int64; ``second_per_grid_ts``:
+      ``(V,)`` float32 seconds per temporal patch. Empty (V = 0) without videos.
     * ``sample_index``: ``(S,)`` int64, slot index of each sample's record in the run's
       deterministic order (``(mixture_start_step + epoch * steps_per_epoch) * W * B + position
       in the epoch's shuffled order``); a back-filled sample repeats the index of the sample it
@@ -116,6 +127,9 @@ class Batch:
     location: list[str]
     metadata: dict[str, str]
     backfilled_slots: tuple[int, ...] = ()
+    pixel_values_videos: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
+    video_grid_thw: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), np.int64))
+    second_per_grid_ts: np.ndarray = field(default_factory=lambda: np.zeros((0,), np.float32))
     #: Element type of ``pixel_values`` (metadata ``stoker.pixel_dtype``): float32, bfloat16 or
     #: uint8.
     pixel_dtype: str = "float32"
@@ -215,17 +229,44 @@ class Batch:
             ) from None
 
     @property
+    def video_token_id(self) -> int | None:
+        """Token id of ``<|video_pad|>`` (metadata ``stoker.video_token_id``; 151656), or
+        ``None`` when the file does not name one.
+
+        Raises:
+            BatchFormatError: the value is not an integer.
+        """
+        v = self.metadata.get(VIDEO_TOKEN_ID_KEY)
+        if v is None:
+            return None
+        try:
+            return int(v)
+        except ValueError:
+            raise BatchFormatError(
+                f"{self.path}: metadata stoker.video_token_id={v!r} is not a token id"
+            ) from None
+
+    @property
+    def num_videos(self) -> int:
+        """V, the number of videos in the batch."""
+        return int(self.video_grid_thw.shape[0])
+
+    @property
     def mm_token_type_ids(self) -> np.ndarray:
-        """``(B, L)`` int64: 1 where ``input_ids`` is the image token, 0 elsewhere (text and
-        padding). A new read-only array, not a view of the file.
+        """``(B, L)`` int64: 1 where ``input_ids`` is the image token, 2 where it is the video
+        token, 0 elsewhere (text, timestamps, vision start/end and padding). A new read-only
+        array, not a view of the file.
 
         Matches what the Hugging Face Qwen-VL processors return under this name
         (``ProcessorMixin.create_mm_token_type_ids``, transformers 5.23.0: 0 text, 1 image,
-        2 video; Stoker batches hold no video). transformers 5's Qwen2-VL, Qwen2.5-VL and
-        Qwen3-VL models need it to compute M-RoPE positions: Qwen2-VL raises without it,
-        Qwen2.5-VL silently falls back to 1-D positions.
+        2 video). transformers 5's Qwen2-VL, Qwen2.5-VL and Qwen3-VL models need it to compute
+        M-RoPE positions: Qwen2-VL raises without it, Qwen2.5-VL silently falls back to 1-D
+        positions.
         """
         types = (self.input_ids == self.image_token_id).astype(np.int64)
+        video = self.video_token_id
+        if video is not None:
+            types[self.input_ids == video] = 2
         types.setflags(write=False)  # read-only like the views of the file
         return types
 
@@ -243,10 +284,15 @@ class Batch:
         used: :meth:`model_flags`); with the mask, attention would cross the samples of a
         row. (With ``attn_implementation
         "flash_attention_2"`` that mask is not built for more than one row: see
-        :meth:`flash_varlen_kwargs`.)"""
+        :meth:`flash_varlen_kwargs`.)
+
+        A batch holding videos (V > 0) also has ``pixel_values_videos`` (PV, D) as stored,
+        ``video_grid_thw`` (V, 3) int64 and ``second_per_grid_ts`` (V,) float32 (Qwen2.5-VL's
+        input; Qwen2-VL and Qwen3-VL do not read it); a batch without videos has none of the
+        three, as the processors return none for a text-and-image conversation."""
         if self.packed:
             assert self.position_ids is not None
-            return {
+            out = {
                 "input_ids": self.input_ids,
                 "labels": self.labels,
                 "position_ids": self.position_ids,
@@ -254,14 +300,20 @@ class Batch:
                 "pixel_values": self.pixel_values,
                 "image_grid_thw": self.image_grid_thw,
             }
-        return {
-            "input_ids": self.input_ids,
-            "labels": self.labels,
-            "attention_mask": self.attention_mask,
-            "mm_token_type_ids": self.mm_token_type_ids,
-            "pixel_values": self.pixel_values,
-            "image_grid_thw": self.image_grid_thw,
-        }
+        else:
+            out = {
+                "input_ids": self.input_ids,
+                "labels": self.labels,
+                "attention_mask": self.attention_mask,
+                "mm_token_type_ids": self.mm_token_type_ids,
+                "pixel_values": self.pixel_values,
+                "image_grid_thw": self.image_grid_thw,
+            }
+        if self.num_videos:
+            out["pixel_values_videos"] = self.pixel_values_videos
+            out["video_grid_thw"] = self.video_grid_thw
+            out["second_per_grid_ts"] = self.second_per_grid_ts
+        return out
 
     def flash_varlen_kwargs(self, device: Any = None) -> dict[str, Any]:
         """A packed batch's sub-sequence boundaries as flash-attention's varlen arguments, named
@@ -317,6 +369,20 @@ class Batch:
         if self.pixel_dtype == "uint8":
             return normalize_uint8(self.pixel_values, self._vision_for_uint8())
         return self.pixel_values
+
+    def pixel_values_videos_float32(self) -> np.ndarray:
+        """``(PV, D)`` float32 ``pixel_values_videos`` with numpy, as
+        :meth:`pixel_values_float32` does for images (uint8: :func:`normalize_uint8_video`, the
+        video processor's arithmetic).
+
+        Raises:
+            ValueError: a uint8 batch without :attr:`vision`.
+        """
+        if self.pixel_dtype == "bfloat16":
+            return bfloat16_to_float32(self.pixel_values_videos)
+        if self.pixel_dtype == "uint8":
+            return normalize_uint8_video(self.pixel_values_videos, self._vision_for_uint8())
+        return self.pixel_values_videos
 
     def to_torch(
         self,
@@ -380,6 +446,14 @@ class Batch:
             )
         elif pixel_dtype is not None and pv.dtype != pixel_dtype:
             tensors["pixel_values"] = pv.to(pixel_dtype)
+        if "pixel_values_videos" in tensors:
+            pvv = tensors["pixel_values_videos"]
+            if self.pixel_dtype == "uint8":
+                tensors["pixel_values_videos"] = normalize_uint8_video_torch(
+                    pvv, self._vision_for_uint8(), dtype=pixel_dtype or torch.float32
+                )
+            elif pixel_dtype is not None and pvv.dtype != pixel_dtype:
+                tensors["pixel_values_videos"] = pvv.to(pixel_dtype)
         tensors.update(self.model_flags())
         return tensors
 
@@ -408,6 +482,9 @@ class Batch:
                 # torch has no uint16 view; int16 has the same bits and itemsize
                 bits = torch.from_numpy(self.pixel_values.view(np.int16))
                 tensors["pixel_values"] = bits.view(torch.bfloat16)
+                if "pixel_values_videos" in tensors:
+                    vbits = torch.from_numpy(self.pixel_values_videos.view(np.int16))
+                    tensors["pixel_values_videos"] = vbits.view(torch.bfloat16)
             return tensors
 
     def _vision_for_uint8(self) -> VisionSettings:
@@ -533,6 +610,29 @@ def read_batch_file(
             f"{vision.patch_dim}"
         )
     image_grid_thw = list_of_fixed(cols["image_grid_thw"], path, "image_grid_thw", "int64")
+    pixel_values_videos = list_of_fixed(
+        cols["pixel_values_videos"],
+        path,
+        "pixel_values_videos",
+        pixel_spec.variants[pixel_dtype][1]
+        if pixel_dtype in pixel_spec.variants
+        else pixel_spec.reader_dtype,
+    )
+    video_grid_thw = list_of_fixed(cols["video_grid_thw"], path, "video_grid_thw", "int64")
+    second_per_grid_ts, _ = list_values(
+        cols["second_per_grid_ts"], path, "second_per_grid_ts", "float32"
+    )
+    if second_per_grid_ts.shape[0] != video_grid_thw.shape[0]:
+        raise BatchFormatError(
+            f"{path}: second_per_grid_ts has {second_per_grid_ts.shape[0]} values for "
+            f"{video_grid_thw.shape[0]} videos"
+        )
+    expected_pv = int(np.prod(video_grid_thw, axis=1).sum()) if video_grid_thw.size else 0
+    if expected_pv != pixel_values_videos.shape[0]:
+        raise BatchFormatError(
+            f"{path}: pixel_values_videos has {pixel_values_videos.shape[0]} patches but "
+            f"video_grid_thw implies {expected_pv}"
+        )
     si = cols["sample_index"]
     row_offsets: np.ndarray | None = None
     provenance: dict[str, list[str]] = {}
@@ -582,6 +682,9 @@ def read_batch_file(
         ("attention_mask", attention_mask),
         ("pixel_values", pixel_values),
         ("image_grid_thw", image_grid_thw),
+        ("pixel_values_videos", pixel_values_videos),
+        ("video_grid_thw", video_grid_thw),
+        ("second_per_grid_ts", second_per_grid_ts),
         ("sample_index", sample_index),
         ("position_ids", None if packing is None else packing.position_rows),
     ):
@@ -628,6 +731,9 @@ def read_batch_file(
         location=provenance["location"],
         metadata=meta,
         backfilled_slots=backfilled,
+        pixel_values_videos=pixel_values_videos,
+        video_grid_thw=video_grid_thw,
+        second_per_grid_ts=second_per_grid_ts,
         pixel_dtype=pixel_dtype,
         vision=vision,
         mapping_range=(lo, size),

@@ -107,6 +107,63 @@ def normalize_uint8_torch(pixels: Any, vision: VisionSettings, *, dtype: Any = N
     return x if dtype == torch.float32 else x.to(dtype)
 
 
+def _video_normalization(vision: VisionSettings, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(m, s)`` float32 ``(C,)``: the Hugging Face video processors' fused mean and std,
+    ``float32(mean) * float32(1 / rescale_factor)`` (and the same for std), a float32 product."""
+    scale, mean, std = _normalization(vision, d)
+    inv = np.float32(1.0 / scale)
+    return mean * inv, std * inv
+
+
+def normalize_uint8_video(pixels: np.ndarray, vision: VisionSettings) -> np.ndarray:
+    """``(PV, D)`` uint8 video samples (``Batch.pixel_values_videos`` of a uint8 batch) to the
+    float32 values a FLOAT32 job writes, bit for bit: the video processors' arithmetic
+    (transformers 5.23.0 ``TorchvisionBackend`` fused ``rescale_and_normalize``), which differs
+    from :func:`normalize_uint8`'s::
+
+        x = (float32(u) - m[c]) / s[c]    # float32; m, s from _video_normalization
+
+    Raises:
+        ValueError: ``pixels`` is not 2-D uint8, or D is not a multiple of the channels.
+    """
+    u = np.asarray(pixels)
+    if u.dtype != np.uint8 or u.ndim != 2:
+        raise ValueError(f"pixels must be (P, D) uint8, got {u.dtype} {u.shape}")
+    m, s = _video_normalization(vision, u.shape[1])
+    c = m.shape[0]
+    x = u.astype(np.float32)
+    channels = x.reshape(u.shape[0], c, u.shape[1] // c)
+    channels -= m[None, :, None]
+    channels /= s[None, :, None]
+    return x
+
+
+def normalize_uint8_video_torch(pixels: Any, vision: VisionSettings, *, dtype: Any = None) -> Any:
+    """:func:`normalize_uint8_video` with torch on ``pixels``' device; ``dtype``
+    ``torch.bfloat16`` rounds the float32 result to nearest even.
+
+    Raises:
+        ValueError: ``pixels`` is not a 2-D uint8 tensor, or ``dtype`` is neither float32 nor
+            bfloat16.
+    """
+    import torch
+
+    dtype = torch.float32 if dtype is None else dtype
+    if dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"dtype must be torch.float32 or torch.bfloat16, got {dtype!r}")
+    if not isinstance(pixels, torch.Tensor) or pixels.dtype != torch.uint8 or pixels.dim() != 2:
+        got = f"{pixels.dtype} {tuple(pixels.shape)}" if hasattr(pixels, "dtype") else type(pixels)
+        raise ValueError(f"pixels must be a (P, D) torch.uint8 tensor, got {got}")
+    p, d = pixels.shape
+    m, s = _video_normalization(vision, d)
+    c = m.shape[0]
+    x = pixels.to(torch.float32)
+    channels = x.view(p, c, d // c)
+    channels.sub_(torch.from_numpy(m).to(pixels.device).view(1, c, 1))
+    channels.div_(torch.from_numpy(s).to(pixels.device).view(1, c, 1))
+    return x if dtype == torch.float32 else x.to(dtype)
+
+
 def bfloat16_to_float32(bits: np.ndarray) -> np.ndarray:
     """Widen bfloat16 values given as their uint16 bits (``Batch.pixel_values`` of a bfloat16
     batch) to float32, exactly (bfloat16 is the upper half of a float32). Returns a new array."""

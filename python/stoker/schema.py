@@ -75,6 +75,21 @@ COLUMNS: tuple[ColumnSpec, ...] = (
         "image_grid_thw", "list<fixed_size_list<int64 not null>[3]>", False, "int64", ("I", 3)
     ),
     ColumnSpec(
+        "pixel_values_videos",
+        "list<fixed_size_list<float32 not null>[D]>",
+        False,
+        "float32",
+        ("PV", "D"),
+        {
+            "bfloat16": ("list<fixed_size_list<uint16 not null>[D]>", "uint16"),
+            "uint8": ("list<fixed_size_list<uint8 not null>[D]>", "uint8"),
+        },
+    ),
+    ColumnSpec(
+        "video_grid_thw", "list<fixed_size_list<int64 not null>[3]>", False, "int64", ("V", 3)
+    ),
+    ColumnSpec("second_per_grid_ts", "list<float32 not null>", False, "float32", ("V",)),
+    ColumnSpec(
         "position_ids",
         "fixed_size_list<int64 not null>[4L]",
         False,
@@ -95,6 +110,7 @@ SLOTS_KEY = "stoker.slots"
 BACKFILLED_SLOTS_KEY = "stoker.backfilled_slots"
 PAD_TOKEN_ID_KEY = "stoker.pad_token_id"
 IMAGE_TOKEN_ID_KEY = "stoker.image_token_id"
+VIDEO_TOKEN_ID_KEY = "stoker.video_token_id"
 PIXEL_DTYPE_KEY = "stoker.pixel_dtype"
 #: Present only in packed batches: tokens per packed row T.
 PACKING_MAX_TOKENS_KEY = "stoker.packing_max_tokens"
@@ -106,6 +122,7 @@ METADATA_KEYS: tuple[str, ...] = (
     BACKFILLED_SLOTS_KEY,
     PAD_TOKEN_ID_KEY,
     IMAGE_TOKEN_ID_KEY,
+    VIDEO_TOKEN_ID_KEY,
     PIXEL_DTYPE_KEY,
     PACKING_MAX_TOKENS_KEY,
 )
@@ -218,6 +235,13 @@ def arrow_schema(
             pa.list_(pa.list_(item(pa.int64()), 3)),
             nullable=False,
         ),
+        pa.field(
+            "pixel_values_videos",
+            pa.list_(pa.list_(item(pixel_item), patch_dim)),
+            nullable=False,
+        ),
+        pa.field("video_grid_thw", pa.list_(pa.list_(item(pa.int64()), 3)), nullable=False),
+        pa.field("second_per_grid_ts", pa.list_(item(pa.float32())), nullable=False),
     ]
     if packed:
         fields += [

@@ -37,7 +37,7 @@ from .data_state import (
     sequence_of,
     validate_state,
 )
-from .pixels import normalize_uint8_torch
+from .pixels import normalize_uint8_torch, normalize_uint8_video_torch
 from .protocol import Manifest, VisionSettings
 from .reader import BatchReader
 
@@ -514,11 +514,16 @@ class StokerDataset(torch.utils.data.IterableDataset):
         return _Staged(self._staged_batch(batch, moved), None)
 
     def _normalize_pending(self, batch: StokerBatch, moved: dict[str, torch.Tensor]) -> None:
-        """Normalize a uint8 batch's ``pixel_values`` where ``moved`` has them (the device)."""
+        """Normalize a uint8 batch's ``pixel_values`` (and ``pixel_values_videos``, with the
+        video processor's arithmetic) where ``moved`` has them (the device)."""
         if batch._pending_vision is not None:
             moved["pixel_values"] = normalize_uint8_torch(
                 moved["pixel_values"], batch._pending_vision, dtype=self.pixel_dtype
             )
+            if "pixel_values_videos" in moved:
+                moved["pixel_values_videos"] = normalize_uint8_video_torch(
+                    moved["pixel_values_videos"], batch._pending_vision, dtype=self.pixel_dtype
+                )
 
     @staticmethod
     def _staged_batch(batch: StokerBatch, moved: dict[str, torch.Tensor]) -> StokerBatch:

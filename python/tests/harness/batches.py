@@ -36,6 +36,7 @@ MODEL_INPUT_NAMES = frozenset(
     {"input_ids", "labels", "attention_mask", "mm_token_type_ids", "pixel_values", "image_grid_thw"}
 )
 IMAGE_PAD = 151655
+VIDEO_PAD = 151656
 GEN = "g1"
 
 
@@ -142,6 +143,24 @@ def build_record_batch(
             }.get(pixel_dtype, (pa.float32(), np.float32)),
         ),
         list_of_fsl([s["grids"] for s in samples], 3, pa.int64(), np.int64),
+        list_of_fsl(
+            [s.get("video_patches", np.zeros((0, patch_dim), np.float32)) for s in samples],
+            patch_dim,
+            *{
+                "bfloat16": (pa.uint16(), np.uint16),
+                "uint8": (pa.uint8(), np.uint8),
+            }.get(pixel_dtype, (pa.float32(), np.float32)),
+        ),
+        list_of_fsl([s.get("video_grids", []) for s in samples], 3, pa.int64(), np.int64),
+        pa.ListArray.from_arrays(
+            pa.array(
+                np.concatenate(
+                    [[0], np.cumsum([len(s.get("seconds", [])) for s in samples])]
+                ).astype(np.int32),
+                pa.int32(),
+            ),
+            pa.array([v for s in samples for v in s.get("seconds", [])], pa.float32()),
+        ),
     ]
     # from_arrays infers nullable child fields; cast to the exact schema (no-op on the data).
     cols = [c.cast(f.type) for c, f in zip(cols, schema, strict=True)]
@@ -288,6 +307,11 @@ def packed_record_batch(a: dict[str, Any], *, patch_dim: int = PATCH_DIM) -> pa.
         fsl(a["mask"], L, pa.int64()),
         list_of_fsl(a["patches"], patch_dim, pa.float32(), np.float32),
         list_of_fsl(a["grids"], 3, pa.int64(), np.int64),
+        list_of_fsl(
+            [np.zeros((0, patch_dim), np.float32)] * R, patch_dim, pa.float32(), np.float32
+        ),
+        list_of_fsl([[]] * R, 3, pa.int64(), np.int64),
+        list_of([[]] * R, pa.float32()),
         fsl(a["positions"], 4 * L, pa.int64()),
         list_of(a["cu"], pa.int32()),
     ]
@@ -316,6 +340,7 @@ def write_batch(
         "stoker.backfilled_slots": "",
         "stoker.pad_token_id": str(PAD),
         "stoker.image_token_id": str(IMAGE_PAD),
+        "stoker.video_token_id": str(VIDEO_PAD),
     }
     if metadata is not None:
         meta.update(metadata)
@@ -461,3 +486,28 @@ def make_job(
         patch_dim=patch_dim,
         generation=generation,
     )
+
+
+def video_samples(dtype=np.float32):
+    """Two samples: the first with two videos (grids (2, 2, 2) and (1, 2, 4): 8 + 8 rows) and
+    their pads in its ids, the second with none."""
+    samples = make_samples(0, 0, 2)
+    rng = np.random.default_rng(7)
+    if dtype == np.uint8:
+        patches = rng.integers(0, 256, size=(16, PATCH_DIM), dtype=np.uint8)
+    else:
+        patches = rng.standard_normal((16, PATCH_DIM), dtype=np.float32)
+    samples[0]["ids"] = [151644, 872, 198, 151652, *[VIDEO_PAD] * 2, 151653]
+    samples[0]["ids"] += [151652, *[VIDEO_PAD] * 2, 151653, IMAGE_PAD, 151645]
+    samples[0]["video_patches"] = patches
+    samples[0]["video_grids"] = [[2, 2, 2], [1, 2, 4]]
+    samples[0]["seconds"] = [1.0, 2.002]
+    return samples
+
+
+def video_reference(u):
+    """TorchvisionBackend's fused rescale_and_normalize (transformers 5.23.0), per channel."""
+    m = np.array(MANIFEST_VISION["image_mean"]).astype(np.float32) * np.float32(255.0)
+    s = np.array(MANIFEST_VISION["image_std"]).astype(np.float32) * np.float32(255.0)
+    c = np.repeat(np.arange(3), PATCH_DIM // 3)
+    return (u.astype(np.float32) - m[c]) / s[c]

@@ -52,6 +52,10 @@ def _expected_arrays(samples):
         "image_grid_thw": np.array(
             [g for s in samples for g in s["grids"]], dtype=np.int64
         ).reshape(-1, 3),
+        # make_samples has no videos
+        "pixel_values_videos": np.zeros((0, PATCH_DIM), np.float32),
+        "video_grid_thw": np.zeros((0, 3), np.int64),
+        "second_per_grid_ts": np.zeros((0,), np.float32),
         "sample_index": np.array([s["index"] for s in samples], dtype=np.int64),
         "source": [s["source"] for s in samples],
         "location": [s["location"] for s in samples],
@@ -73,6 +77,8 @@ def test_shapes_dtypes_and_values_follow_batch_schema(shm_root):
             "P": exp["pixel_values"].shape[0],
             "D": PATCH_DIM,
             "I": exp["image_grid_thw"].shape[0],
+            "PV": 0,
+            "V": 0,
         }
         for name, col in spec.items():
             got = getattr(b, name)

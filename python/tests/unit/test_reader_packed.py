@@ -132,6 +132,8 @@ def test_packed_shapes_and_dtypes_follow_batch_schema(shm_root):
         "P": b.pixel_values.shape[0],
         "D": D,
         "I": b.image_grid_thw.shape[0],
+        "PV": 0,  # packed batches hold no video yet
+        "V": 0,
     }
     for col in spec:
         got = getattr(b, col["name"])

@@ -117,7 +117,7 @@ final class MixturePlan {
                     source.name,
                     source.systemPrompt == null
                             ? template
-                            : new QwenChatTemplate(
+                            : template.withDefaultSystemPrompt(
                                     source.systemPrompt.isEmpty() ? null : source.systemPrompt));
             seqLens.put(source.name, source.maxSeqLen == null ? maxSeqLen : source.maxSeqLen);
         }

@@ -135,7 +135,10 @@ final class ModelOptions {
     static QwenChatTemplate chatTemplate(Configuration conf) {
         ModelPreset preset = preset(conf);
         return conf.getOptional(StokerOptions.DEFAULT_SYSTEM_PROMPT)
-                .map(prompt -> new QwenChatTemplate(prompt.isEmpty() ? null : prompt))
+                .map(
+                        prompt ->
+                                preset.chatTemplate()
+                                        .withDefaultSystemPrompt(prompt.isEmpty() ? null : prompt))
                 .orElseGet(preset::chatTemplate);
     }
 

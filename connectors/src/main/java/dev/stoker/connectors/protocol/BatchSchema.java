@@ -18,9 +18,11 @@ import org.apache.arrow.vector.types.pojo.Schema;
  * list&lt;fixed_size_list&lt;float32&gt;[D]&gt; (with {@link PixelDtype#BFLOAT16}:
  * list&lt;fixed_size_list&lt;uint16&gt;[D]&gt; holding bfloat16 bits; with {@link
  * PixelDtype#UINT8}: list&lt;fixed_size_list&lt;uint8&gt;[D]&gt; holding the samples before
- * normalisation), {@code image_grid_thw} list&lt;fixed_size_list&lt;int64&gt;[3]&gt;. L (padded
- * sequence length) varies per batch. Packed batches ({@link #forPackedBatch}) differ as the
- * document's {@code packed} entries say and add the {@code packed_only} columns.
+ * normalisation), {@code image_grid_thw} list&lt;fixed_size_list&lt;int64&gt;[3]&gt;, {@code
+ * pixel_values_videos} (as {@code pixel_values}), {@code video_grid_thw} (as {@code
+ * image_grid_thw}), {@code second_per_grid_ts} list&lt;float32&gt;. L (padded sequence length)
+ * varies per batch. Packed batches ({@link #forPackedBatch}) differ as the document's {@code
+ * packed} entries say and add the {@code packed_only} columns.
  */
 public final class BatchSchema {
     public static final int FORMAT_VERSION = 3;
@@ -32,6 +34,15 @@ public final class BatchSchema {
     public static final String ATTENTION_MASK = "attention_mask";
     public static final String PIXEL_VALUES = "pixel_values";
     public static final String IMAGE_GRID_THW = "image_grid_thw";
+
+    /** Video patches, as {@link #PIXEL_VALUES} of the same element type. */
+    public static final String PIXEL_VALUES_VIDEOS = "pixel_values_videos";
+
+    /** (grid_t, grid_h, grid_w) per video. */
+    public static final String VIDEO_GRID_THW = "video_grid_thw";
+
+    /** Seconds per temporal patch per video (float32). */
+    public static final String SECOND_PER_GRID_TS = "second_per_grid_ts";
 
     /** Packed batches only: each row's 4 position axes (text, M-RoPE temporal, height, width). */
     public static final String POSITION_IDS = "position_ids";
@@ -60,6 +71,9 @@ public final class BatchSchema {
     /** Schema metadata {@code stoker.image_token_id}: the id of {@code <|image_pad|>}. */
     public static final String IMAGE_TOKEN_ID_KEY = "stoker.image_token_id";
 
+    /** Schema metadata {@code stoker.video_token_id}: the id of {@code <|video_pad|>}. */
+    public static final String VIDEO_TOKEN_ID_KEY = "stoker.video_token_id";
+
     /** Schema metadata naming the element type of {@code pixel_values}: {@link PixelDtype}. */
     public static final String PIXEL_DTYPE_KEY = "stoker.pixel_dtype";
 
@@ -82,6 +96,7 @@ public final class BatchSchema {
                     BACKFILLED_SLOTS_KEY,
                     PAD_TOKEN_ID_KEY,
                     IMAGE_TOKEN_ID_KEY,
+                    VIDEO_TOKEN_ID_KEY,
                     PIXEL_DTYPE_KEY,
                     PACKING_MAX_TOKENS_KEY);
 
@@ -132,6 +147,9 @@ public final class BatchSchema {
         fields.add(fixedList(ATTENTION_MASK, seqLen, INT64));
         fields.add(listOfFixed(PIXEL_VALUES, patchDim, pixelItem(pixelDtype)));
         fields.add(listOfFixed(IMAGE_GRID_THW, 3, INT64));
+        fields.add(listOfFixed(PIXEL_VALUES_VIDEOS, patchDim, pixelItem(pixelDtype)));
+        fields.add(listOfFixed(VIDEO_GRID_THW, 3, INT64));
+        fields.add(list(SECOND_PER_GRID_TS, FLOAT32));
         if (packed) {
             fields.add(fixedList(POSITION_IDS, 4 * seqLen, INT64));
             fields.add(list(CU_SEQLENS, INT32));

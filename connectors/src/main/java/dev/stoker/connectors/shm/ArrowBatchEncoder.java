@@ -26,6 +26,7 @@ import org.apache.arrow.vector.BaseFixedWidthVector;
 import org.apache.arrow.vector.BigIntVector;
 import org.apache.arrow.vector.BitVectorHelper;
 import org.apache.arrow.vector.FieldVector;
+import org.apache.arrow.vector.Float4Vector;
 import org.apache.arrow.vector.IntVector;
 import org.apache.arrow.vector.VarCharVector;
 import org.apache.arrow.vector.VectorSchemaRoot;
@@ -42,20 +43,24 @@ import org.apache.arrow.vector.complex.ListVector;
  * RGB bytes normalised and patchified ({@link Patchifier}) patch row by patch row straight into the
  * Arrow buffer, as float32 or converted to bfloat16 ({@link PixelDtype}); with {@link
  * PixelDtype#UINT8} they are patchified only ({@link Patchifier#patchifyBytes}), one byte per
- * value, and the trainer normalises them. A packed batch ({@link TrainingBatch#rowOf}) puts its
- * samples one after another in rows, labels -100 on each sample's first token, and adds {@code
- * position_ids} (each sample's own M-RoPE positions, {@link MropePositions}) and {@code
- * cu_seqlens}. The caller owns and closes the root.
+ * value, and the trainer normalises them. {@code pixel_values_videos} are the samples' video frames
+ * the same way through {@link VideoPatchifier} (the video processor's arithmetic and layout), with
+ * {@code video_grid_thw} and {@code second_per_grid_ts} (float32) beside them. A packed batch
+ * ({@link TrainingBatch#rowOf}) puts its samples one after another in rows, labels -100 on each
+ * sample's first token, and adds {@code position_ids} (each sample's own M-RoPE positions, {@link
+ * MropePositions}) and {@code cu_seqlens}. The caller owns and closes the root.
  *
  * <p>Not thread-safe (the patchifier reuses a row buffer); one instance per sink writer.
  */
 public final class ArrowBatchEncoder {
     private final Patchifier patchifier;
+    private final VideoPatchifier videoPatchifier;
     private final int patchDim;
     private final long padTokenId;
     private final PixelDtype pixelDtype;
     private final short[] bf16Row;
     private final int mergeSize;
+    private final int temporalPatchSize;
 
     /** Tokens per packed row, or 0 when this encoder writes unpacked batches. */
     private final int packingMaxTokens;
@@ -87,7 +92,9 @@ public final class ArrowBatchEncoder {
         }
         this.packingMaxTokens = packingMaxTokens;
         this.mergeSize = vision.mergeSize;
+        this.temporalPatchSize = vision.temporalPatchSize;
         this.patchifier = new Patchifier(vision);
+        this.videoPatchifier = new VideoPatchifier(vision);
         this.patchDim = vision.patchDim();
         this.padTokenId = padTokenId;
         this.pixelDtype = pixelDtype;
@@ -148,6 +155,7 @@ public final class ArrowBatchEncoder {
                         .collect(Collectors.joining(",")));
         metadata.put(BatchSchema.PAD_TOKEN_ID_KEY, String.valueOf(padTokenId));
         metadata.put(BatchSchema.IMAGE_TOKEN_ID_KEY, String.valueOf(ChatTokenizer.IMAGE_PAD));
+        metadata.put(BatchSchema.VIDEO_TOKEN_ID_KEY, String.valueOf(ChatTokenizer.VIDEO_PAD));
         metadata.put(BatchSchema.PIXEL_DTYPE_KEY, pixelDtype.metadataName);
         if (packed) {
             metadata.put(BatchSchema.PACKING_MAX_TOKENS_KEY, String.valueOf(packingMaxTokens));
@@ -162,8 +170,11 @@ public final class ArrowBatchEncoder {
         fillTokens(root, BatchSchema.INPUT_IDS, batch, rows, seqLen, Column.INPUT_IDS);
         fillTokens(root, BatchSchema.LABELS, batch, rows, seqLen, Column.LABELS);
         fillTokens(root, BatchSchema.ATTENTION_MASK, batch, rows, seqLen, Column.ATTENTION_MASK);
-        fillPixels((ListVector) root.getVector(BatchSchema.PIXEL_VALUES), batch, rows);
-        fillGrids((ListVector) root.getVector(BatchSchema.IMAGE_GRID_THW), batch, rows);
+        fillPixels((ListVector) root.getVector(BatchSchema.PIXEL_VALUES), batch, rows, false);
+        fillGrids((ListVector) root.getVector(BatchSchema.IMAGE_GRID_THW), batch, rows, false);
+        fillPixels((ListVector) root.getVector(BatchSchema.PIXEL_VALUES_VIDEOS), batch, rows, true);
+        fillGrids((ListVector) root.getVector(BatchSchema.VIDEO_GRID_THW), batch, rows, true);
+        fillSeconds((ListVector) root.getVector(BatchSchema.SECOND_PER_GRID_TS), batch, rows);
         if (packed) {
             fillPositions(root, batch, rows, seqLen);
             fillCuSeqlens((ListVector) root.getVector(BatchSchema.CU_SEQLENS), batch, rows, seqLen);
@@ -348,6 +359,12 @@ public final class ArrowBatchEncoder {
             int t = 0;
             for (int k : rows[r]) {
                 TokenizedSample s = batch.samples[k];
+                if (s.numVideos() > 0) {
+                    throw new IllegalArgumentException(
+                            s.ref
+                                    + ": packed batches do not take videos yet (their M-RoPE"
+                                    + " positions are not computed)");
+                }
                 long[][] pos;
                 try {
                     pos =
@@ -398,12 +415,12 @@ public final class ArrowBatchEncoder {
         list.setValueCount(rows.length);
     }
 
-    private void fillPixels(ListVector list, TrainingBatch batch, int[][] rows) {
+    private void fillPixels(ListVector list, TrainingBatch batch, int[][] rows, boolean videos) {
         FixedSizeListVector patches = (FixedSizeListVector) list.getDataVector();
         BaseFixedWidthVector values = (BaseFixedWidthVector) patches.getDataVector();
         int totalPatches = 0;
         for (TokenizedSample s : batch.samples) {
-            totalPatches += numPatches(s);
+            totalPatches += numPatches(videos ? s.videoGridThw : s.imageGridThw);
         }
         list.allocateNew();
         patches.setInitialCapacity(totalPatches);
@@ -415,8 +432,12 @@ public final class ArrowBatchEncoder {
             int rowPatches = 0;
             for (int k : rows[r]) {
                 TokenizedSample s = batch.samples[k];
-                int n = numPatches(s);
-                putPixels(values.getDataBuffer(), offset, n, s);
+                int n = numPatches(videos ? s.videoGridThw : s.imageGridThw);
+                if (videos) {
+                    putVideoPixels(values.getDataBuffer(), offset, n, s);
+                } else {
+                    putPixels(values.getDataBuffer(), offset, n, s);
+                }
                 offset += (long) n * patchDim * pixelDtype.bytes;
                 rowPatches += n;
             }
@@ -479,8 +500,69 @@ public final class ArrowBatchEncoder {
         }
     }
 
-    private static int numPatches(TokenizedSample s) {
-        long[] thw = s.imageGridThw;
+    /**
+     * Writes the {@code patches} rows of {@code s}'s videos ({@link VideoPatchifier}) at byte
+     * {@code offset} of {@code data} in the column's element type.
+     */
+    private void putVideoPixels(ArrowBuf data, long offset, int patches, TokenizedSample s) {
+        if (patches == 0) {
+            return;
+        }
+        ByteBuffer view =
+                data.nioBuffer(
+                                offset,
+                                Math.toIntExact((long) patches * patchDim * pixelDtype.bytes))
+                        .order(ByteOrder.LITTLE_ENDIAN);
+        VideoPatchifier.Rows out;
+        if (pixelDtype == PixelDtype.BFLOAT16) {
+            ShortBuffer shorts = view.asShortBuffer();
+            out =
+                    row -> {
+                        for (int i = 0; i < patchDim; i++) {
+                            bf16Row[i] = PixelDtype.toBfloat16(row[i]);
+                        }
+                        shorts.put(bf16Row);
+                    };
+        } else {
+            out = view.asFloatBuffer()::put;
+        }
+        long[] thw = s.videoGridThw;
+        int rgbOffset = 0;
+        for (int v = 0; v < thw.length / 3; v++) {
+            int frames = s.videoFrames[v];
+            int gridT = (int) thw[3 * v];
+            int gridH = (int) thw[3 * v + 1];
+            int gridW = (int) thw[3 * v + 2];
+            if (pixelDtype == PixelDtype.UINT8) {
+                videoPatchifier.patchifyBytes(
+                        s.videoRgb, rgbOffset, frames, gridT, gridH, gridW, view::put);
+            } else {
+                videoPatchifier.patchify(s.videoRgb, rgbOffset, frames, gridT, gridH, gridW, out);
+            }
+            rgbOffset += (int) videoPatchifier.rgbLength(frames, gridH, gridW);
+        }
+    }
+
+    /** {@code second_per_grid_ts}: per row its samples' videos' values, as float32. */
+    private static void fillSeconds(ListVector list, TrainingBatch batch, int[][] rows) {
+        Float4Vector values = (Float4Vector) list.getDataVector();
+        list.allocateNew();
+        int v = 0;
+        for (int r = 0; r < rows.length; r++) {
+            list.startNewValue(r);
+            int start = v;
+            for (int k : rows[r]) {
+                for (double seconds : batch.samples[k].secondPerGridTs) {
+                    values.setSafe(v++, (float) seconds);
+                }
+            }
+            list.endValue(r, v - start);
+        }
+        values.setValueCount(v);
+        list.setValueCount(rows.length);
+    }
+
+    private static int numPatches(long[] thw) {
         int patches = 0;
         for (int i = 0; i < thw.length; i += 3) {
             patches += (int) (thw[i] * thw[i + 1] * thw[i + 2]);
@@ -488,12 +570,13 @@ public final class ArrowBatchEncoder {
         return patches;
     }
 
-    private static void fillGrids(ListVector list, TrainingBatch batch, int[][] rows) {
+    private static void fillGrids(
+            ListVector list, TrainingBatch batch, int[][] rows, boolean videos) {
         FixedSizeListVector triples = (FixedSizeListVector) list.getDataVector();
         BigIntVector values = (BigIntVector) triples.getDataVector();
         int images = 0;
         for (TokenizedSample s : batch.samples) {
-            images += s.imageGridThw.length / 3;
+            images += (videos ? s.videoGridThw : s.imageGridThw).length / 3;
         }
         list.allocateNew();
         triples.setInitialCapacity(images);
@@ -503,7 +586,8 @@ public final class ArrowBatchEncoder {
             list.startNewValue(r);
             int rowImages = 0;
             for (int k : rows[r]) {
-                long[] thw = batch.samples[k].imageGridThw;
+                TokenizedSample s = batch.samples[k];
+                long[] thw = videos ? s.videoGridThw : s.imageGridThw;
                 for (int i = 0; i < thw.length; i++) {
                     values.set(image * 3 + (i % 3), thw[i]);
                     if (i % 3 == 2) {
@@ -560,6 +644,61 @@ public final class ArrowBatchEncoder {
                             + ": "
                             + length
                             + " resized RGB bytes, but image_grid_thw needs "
+                            + rgbBytes);
+        }
+        checkVideos(s);
+    }
+
+    private void checkVideos(TokenizedSample s) {
+        long[] thw = s.videoGridThw;
+        if (thw == null
+                || thw.length % 3 != 0
+                || s.videoFrames == null
+                || s.videoFrames.length != thw.length / 3
+                || s.secondPerGridTs == null
+                || s.secondPerGridTs.length != thw.length / 3
+                || s.videoRgb == null) {
+            throw new IllegalArgumentException(
+                    s.ref
+                            + ": video_grid_thw is not (n, 3) with one frame count and one"
+                            + " second_per_grid_ts per video, or the video pixels are missing");
+        }
+        long rgbBytes = 0;
+        for (int v = 0; v < thw.length / 3; v++) {
+            long gridT = thw[3 * v];
+            long gridH = thw[3 * v + 1];
+            long gridW = thw[3 * v + 2];
+            int frames = s.videoFrames[v];
+            if (gridH < 1
+                    || gridW < 1
+                    || gridH % mergeSize != 0
+                    || gridW % mergeSize != 0
+                    || frames < 1
+                    || gridT != (frames + temporalPatchSize - 1) / temporalPatchSize) {
+                throw new IllegalArgumentException(
+                        s.ref
+                                + ": video "
+                                + v
+                                + " has grid_thw ("
+                                + gridT
+                                + ", "
+                                + gridH
+                                + ", "
+                                + gridW
+                                + ") for "
+                                + frames
+                                + " frames; need grid_t = ceil(frames / temporal_patch_size) and"
+                                + " sides positive"
+                                + " multiples of merge_size");
+            }
+            rgbBytes += videoPatchifier.rgbLength(frames, (int) gridH, (int) gridW);
+        }
+        if (s.videoRgb.length != rgbBytes) {
+            throw new IllegalArgumentException(
+                    s.ref
+                            + ": "
+                            + s.videoRgb.length
+                            + " video RGB bytes, but video_grid_thw and the frame counts need "
                             + rgbBytes);
         }
     }

@@ -14,17 +14,23 @@ import org.apache.flink.types.StringValue;
  * <p>Format version {@value #VERSION}: a version byte; the {@link RecordRef} (source, file and
  * record id as nullable {@link StringValue}s, line and sample index as int64); then {@code
  * input_ids}, {@code labels} (int64), the resized RGB (uint8) and {@code image_grid_thw} (int64),
- * each as an int32 length ({@code -1} for null) followed by its elements (the int64s big-endian, as
- * Flink writes them). Used for the samples on their way to the sink and for the slots the sink
- * stages in shared memory. Version 1 (Stoker before the sink patchified) carried float32 {@code
- * pixel_values} instead and is not read: the normalised values cannot be turned back into the
- * bytes. Version 2 (Stoker before mixtures) had no source name and is not read either.
+ * then the video RGB (uint8), {@code video_grid_thw} (int64), the videos' frame counts (int32) and
+ * {@code second_per_grid_ts} (float64), each as an int32 length ({@code -1} for null) followed by
+ * its elements (big-endian, as Flink writes them). Used for the samples on their way to the sink
+ * and for the slots the sink stages in shared memory. Version 3 (Stoker before video) is the same
+ * without the four video arrays and is still read, as a sample without videos. Version 1 (Stoker
+ * before the sink patchified) carried float32 {@code pixel_values} instead and is not read: the
+ * normalised values cannot be turned back into the bytes. Version 2 (Stoker before mixtures) had no
+ * source name and is not read either.
  */
 public final class TokenizedSampleSerializer extends TypeSerializer<TokenizedSample> {
     private static final long serialVersionUID = 1L;
 
     /** The format version written by this serializer. */
-    static final int VERSION = 3;
+    static final int VERSION = 4;
+
+    /** The previous format version (no videos), still read. */
+    static final int VERSION_WITHOUT_VIDEO = 3;
 
     @Override
     public boolean isImmutableType() {
@@ -46,13 +52,19 @@ public final class TokenizedSampleSerializer extends TypeSerializer<TokenizedSam
     public TokenizedSample copy(TokenizedSample from) {
         RecordRef r = from.ref;
         return new TokenizedSample(
-                r == null
-                        ? null
-                        : new RecordRef(r.source, r.file, r.line, r.sampleIndex, r.recordId),
-                clone(from.inputIds),
-                clone(from.labels),
-                from.resizedRgb == null ? null : from.resizedRgb.clone(),
-                clone(from.imageGridThw));
+                        r == null
+                                ? null
+                                : new RecordRef(
+                                        r.source, r.file, r.line, r.sampleIndex, r.recordId),
+                        clone(from.inputIds),
+                        clone(from.labels),
+                        from.resizedRgb == null ? null : from.resizedRgb.clone(),
+                        clone(from.imageGridThw))
+                .withVideos(
+                        from.videoRgb == null ? null : from.videoRgb.clone(),
+                        clone(from.videoGridThw),
+                        from.videoFrames == null ? null : from.videoFrames.clone(),
+                        from.secondPerGridTs == null ? null : from.secondPerGridTs.clone());
     }
 
     @Override
@@ -82,19 +94,26 @@ public final class TokenizedSampleSerializer extends TypeSerializer<TokenizedSam
         writeLongs(sample.labels, target);
         writeBytes(sample.resizedRgb, target);
         writeLongs(sample.imageGridThw, target);
+        writeBytes(sample.videoRgb, target);
+        writeLongs(sample.videoGridThw, target);
+        writeInts(sample.videoFrames, target);
+        writeDoubles(sample.secondPerGridTs, target);
     }
 
     /**
-     * @throws IOException if {@code source} fails or holds another format version
+     * @throws IOException if {@code source} fails or holds a format version other than {@value
+     *     #VERSION} and {@value #VERSION_WITHOUT_VIDEO}
      */
     @Override
     public TokenizedSample deserialize(DataInputView source) throws IOException {
         int version = source.readUnsignedByte();
-        if (version != VERSION) {
+        if (version != VERSION && version != VERSION_WITHOUT_VIDEO) {
             throw new IOException(
                     "unsupported TokenizedSample format version "
                             + version
-                            + " (this Stoker reads version "
+                            + " (this Stoker reads versions "
+                            + VERSION_WITHOUT_VIDEO
+                            + " and "
                             + VERSION
                             + (version == 1
                                     ? "; version 1 was written by a Stoker that sent float32"
@@ -118,7 +137,13 @@ public final class TokenizedSampleSerializer extends TypeSerializer<TokenizedSam
         long[] inputIds = readLongs(source);
         long[] labels = readLongs(source);
         byte[] resizedRgb = readBytes(source);
-        return new TokenizedSample(ref, inputIds, labels, resizedRgb, readLongs(source));
+        TokenizedSample sample =
+                new TokenizedSample(ref, inputIds, labels, resizedRgb, readLongs(source));
+        if (version == VERSION) {
+            sample.withVideos(
+                    readBytes(source), readLongs(source), readInts(source), readDoubles(source));
+        }
+        return sample;
     }
 
     @Override
@@ -185,6 +210,52 @@ public final class TokenizedSampleSerializer extends TypeSerializer<TokenizedSam
         long[] values = new long[length];
         for (int i = 0; i < length; i++) {
             values[i] = source.readLong();
+        }
+        return values;
+    }
+
+    private static void writeInts(int[] values, DataOutputView target) throws IOException {
+        if (values == null) {
+            target.writeInt(-1);
+            return;
+        }
+        target.writeInt(values.length);
+        for (int v : values) {
+            target.writeInt(v);
+        }
+    }
+
+    private static int[] readInts(DataInputView source) throws IOException {
+        int length = readLength(source);
+        if (length < 0) {
+            return null;
+        }
+        int[] values = new int[length];
+        for (int i = 0; i < length; i++) {
+            values[i] = source.readInt();
+        }
+        return values;
+    }
+
+    private static void writeDoubles(double[] values, DataOutputView target) throws IOException {
+        if (values == null) {
+            target.writeInt(-1);
+            return;
+        }
+        target.writeInt(values.length);
+        for (double v : values) {
+            target.writeDouble(v);
+        }
+    }
+
+    private static double[] readDoubles(DataInputView source) throws IOException {
+        int length = readLength(source);
+        if (length < 0) {
+            return null;
+        }
+        double[] values = new double[length];
+        for (int i = 0; i < length; i++) {
+            values[i] = source.readDouble();
         }
         return values;
     }

@@ -1,6 +1,7 @@
 package dev.stoker.operators.preset;
 
 import dev.stoker.operators.image.QwenVisionConfig;
+import dev.stoker.operators.pack.MropePositions.VideoTime;
 import dev.stoker.operators.tokenize.QwenChatTemplate;
 import dev.stoker.operators.video.QwenVideoConfig;
 import dev.stoker.operators.video.QwenVideoConfig.PixelBudget;
@@ -221,9 +222,36 @@ public enum ModelPreset {
         return maxPositionEmbeddings;
     }
 
-    /** This preset's chat template. */
+    /**
+     * How the model's {@code get_rope_index} places a video's temporal patches (transformers
+     * 5.23.0): Qwen2-VL by patch index, Qwen2.5-VL by absolute time ({@link #tokensPerSecond}),
+     * Qwen3-VL one run per timestamped temporal patch.
+     */
+    public VideoTime videoTime() {
+        switch (this) {
+            case QWEN2_5_VL:
+                return VideoTime.ABSOLUTE_TIME;
+            case QWEN3_VL:
+                return VideoTime.TIMESTAMPED;
+            default:
+                return VideoTime.PATCH_INDEX;
+        }
+    }
+
+    /**
+     * {@code vision_config.tokens_per_second} of the model's {@code config.json}: 2 for Qwen2.5-VL
+     * (Qwen/Qwen2.5-VL-7B-Instruct); the other two have none and read no such value (0 here).
+     */
+    public int tokensPerSecond() {
+        return this == QWEN2_5_VL ? 2 : 0;
+    }
+
+    /**
+     * This preset's chat template: its default system prompt, and video timestamps for Qwen3-VL
+     * (whose processor writes one per temporal patch; the other two write none).
+     */
     public QwenChatTemplate chatTemplate() {
-        return new QwenChatTemplate(defaultSystemPrompt);
+        return new QwenChatTemplate(defaultSystemPrompt, this == QWEN3_VL);
     }
 
     @Override

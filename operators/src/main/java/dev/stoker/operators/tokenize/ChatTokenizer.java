@@ -22,13 +22,14 @@ import java.util.Map;
  * labels}.
  *
  * <p>Special tokens enter {@code input_ids} only as ids the template emits ({@link
- * TemplateTurn.Special}, {@link TemplateTurn.Image}); text is encoded by {@link #encodeText}, which
- * does not match the special added tokens ({@code "special": true} in {@code tokenizer.json}:
- * {@code <|endoftext|>}, {@code <|im_start|>}, {@code <|im_end|>}, the vision and box tokens):
- * their strings in dataset text are encoded as text, as Hugging Face {@code tokenizer(text,
- * add_special_tokens=False, split_special_tokens=True)} does. The non-special added tokens (Qwen3's
- * {@code <think>}, {@code <tool_call>}, ...) are still matched, as Hugging Face matches them in
- * either mode. Truncation is off (DJL otherwise silently truncates to 512 tokens).
+ * TemplateTurn.Special}, {@link TemplateTurn.Image}, {@link TemplateTurn.Video}); text (a video's
+ * timestamps too) is encoded by {@link #encodeText}, which does not match the special added tokens
+ * ({@code "special": true} in {@code tokenizer.json}: {@code <|endoftext|>}, {@code <|im_start|>},
+ * {@code <|im_end|>}, the vision and box tokens): their strings in dataset text are encoded as
+ * text, as Hugging Face {@code tokenizer(text, add_special_tokens=False,
+ * split_special_tokens=True)} does. The non-special added tokens (Qwen3's {@code <think>}, {@code
+ * <tool_call>}, ...) are still matched, as Hugging Face matches them in either mode. Truncation is
+ * off (DJL otherwise silently truncates to 512 tokens).
  *
  * <p>DJL's binding has no switch for {@code split_special_tokens}, so {@link #open} builds the
  * tokenizer from a copy of {@code tokenizer.json} whose special added tokens are moved into the BPE
@@ -61,6 +62,7 @@ public final class ChatTokenizer implements AutoCloseable {
     public static final long VISION_START = 151652;
     public static final long VISION_END = 151653;
     public static final long IMAGE_PAD = 151655;
+    public static final long VIDEO_PAD = 151656;
 
     /** Label value of tokens that are not trained (PyTorch's cross-entropy ignore_index). */
     public static final long IGNORE_INDEX = -100;
@@ -78,7 +80,9 @@ public final class ChatTokenizer implements AutoCloseable {
                     "<|vision_end|>",
                     VISION_END,
                     "<|image_pad|>",
-                    IMAGE_PAD);
+                    IMAGE_PAD,
+                    "<|video_pad|>",
+                    VIDEO_PAD);
 
     private final HuggingFaceTokenizer tokenizer;
 
@@ -204,13 +208,13 @@ public final class ChatTokenizer implements AutoCloseable {
     /**
      * Encodes rendered turns into {@code input_ids} and {@code labels} of equal length; labels are
      * -100 except on trained turns after their {@link QwenChatTemplate#ASSISTANT_HEADER_TOKENS}
-     * header tokens. Special segments and image blocks become their ids, text segments {@link
-     * #encodeText}.
+     * header tokens. Special segments and image and video blocks become their ids (a video's
+     * timestamps {@link #encodeText}), text segments {@link #encodeText}.
      */
     public Encoded encode(List<TemplateTurn> turns) {
         LongSequence ids = new LongSequence();
         LongSequence labels = new LongSequence();
-        List<int[]> images = new ArrayList<>();
+        List<Block> blocks = new ArrayList<>();
         for (TemplateTurn turn : turns) {
             int start = ids.size();
             for (TemplateTurn.Segment segment : turn.segments()) {
@@ -219,10 +223,28 @@ public final class ChatTokenizer implements AutoCloseable {
                 } else if (segment instanceof TemplateTurn.Text text) {
                     ids.addAll(encodeText(text.text()));
                 } else if (segment instanceof TemplateTurn.Image image) {
-                    images.add(new int[] {image.imageIndex(), ids.size()});
+                    int blockStart = ids.size();
                     ids.add(VISION_START);
                     ids.addRepeated(IMAGE_PAD, image.pads());
                     ids.add(VISION_END);
+                    blocks.add(new Block(false, image.imageIndex(), blockStart, ids.size()));
+                } else if (segment instanceof TemplateTurn.Video video) {
+                    int blockStart = ids.size();
+                    ids.add(VISION_START);
+                    if (video.timestamps().isEmpty()) {
+                        ids.addRepeated(
+                                VIDEO_PAD,
+                                Math.multiplyExact(video.gridT(), video.padsPerTemporalPatch()));
+                    } else {
+                        for (String timestamp : video.timestamps()) {
+                            ids.addAll(encodeText(timestamp));
+                            ids.add(VISION_START);
+                            ids.addRepeated(VIDEO_PAD, video.padsPerTemporalPatch());
+                            ids.add(VISION_END);
+                        }
+                    }
+                    ids.add(VISION_END);
+                    blocks.add(new Block(true, video.videoIndex(), blockStart, ids.size()));
                 }
             }
             int end = ids.size();
@@ -234,13 +256,7 @@ public final class ChatTokenizer implements AutoCloseable {
                 labels.addRepeated(IGNORE_INDEX, end - start);
             }
         }
-        int[] imageIndex = new int[images.size()];
-        int[] imageStart = new int[images.size()];
-        for (int i = 0; i < imageIndex.length; i++) {
-            imageIndex[i] = images.get(i)[0];
-            imageStart[i] = images.get(i)[1];
-        }
-        return new Encoded(ids.toArray(), labels.toArray(), imageIndex, imageStart);
+        return new Encoded(ids.toArray(), labels.toArray(), List.copyOf(blocks));
     }
 
     @Override
@@ -250,14 +266,24 @@ public final class ChatTokenizer implements AutoCloseable {
 
     /**
      * {@code input_ids} and {@code labels} (int64, same length) of one conversation, and where its
-     * image blocks are.
+     * image and video blocks are.
      *
      * @param inputIds token ids
      * @param labels labels, -100 where not trained
-     * @param blockImages per image block in sequence order, the index of its image in {@code
-     *     SftRecord#images}
-     * @param blockStarts per image block in sequence order, the position of its {@code
-     *     <|vision_start|>} in {@code inputIds}
+     * @param blocks the image and video blocks in sequence order
      */
-    public record Encoded(long[] inputIds, long[] labels, int[] blockImages, int[] blockStarts) {}
+    public record Encoded(long[] inputIds, long[] labels, List<Block> blocks) {}
+
+    /**
+     * One image or video block of an encoded conversation: the tokens {@code [start, end)} of
+     * {@code input_ids}, from its first {@code <|vision_start|>} to its last {@code <|vision_end|>}
+     * (a Qwen3-VL video's timestamps included).
+     *
+     * @param video whether it is a video block (else an image block)
+     * @param index the index of its image in {@code SftRecord#images}, or of its video in {@code
+     *     SftRecord#videos}
+     * @param start position of its first token
+     * @param end position after its last token
+     */
+    public record Block(boolean video, int index, int start, int end) {}
 }

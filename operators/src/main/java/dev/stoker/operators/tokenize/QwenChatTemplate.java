@@ -4,6 +4,8 @@ import dev.stoker.operators.model.ChatMessage;
 import dev.stoker.operators.model.ContentPart;
 import dev.stoker.operators.model.SftRecord;
 import java.io.Serializable;
+import java.math.BigDecimal;
+import java.math.RoundingMode;
 import java.util.ArrayList;
 import java.util.List;
 
@@ -28,8 +30,14 @@ import java.util.List;
  *
  * <p>where content concatenates the message's parts without separators and each image part becomes
  * {@code <|vision_start|>} + N x {@code <|image_pad|>} + {@code <|vision_end|>} in place, N being
- * {@code grid_t*grid_h*grid_w / merge_size^2} of that image (Qwen2VLProcessor's expansion). No
- * generation prompt is added.
+ * {@code grid_t*grid_h*grid_w / merge_size^2} of that image (Qwen2VLProcessor's expansion). Each
+ * video part becomes its {@link TemplateTurn.Video} block in place: the template's {@code
+ * <|vision_start|><|video_pad|><|vision_end|>} with the {@code <|video_pad|>} expanded as the
+ * model's processor of transformers 5.23.0 expands it ({@code replace_video_token} of {@code
+ * Qwen2VLProcessor} and {@code Qwen2_5_VLProcessor}: {@code grid_t*grid_h*grid_w / merge_size^2}
+ * pads; of {@code Qwen3VLProcessor}: per temporal patch {@code <{t:.1f} seconds>} + {@code
+ * <|vision_start|>} + {@code grid_h*grid_w / merge_size^2} pads + {@code <|vision_end|>}, nested
+ * inside the template's pair). No generation prompt is added.
  *
  * <p>Label masking follows the official Qwen2.5-VL fine-tuning code (QwenLM/Qwen2.5-VL, {@code
  * qwen-vl-finetune/qwenvl/data/data_qwen.py}, {@code preprocess_qwen_2_visual}): each turn is
@@ -56,6 +64,9 @@ public final class QwenChatTemplate implements Serializable {
 
     public static final String DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant.";
 
+    /** Frames per second {@code Qwen3VLProcessor} assumes for a video whose rate is unknown. */
+    static final double UNKNOWN_VIDEO_FPS = 24;
+
     /**
      * Tokens of an assistant turn's header ({@code <|im_start|>assistant\n}) that are not trained.
      */
@@ -63,6 +74,9 @@ public final class QwenChatTemplate implements Serializable {
 
     /** The system prompt inserted before a conversation without one, or {@code null} for none. */
     private final String defaultSystemPrompt;
+
+    /** Whether each temporal patch of a video gets its timestamp text (Qwen3-VL). */
+    private final boolean videoTimestamps;
 
     /**
      * The Qwen2-VL / Qwen2.5-VL template (default system prompt {@value #DEFAULT_SYSTEM_PROMPT}).
@@ -72,11 +86,29 @@ public final class QwenChatTemplate implements Serializable {
     }
 
     /**
+     * A template without video timestamps (Qwen2-VL, Qwen2.5-VL).
+     *
      * @param defaultSystemPrompt the system prompt inserted when the first message is not a system
      *     message; {@code null} inserts none (Qwen3-VL)
      */
     public QwenChatTemplate(String defaultSystemPrompt) {
+        this(defaultSystemPrompt, false);
+    }
+
+    /**
+     * @param defaultSystemPrompt the system prompt inserted when the first message is not a system
+     *     message; {@code null} inserts none (Qwen3-VL)
+     * @param videoTimestamps whether a video's block holds a timestamp per temporal patch ({@code
+     *     Qwen3VLProcessor.replace_video_token}, Qwen3-VL) or only its pads (Qwen2-VL, Qwen2.5-VL)
+     */
+    public QwenChatTemplate(String defaultSystemPrompt, boolean videoTimestamps) {
         this.defaultSystemPrompt = defaultSystemPrompt;
+        this.videoTimestamps = videoTimestamps;
+    }
+
+    /** This template with another default system prompt ({@code null} for none). */
+    public QwenChatTemplate withDefaultSystemPrompt(String prompt) {
+        return new QwenChatTemplate(prompt, videoTimestamps);
     }
 
     /** The inserted default system prompt, or {@code null} when none is inserted. */
@@ -84,14 +116,107 @@ public final class QwenChatTemplate implements Serializable {
         return defaultSystemPrompt;
     }
 
+    /** Whether video blocks hold a timestamp per temporal patch (Qwen3-VL). */
+    public boolean videoTimestamps() {
+        return videoTimestamps;
+    }
+
+    /**
+     * The video block of a video with this template's layout.
+     *
+     * @param videoIndex the video's index in {@link SftRecord#videos}
+     * @param gridT temporal patches ({@code video_grid_thw[0]})
+     * @param gridH patch rows
+     * @param gridW patch columns
+     * @param mergeSize the vision merge size
+     * @param frameIndices the sampled frames' indices in the stream (Qwen3-VL's timestamps)
+     * @param videoFps the container's frame rate (frames per second); not positive means unknown,
+     *     24 as {@code Qwen3VLProcessor.replace_video_token} assumes then
+     * @param temporalPatchSize frames per temporal patch
+     * @throws IllegalArgumentException when {@code gridH * gridW} is not a positive multiple of
+     *     {@code mergeSize^2}, {@code gridT} is below 1, or (with timestamps) the frame indices do
+     *     not give {@code gridT} temporal patches
+     */
+    public TemplateTurn.Video videoBlock(
+            int videoIndex,
+            int gridT,
+            int gridH,
+            int gridW,
+            int mergeSize,
+            int[] frameIndices,
+            double videoFps,
+            int temporalPatchSize) {
+        if (gridT < 1) {
+            throw new IllegalArgumentException("video grid_t must be positive, got " + gridT);
+        }
+        int pads = imagePadCount(1, gridH, gridW, mergeSize);
+        List<String> timestamps = new ArrayList<>();
+        if (videoTimestamps) {
+            double fps = videoFps > 0 && Double.isFinite(videoFps) ? videoFps : UNKNOWN_VIDEO_FPS;
+            for (double t : timestamps(frameIndices, fps, temporalPatchSize)) {
+                timestamps.add(timestampText(t));
+            }
+            if (timestamps.size() != gridT) {
+                throw new IllegalArgumentException(
+                        frameIndices.length
+                                + " frame indices give "
+                                + timestamps.size()
+                                + " temporal patches, but grid_t is "
+                                + gridT);
+            }
+        }
+        return new TemplateTurn.Video(videoIndex, gridT, pads, timestamps);
+    }
+
+    /**
+     * The seconds of each temporal patch, as transformers 5.23.0 {@code
+     * Qwen3VLProcessor._calculate_timestamps(indices, video_fps, merge_size)} computes them: the
+     * indices padded to a multiple of {@code temporalPatchSize} by repeating the last, each {@code
+     * index / videoFps}, then per temporal patch the mean of its first and last frame's time.
+     *
+     * @param frameIndices frame indices, at least one
+     * @param videoFps frames per second, positive
+     * @param temporalPatchSize frames per temporal patch, at least 1
+     * @return one value in seconds per temporal patch
+     */
+    static double[] timestamps(int[] frameIndices, double videoFps, int temporalPatchSize) {
+        if (frameIndices.length == 0) {
+            throw new IllegalArgumentException("a video has no frame indices");
+        }
+        int patches = (frameIndices.length + temporalPatchSize - 1) / temporalPatchSize;
+        double[] out = new double[patches];
+        for (int p = 0; p < patches; p++) {
+            int first = frameIndices[p * temporalPatchSize];
+            int last =
+                    frameIndices[
+                            Math.min((p + 1) * temporalPatchSize - 1, frameIndices.length - 1)];
+            out[p] = (first / videoFps + last / videoFps) / 2;
+        }
+        return out;
+    }
+
+    /**
+     * Python's {@code f"<{seconds:.1f} seconds>"}: the exact binary value rounded half to even to
+     * one decimal (so 0.25 gives {@code <0.2 seconds>}).
+     */
+    static String timestampText(double seconds) {
+        return "<"
+                + new BigDecimal(seconds).setScale(1, RoundingMode.HALF_EVEN).toPlainString()
+                + " seconds>";
+    }
+
     /**
      * Renders the record.
      *
      * @param imagePads number of {@code <|image_pad|>} tokens per image, indexed like {@link
      *     SftRecord#images}
-     * @throws IllegalArgumentException when an image part refers to an image without a pad count
+     * @param videos the block of each video ({@link #videoBlock}), indexed like {@link
+     *     SftRecord#videos}
+     * @throws IllegalArgumentException when an image or video part refers to an image or video
+     *     without a pad count or block
      */
-    public List<TemplateTurn> render(SftRecord record, int[] imagePads) {
+    public List<TemplateTurn> render(
+            SftRecord record, int[] imagePads, List<TemplateTurn.Video> videos) {
         List<TemplateTurn> turns = new ArrayList<>();
         if (defaultSystemPrompt != null
                 && (record.messages.length == 0
@@ -108,7 +233,7 @@ public final class QwenChatTemplate implements Serializable {
                             false));
         }
         for (ChatMessage message : record.messages) {
-            turns.add(renderTurn(message, imagePads));
+            turns.add(renderTurn(message, imagePads, videos));
         }
         return turns;
     }
@@ -131,7 +256,8 @@ public final class QwenChatTemplate implements Serializable {
         return Math.toIntExact(patches / mergeArea);
     }
 
-    private static TemplateTurn renderTurn(ChatMessage message, int[] imagePads) {
+    private static TemplateTurn renderTurn(
+            ChatMessage message, int[] imagePads, List<TemplateTurn.Video> videos) {
         List<TemplateTurn.Segment> segments = new ArrayList<>();
         segments.add(new TemplateTurn.Special(ChatTokenizer.IM_START));
         StringBuilder text = new StringBuilder(message.role).append('\n');
@@ -149,6 +275,20 @@ public final class QwenChatTemplate implements Serializable {
                     segments.add(new TemplateTurn.Text(text.toString()));
                 }
                 segments.add(new TemplateTurn.Image(part.imageIndex, imagePads[part.imageIndex]));
+                text.setLength(0);
+            } else if (part.isVideo()) {
+                if (part.videoIndex < 0 || part.videoIndex >= videos.size()) {
+                    throw new IllegalArgumentException(
+                            "video part refers to video "
+                                    + part.videoIndex
+                                    + " but "
+                                    + videos.size()
+                                    + " videos are available");
+                }
+                if (text.length() > 0) {
+                    segments.add(new TemplateTurn.Text(text.toString()));
+                }
+                segments.add(videos.get(part.videoIndex));
                 text.setLength(0);
             } else {
                 text.append(part.text);

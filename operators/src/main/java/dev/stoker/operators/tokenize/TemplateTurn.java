@@ -14,8 +14,8 @@ import java.util.List;
  */
 public record TemplateTurn(String role, List<Segment> segments, boolean trained) {
 
-    /** A piece of a turn: {@link Special}, {@link Text} or {@link Image}. */
-    public sealed interface Segment permits Special, Text, Image {}
+    /** A piece of a turn: {@link Special}, {@link Text}, {@link Image} or {@link Video}. */
+    public sealed interface Segment permits Special, Text, Image, Video {}
 
     /**
      * A special token of the template's structure ({@code <|im_start|>}, {@code <|im_end|>}),
@@ -47,4 +47,34 @@ public record TemplateTurn(String role, List<Segment> segments, boolean trained)
      * @param pads number of {@code <|image_pad|>} tokens, at least 1
      */
     public record Image(int imageIndex, int pads) implements Segment {}
+
+    /**
+     * A video block, emitted as ids (the timestamps as text): without timestamps (Qwen2-VL,
+     * Qwen2.5-VL) {@code <|vision_start|>} + {@code gridT * padsPerTemporalPatch} x {@code
+     * <|video_pad|>} + {@code <|vision_end|>}; with one timestamp per temporal patch (Qwen3-VL)
+     * {@code <|vision_start|>}, then per temporal patch its timestamp text (e.g. {@code <0.2
+     * seconds>}) + {@code <|vision_start|>} + {@code padsPerTemporalPatch} x {@code <|video_pad|>}
+     * + {@code <|vision_end|>}, then {@code <|vision_end|>} (the chat template's own pair around
+     * what {@code Qwen3VLProcessor.replace_video_token} puts in place of its {@code
+     * <|video_pad|>}).
+     *
+     * @param videoIndex the video's index in {@code SftRecord#videos}
+     * @param gridT temporal patches of the video ({@code video_grid_thw[0]}), at least 1
+     * @param padsPerTemporalPatch {@code <|video_pad|>} tokens per temporal patch ({@code grid_h *
+     *     grid_w / merge_size^2}), at least 1
+     * @param timestamps empty, or one text per temporal patch
+     * @throws IllegalArgumentException when the timestamps are neither none nor one per temporal
+     *     patch
+     */
+    public record Video(
+            int videoIndex, int gridT, int padsPerTemporalPatch, List<String> timestamps)
+            implements Segment {
+        public Video {
+            timestamps = List.copyOf(timestamps);
+            if (!timestamps.isEmpty() && timestamps.size() != gridT) {
+                throw new IllegalArgumentException(
+                        timestamps.size() + " timestamps for " + gridT + " temporal patches");
+            }
+        }
+    }
 }

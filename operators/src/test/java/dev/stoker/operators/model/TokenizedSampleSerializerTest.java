@@ -12,6 +12,7 @@ import org.apache.flink.api.java.typeutils.PojoTypeInfo;
 import org.apache.flink.core.memory.DataInputDeserializer;
 import org.apache.flink.core.memory.DataOutputSerializer;
 import org.apache.flink.testutils.DeeplyEqualsChecker;
+import org.apache.flink.types.StringValue;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -81,6 +82,20 @@ class TokenizedSampleSerializerTest extends SerializerTestBase<TokenizedSample> 
                     new byte[0],
                     new long[0]),
             new TokenizedSample(new RecordRef("f", 3, 2, "x"), null, null, null, null),
+            // an image and two videos (5 and 4 frames), frames of every byte value
+            new TokenizedSample(
+                            new RecordRef("videos", "file:/v.jsonl", 4, 3, "v"),
+                            new long[] {151652, 151656, 151653},
+                            new long[] {-100, -100, -100},
+                            new byte[] {1, 2, 3},
+                            new long[] {1, 2, 2})
+                    .withVideos(
+                            big,
+                            new long[] {3, 4, 6, 2, 2, 2},
+                            new int[] {5, 4},
+                            new double[] {1.0, 2.0020000000000002}),
+            new TokenizedSample(new RecordRef("f", 3, 2, "x"), null, null, null, null)
+                    .withVideos(null, null, null, null),
         };
     }
 
@@ -90,7 +105,51 @@ class TokenizedSampleSerializerTest extends SerializerTestBase<TokenizedSample> 
                 && checker.deepEquals(a.inputIds, b.inputIds)
                 && checker.deepEquals(a.labels, b.labels)
                 && checker.deepEquals(a.resizedRgb, b.resizedRgb)
-                && checker.deepEquals(a.imageGridThw, b.imageGridThw);
+                && checker.deepEquals(a.imageGridThw, b.imageGridThw)
+                && checker.deepEquals(a.videoRgb, b.videoRgb)
+                && checker.deepEquals(a.videoGridThw, b.videoGridThw)
+                && checker.deepEquals(a.videoFrames, b.videoFrames)
+                && checker.deepEquals(a.secondPerGridTs, b.secondPerGridTs);
+    }
+
+    /**
+     * Version 3 (Stoker before video), written here from its documented layout, not by the
+     * serializer: it restores as the same sample without videos (empty video arrays).
+     */
+    @Test
+    void aSampleOfVersion3RestoresWithoutVideos() throws IOException {
+        DataOutputSerializer out = new DataOutputSerializer(128);
+        out.writeByte(3);
+        StringValue.writeString("src", out);
+        StringValue.writeString("file:/a.jsonl", out);
+        out.writeLong(7);
+        out.writeLong(6);
+        StringValue.writeString(null, out);
+        out.writeInt(2); // input_ids
+        out.writeLong(151644);
+        out.writeLong(42);
+        out.writeInt(2); // labels
+        out.writeLong(-100);
+        out.writeLong(42);
+        out.writeInt(3); // resized RGB
+        out.write(new byte[] {9, 8, 7});
+        out.writeInt(3); // image_grid_thw
+        out.writeLong(1);
+        out.writeLong(2);
+        out.writeLong(2);
+        DataInputDeserializer in = new DataInputDeserializer(out.getCopyOfBuffer());
+        TokenizedSample sample = createSerializer().deserialize(in);
+        assertThat(in.available()).isZero();
+        assertThat(sample.ref).isEqualTo(new RecordRef("src", "file:/a.jsonl", 7, 6, null));
+        assertThat(sample.inputIds).containsExactly(151644, 42);
+        assertThat(sample.labels).containsExactly(-100, 42);
+        assertThat(sample.resizedRgb).containsExactly(9, 8, 7);
+        assertThat(sample.imageGridThw).containsExactly(1, 2, 2);
+        assertThat(sample.videoRgb).isEmpty();
+        assertThat(sample.videoGridThw).isEmpty();
+        assertThat(sample.videoFrames).isEmpty();
+        assertThat(sample.secondPerGridTs).isEmpty();
+        assertThat(sample.numVideos()).isZero();
     }
 
     @Test
@@ -102,7 +161,11 @@ class TokenizedSampleSerializerTest extends SerializerTestBase<TokenizedSample> 
         assertThatThrownBy(() -> createSerializer().deserialize(new DataInputDeserializer(bytes)))
                 .isInstanceOf(IOException.class)
                 .hasMessageContaining("version " + (TokenizedSampleSerializer.VERSION + 1))
-                .hasMessageContaining("reads version " + TokenizedSampleSerializer.VERSION);
+                .hasMessageContaining(
+                        "reads versions "
+                                + TokenizedSampleSerializer.VERSION_WITHOUT_VIDEO
+                                + " and "
+                                + TokenizedSampleSerializer.VERSION);
     }
 
     @Test

@@ -7,7 +7,8 @@ import org.junit.jupiter.api.Test;
 
 /**
  * One sample's positions, worked by hand from transformers 5.23's get_rope_index (the real-model
- * test, python/tests/model/test_packing.py, checks them against the model itself).
+ * test, python/tests/model/test_packing.py, checks them against the model itself; with videos,
+ * VideoTokenParityTest against get_rope_index's goldens), and refusals.
  */
 class MropePositionsTest {
     private static final long IMG = 151655;
@@ -47,5 +48,41 @@ class MropePositionsTest {
         assertThatThrownBy(() -> MropePositions.of(new long[] {1}, new long[] {1, 2, 2}, IMG, 2))
                 .isInstanceOf(IllegalArgumentException.class)
                 .hasMessageContaining("1 image grids but 0 image token runs");
+    }
+
+    @Test
+    void videoTokensThatDoNotMatchTheirGridsAreRefused() {
+        long vid = 151656;
+        // Qwen3-VL: a video of grid (2, 2, 2) needs two runs of 1 token; one run is not all of it
+        long[] oneRun = {10, vid, 11};
+        assertThatThrownBy(
+                        () ->
+                                MropePositions.of(
+                                        oneRun,
+                                        new long[0],
+                                        new long[] {2, 2, 2},
+                                        new double[] {1},
+                                        IMG,
+                                        vid,
+                                        2,
+                                        MropePositions.VideoTime.TIMESTAMPED,
+                                        0))
+                .isInstanceOf(IllegalArgumentException.class)
+                .hasMessageContaining("1 video grids but 0 whole videos");
+        // Qwen2-VL: the same grid is one run of 2 tokens
+        assertThatThrownBy(
+                        () ->
+                                MropePositions.of(
+                                        oneRun,
+                                        new long[0],
+                                        new long[] {2, 2, 2},
+                                        new double[] {1},
+                                        IMG,
+                                        vid,
+                                        2,
+                                        MropePositions.VideoTime.PATCH_INDEX,
+                                        0))
+                .isInstanceOf(IllegalArgumentException.class)
+                .hasMessageContaining("video 0 has 1 video tokens at token 1, its grid needs 2");
     }
 }

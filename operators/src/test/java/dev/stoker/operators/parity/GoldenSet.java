@@ -33,8 +33,8 @@ import org.apache.arrow.vector.util.Text;
  * working directory of the module ({@code operators}); its output goes to {@code
  * target/<outDir>/<script name>.log}.
  *
- * <p>The sets: {@link #PARITY} (images and tokens, {@code make_golden.py}) and {@link #VIDEO}
- * ({@code make_video_golden.py}).
+ * <p>The sets: {@link #PARITY} (images and tokens, {@code make_golden.py}), {@link #VIDEO} ({@code
+ * make_video_golden.py}) and {@link #VIDEO_CHAT} ({@code make_video_chat_golden.py}).
  */
 public final class GoldenSet {
     /**
@@ -60,6 +60,18 @@ public final class GoldenSet {
                     "scripts/golden/make_video_golden.py",
                     "video-goldens",
                     List.of("clips.arrow", "videos.arrow", "frame_indices.arrow", "summary.json"),
+                    List.of("scripts/golden/make_golden.py"));
+
+    /**
+     * {@code scripts/golden/make_video_chat_golden.py}: {@code chats.arrow}, chat conversations
+     * with videos through each preset's processor (a few seconds); the schema is in the script's
+     * docstring. The script reads the presets of {@code make_golden.py}.
+     */
+    public static final GoldenSet VIDEO_CHAT =
+            new GoldenSet(
+                    "scripts/golden/make_video_chat_golden.py",
+                    "video-chat-goldens",
+                    List.of("chats.arrow", "summary.json"),
                     List.of("scripts/golden/make_golden.py"));
 
     private final String script;

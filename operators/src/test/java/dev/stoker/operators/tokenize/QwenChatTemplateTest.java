@@ -125,7 +125,8 @@ class QwenChatTemplateTest {
                         record(
                                 new ChatMessage("user", ContentPart.text("Hi")),
                                 new ChatMessage("assistant", ContentPart.text("Yo"))),
-                        new int[0]);
+                        new int[0],
+                        List.of());
         assertThat(withDefault)
                 .extracting(TemplateTurn::role)
                 .containsExactly("system", "user", "assistant");
@@ -144,7 +145,8 @@ class QwenChatTemplateTest {
                                 new ChatMessage("system", ContentPart.text("S")),
                                 new ChatMessage("user", ContentPart.text("Hi")),
                                 new ChatMessage("assistant", ContentPart.text("Yo"))),
-                        new int[0]);
+                        new int[0],
+                        List.of());
         assertThat(given)
                 .extracting(TemplateTurn::role)
                 .containsExactly("system", "user", "assistant");

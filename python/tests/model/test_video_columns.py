@@ -1,0 +1,63 @@
+"""The video columns through ``Batch.to_torch()`` (torch, so in this tier): tensors named as the
+models take them, a bfloat16 batch's bits viewed as ``torch.bfloat16``, a uint8 batch's samples
+normalised on the CPU bit for bit as the video processor (and the FLOAT32 sink) does. No job, no
+model: cheap."""
+
+import numpy as np
+import torch
+from harness.batches import (
+    bf16_rne,
+    build_record_batch,
+    video_reference,
+    video_samples,
+    write_batch,
+    write_manifest,
+)
+
+from stoker import BatchReader
+from stoker.torch import StokerDataset
+
+
+def read(shm_root, samples, pixel_dtype="float32"):
+    write_manifest(shm_root, world_size=1, num_steps=1, micro_batch_size=2)
+    rb = build_record_batch(samples, pixel_dtype=pixel_dtype)
+    meta = {} if pixel_dtype == "float32" else {"stoker.pixel_dtype": pixel_dtype}
+    write_batch(shm_root, 0, 0, rb, slots=2, metadata=meta)
+    return next(BatchReader(shm_root, 0, timeout_s=5))
+
+
+def test_video_inputs_as_tensors(shm_root):
+    t = read(shm_root, video_samples()).to_torch()
+    assert t["pixel_values_videos"].dtype == torch.float32
+    assert t["video_grid_thw"].dtype == torch.int64
+    assert t["second_per_grid_ts"].dtype == torch.float32
+
+
+def test_uint8_video_samples_normalise_in_torch_as_in_numpy(shm_root):
+    samples = video_samples(np.uint8)
+    b = read(shm_root, samples, "uint8")
+    want = video_reference(samples[0]["video_patches"])
+    t = b.to_torch()["pixel_values_videos"]
+    np.testing.assert_array_equal(t.numpy().view(np.uint32), want.view(np.uint32))
+    bf = b.to_torch(pixel_dtype=torch.bfloat16)["pixel_values_videos"]
+    np.testing.assert_array_equal(bf.view(torch.int16).numpy().view(np.uint16), bf16_rne(want))
+
+
+def test_bfloat16_video_bits_are_viewed_as_bfloat16(shm_root):
+    samples = video_samples()
+    bits = bf16_rne(samples[0]["video_patches"])
+    samples[0]["video_patches"] = bits
+    t = read(shm_root, samples, "bfloat16").to_torch()["pixel_values_videos"]
+    assert t.dtype == torch.bfloat16
+    np.testing.assert_array_equal(t.view(torch.int16).numpy().view(np.uint16), bits)
+
+
+def test_stoker_dataset_normalises_deferred_uint8_videos_on_the_device(shm_root):
+    """StokerDataset keeps a uint8 batch's pixels uint8 until they reach the device (here the
+    CPU) and normalises the videos there with the video processor's arithmetic."""
+    samples = video_samples(np.uint8)
+    read(shm_root, samples, "uint8")
+    (batch,) = list(StokerDataset(shm_root, rank=0, world_size=1, device="cpu", timeout_s=5))
+    want = video_reference(samples[0]["video_patches"])
+    got = batch["pixel_values_videos"]
+    np.testing.assert_array_equal(got.numpy().view(np.uint32), want.view(np.uint32))
