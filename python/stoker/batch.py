@@ -396,8 +396,10 @@ class Batch:
         ``model(**batch.to_torch("cuda"))`` works.
 
         Keys: ``input_ids``, ``labels``, ``attention_mask``, ``mm_token_type_ids`` (B, L)
-        int64; ``pixel_values`` (P, D) float32 or torch.bfloat16; ``image_grid_thw`` (I, 3)
-        int64. A packed batch has ``position_ids`` (4, B, L) int64 (a strided view of the file)
+        int64; ``pixel_values`` (P, D) float32 or torch.bfloat16 and ``image_grid_thw`` (I, 3)
+        int64 when the batch holds images (I > 0), as the processors return them only then;
+        ``pixel_values_videos``, ``video_grid_thw`` and ``second_per_grid_ts`` when it holds
+        videos (:meth:`arrays`). A packed batch has ``position_ids`` (4, B, L) int64 (a strided view of the file)
         instead of ``attention_mask``, and ``use_cache`` ``False`` (a bool, not a tensor:
         :meth:`model_flags`), so that the model attends within each sample only (see
         :meth:`arrays`). Provenance (``sample_index``, ``source``, ``location``) stays
@@ -439,8 +441,10 @@ class Batch:
         tensors = self._torch_views()
         if device is not None:
             tensors = {k: v.to(device, non_blocking=non_blocking) for k, v in tensors.items()}
-        pv = tensors["pixel_values"]
-        if self.pixel_dtype == "uint8":
+        pv = tensors.get("pixel_values")
+        if pv is None:
+            pass
+        elif self.pixel_dtype == "uint8":
             tensors["pixel_values"] = normalize_uint8_torch(
                 pv, self._vision_for_uint8(), dtype=pixel_dtype or torch.float32
             )
@@ -485,7 +489,11 @@ class Batch:
                 if "pixel_values_videos" in tensors:
                     vbits = torch.from_numpy(self.pixel_values_videos.view(np.int16))
                     tensors["pixel_values_videos"] = vbits.view(torch.bfloat16)
-            return tensors
+        if tensors["image_grid_thw"].shape[0] == 0:
+            # as the processors return no image inputs for a text without images: the models run
+            # their vision tower on any pixel_values given, and fail on none
+            del tensors["pixel_values"], tensors["image_grid_thw"]
+        return tensors
 
     def _vision_for_uint8(self) -> VisionSettings:
         if self.vision is None:

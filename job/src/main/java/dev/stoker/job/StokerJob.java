@@ -9,6 +9,7 @@ import dev.stoker.connectors.shm.PackedBatchSink;
 import dev.stoker.connectors.source.PrefetchGate;
 import dev.stoker.operators.batch.BatchPlan;
 import dev.stoker.operators.batch.MixtureOrder;
+import dev.stoker.operators.preset.ModelPreset;
 import java.nio.file.Path;
 import org.apache.flink.api.common.JobExecutionResult;
 import org.apache.flink.configuration.CheckpointingOptions;
@@ -155,6 +156,8 @@ public final class StokerJob {
                             out.vision(),
                             job.tokenize.padTokenId(),
                             out.pixelDtype(),
+                            ModelPreset.fromKey(out.modelPreset()).videoTime(),
+                            ModelPreset.fromKey(out.modelPreset()).tokensPerSecond(),
                             topology.nodeAcks(node));
             DataStreamSink<?> sink =
                     out.packing()

@@ -55,6 +55,8 @@ import org.apache.arrow.vector.complex.ListVector;
 public final class ArrowBatchEncoder {
     private final Patchifier patchifier;
     private final VideoPatchifier videoPatchifier;
+    private final MropePositions.VideoTime videoTime;
+    private final int tokensPerSecond;
     private final int patchDim;
     private final long padTokenId;
     private final PixelDtype pixelDtype;
@@ -73,7 +75,7 @@ public final class ArrowBatchEncoder {
      * @param pixelDtype element type of the {@code pixel_values} column
      */
     public ArrowBatchEncoder(QwenVisionConfig vision, long padTokenId, PixelDtype pixelDtype) {
-        this(vision, padTokenId, pixelDtype, 0);
+        this(vision, padTokenId, pixelDtype, 0, MropePositions.VideoTime.PATCH_INDEX, 0);
     }
 
     /**
@@ -82,15 +84,26 @@ public final class ArrowBatchEncoder {
      * @param pixelDtype element type of the {@code pixel_values} column
      * @param packingMaxTokens tokens per packed row ({@code stoker.packing.max-tokens}): the
      *     encoder then takes packed batches only; 0 for unpacked batches only
+     * @param videoTime the model's temporal placement of videos in a packed row's {@code
+     *     position_ids} ({@code ModelPreset#videoTime})
+     * @param tokensPerSecond the model's {@code tokens_per_second} ({@link
+     *     MropePositions.VideoTime#ABSOLUTE_TIME} only; {@code ModelPreset#tokensPerSecond})
      * @throws IllegalArgumentException if {@code packingMaxTokens} is negative
      */
     public ArrowBatchEncoder(
-            QwenVisionConfig vision, long padTokenId, PixelDtype pixelDtype, int packingMaxTokens) {
+            QwenVisionConfig vision,
+            long padTokenId,
+            PixelDtype pixelDtype,
+            int packingMaxTokens,
+            MropePositions.VideoTime videoTime,
+            int tokensPerSecond) {
         if (packingMaxTokens < 0) {
             throw new IllegalArgumentException(
                     "packingMaxTokens must be >= 0, got " + packingMaxTokens);
         }
         this.packingMaxTokens = packingMaxTokens;
+        this.videoTime = videoTime;
+        this.tokensPerSecond = tokensPerSecond;
         this.mergeSize = vision.mergeSize;
         this.temporalPatchSize = vision.temporalPatchSize;
         this.patchifier = new Patchifier(vision);
@@ -359,17 +372,19 @@ public final class ArrowBatchEncoder {
             int t = 0;
             for (int k : rows[r]) {
                 TokenizedSample s = batch.samples[k];
-                if (s.numVideos() > 0) {
-                    throw new IllegalArgumentException(
-                            s.ref
-                                    + ": packed batches do not take videos yet (their M-RoPE"
-                                    + " positions are not computed)");
-                }
                 long[][] pos;
                 try {
                     pos =
                             MropePositions.of(
-                                    s.inputIds, s.imageGridThw, ChatTokenizer.IMAGE_PAD, mergeSize);
+                                    s.inputIds,
+                                    s.imageGridThw,
+                                    s.videoGridThw,
+                                    s.secondPerGridTs,
+                                    ChatTokenizer.IMAGE_PAD,
+                                    ChatTokenizer.VIDEO_PAD,
+                                    mergeSize,
+                                    videoTime,
+                                    tokensPerSecond);
                 } catch (IllegalArgumentException e) {
                     throw new IllegalArgumentException(s.ref + ": " + e.getMessage(), e);
                 }

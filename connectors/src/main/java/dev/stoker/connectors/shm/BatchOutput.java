@@ -6,6 +6,7 @@ import dev.stoker.connectors.protocol.Manifest;
 import dev.stoker.connectors.protocol.PixelDtype;
 import dev.stoker.connectors.protocol.ShmLayout;
 import dev.stoker.operators.image.QwenVisionConfig;
+import dev.stoker.operators.pack.MropePositions;
 import java.io.IOException;
 import java.io.Serializable;
 import org.apache.flink.api.connector.sink2.WriterInitContext;
@@ -24,6 +25,8 @@ public final class BatchOutput implements Serializable {
     private final QwenVisionConfig vision;
     private final long padTokenId;
     private final PixelDtype pixelDtype;
+    private final MropePositions.VideoTime videoTime;
+    private final int tokensPerSecond;
     private final NodeAcks acks;
 
     /**
@@ -34,6 +37,8 @@ public final class BatchOutput implements Serializable {
      *     patchifies with them
      * @param padTokenId token id used to pad {@code input_ids}
      * @param pixelDtype element type of the {@code pixel_values} column
+     * @param videoTime the model's temporal placement of videos in a packed row's positions
+     * @param tokensPerSecond the model's {@code tokens_per_second} (absolute-time video positions)
      * @param acks where subtask {@code k} serves the acks of this sink's node ({@code port + k}),
      *     or {@code null} to serve none (the gate reads the files itself)
      */
@@ -44,6 +49,8 @@ public final class BatchOutput implements Serializable {
             QwenVisionConfig vision,
             long padTokenId,
             PixelDtype pixelDtype,
+            MropePositions.VideoTime videoTime,
+            int tokensPerSecond,
             NodeAcks acks) {
         this.layout = layout;
         this.manifest = manifest;
@@ -51,6 +58,8 @@ public final class BatchOutput implements Serializable {
         this.vision = vision;
         this.padTokenId = padTokenId;
         this.pixelDtype = pixelDtype;
+        this.videoTime = videoTime;
+        this.tokensPerSecond = tokensPerSecond;
         this.acks = acks;
     }
 
@@ -84,7 +93,13 @@ public final class BatchOutput implements Serializable {
                                 acks.globalRanks(),
                                 firstStep);
         ArrowBatchEncoder encoder =
-                new ArrowBatchEncoder(vision, padTokenId, pixelDtype, packingMaxTokens);
+                new ArrowBatchEncoder(
+                        vision,
+                        padTokenId,
+                        pixelDtype,
+                        packingMaxTokens,
+                        videoTime,
+                        tokensPerSecond);
         return new RankPublisher(
                 layout,
                 firstStep,

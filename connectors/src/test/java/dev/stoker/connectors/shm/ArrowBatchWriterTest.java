@@ -18,6 +18,7 @@ import dev.stoker.operators.model.RecordRef;
 import dev.stoker.operators.model.SlotResult;
 import dev.stoker.operators.model.TokenizedSample;
 import dev.stoker.operators.model.TrainingBatch;
+import dev.stoker.operators.pack.MropePositions;
 import dev.stoker.operators.preset.ModelPreset;
 import java.io.IOException;
 import java.nio.channels.FileChannel;
@@ -335,7 +336,13 @@ class ArrowBatchWriterTest {
         MetricListener metrics = new MetricListener();
         try (RankPublisher publisher =
                 publisher(
-                        new ArrowBatchEncoder(vision(), PAD, PixelDtype.FLOAT32, 8),
+                        new ArrowBatchEncoder(
+                                vision(),
+                                PAD,
+                                PixelDtype.FLOAT32,
+                                8,
+                                MropePositions.VideoTime.PATCH_INDEX,
+                                0),
                         metrics.getMetricGroup())) {
             publisher.publish(batch);
         }

@@ -8,6 +8,7 @@ import dev.stoker.connectors.protocol.PixelDtype;
 import dev.stoker.operators.model.RecordRef;
 import dev.stoker.operators.model.TokenizedSample;
 import dev.stoker.operators.model.TrainingBatch;
+import dev.stoker.operators.pack.MropePositions;
 import dev.stoker.operators.tokenize.ChatTokenizer;
 import java.util.ArrayList;
 import java.util.List;
@@ -74,7 +75,13 @@ class PackedBatchEncodingTest {
                 new TrainingBatch(3, 1, 2, new TokenizedSample[] {a, b, c}, new int[] {2});
         batch.rowOf = new int[] {0, 0, 1};
         ArrowBatchEncoder encoder =
-                new ArrowBatchEncoder(ArrowBatchWriterTest.vision(), PAD, PixelDtype.FLOAT32, 8);
+                new ArrowBatchEncoder(
+                        ArrowBatchWriterTest.vision(),
+                        PAD,
+                        PixelDtype.FLOAT32,
+                        8,
+                        MropePositions.VideoTime.PATCH_INDEX,
+                        0);
         try (VectorSchemaRoot root = encoder.encode(batch, allocator)) {
             assertThat(root.getRowCount()).isEqualTo(2);
             assertThat(root.getSchema().getCustomMetadata())
@@ -143,7 +150,13 @@ class PackedBatchEncodingTest {
         ArrowBatchEncoder plain =
                 new ArrowBatchEncoder(ArrowBatchWriterTest.vision(), PAD, PixelDtype.FLOAT32);
         ArrowBatchEncoder packing =
-                new ArrowBatchEncoder(ArrowBatchWriterTest.vision(), PAD, PixelDtype.FLOAT32, 5);
+                new ArrowBatchEncoder(
+                        ArrowBatchWriterTest.vision(),
+                        PAD,
+                        PixelDtype.FLOAT32,
+                        5,
+                        MropePositions.VideoTime.PATCH_INDEX,
+                        0);
         assertThatThrownBy(() -> plain.encode(packed, allocator))
                 .hasMessageContaining("is packed but the sink does not pack");
         assertThatThrownBy(() -> packing.encode(unpacked, allocator))
