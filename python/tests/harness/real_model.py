@@ -178,6 +178,9 @@ def tiny_model(preset: str) -> torch.nn.Module:
                 "spatial_merge_size": 2,
                 "window_size": 56,
                 "fullatt_block_indexes": [1],
+                # the checkpoints' (Qwen/Qwen2.5-VL-*-Instruct config.json) and Stoker's preset's,
+                # not transformers' class default of 4
+                "tokens_per_second": 2,
             },
             **ids,
         )

@@ -14,7 +14,9 @@ Asserted per batch: ``input_ids``, ``labels``, ``attention_mask``, ``mm_token_ty
 ``video_grid_thw``, ``image_grid_thw`` (and ``second_per_grid_ts`` for Qwen2.5-VL) equal;
 ``pixel_values_videos`` and ``pixel_values`` within float32 rounding (1e-5); the model's M-RoPE
 positions and rope deltas (``get_rope_index``) equal; the loss within 1e-5 relative; forward,
-backward and one AdamW step train on a video batch (the vision tower's parameters change).
+backward and one AdamW step train on a video batch (the vision tower's parameters change). The
+same records packed (``stoker.packing.enabled``): each sample's tokens the processor's and its
+``position_ids`` the model's ``get_rope_index`` of the sample alone.
 """
 
 from __future__ import annotations
@@ -279,8 +281,57 @@ def test_video_batches_are_the_processors_and_train_the_real_model(video_dataset
             video_batches += int(ours["video_grid_thw"].shape[0] > 0)
         assert video_batches > 0
         _train_one_step(model, next(b for b in batches if b.num_samples), preset_key)
+        _check_packed_positions(root, records, reference, model, preset_key, out_root, batches)
     finally:
         shutil.rmtree(out_root, ignore_errors=True)
+
+
+def _check_packed_positions(
+    root: Path,
+    records: list[list[dict[str, Any]]],
+    reference: VideoReference,
+    model: torch.nn.Module,
+    preset_key: str,
+    out_root: Path,
+    unpacked: list[Any],
+) -> None:
+    """The same records packed (every sample in a row of T tokens): each sample's tokens are the
+    processor's and its M-RoPE positions the model's ``get_rope_index`` of it alone (the
+    preset's video time: patch index, absolute time, timestamped patches)."""
+    longest = max(int(n) for b in unpacked for n in b.attention_mask.sum(axis=1))
+    packed = read_all(
+        run_job(
+            root,
+            preset_key,
+            out_root,
+            "--stoker.image.max-pixels",
+            str(IMAGE_MAX_PIXELS[preset_key]),
+            "--stoker.video.max-pixels",
+            str(VIDEO_MAX_PIXELS[preset_key]),
+            "--stoker.video.min-pixels",
+            str(hfv.VIDEO_PIXELS[preset_key][0]),
+            "--stoker.max-seq-len",
+            str(longest),
+            "--stoker.packing.enabled",
+            "true",
+            "--stoker.packing.max-tokens",
+            str(2 * longest),
+            name="video-packed",
+        )  # fmt: skip
+    )
+    checked = 0
+    for b in packed:
+        assert b.packed
+        for k, (row, start, end) in enumerate(b.sample_spans.tolist()):
+            line = int(b.location[k].rpartition(":")[2])
+            ref = reference.batch([records[line - 1]])
+            where = f"{preset_key} packed step {b.step} rank {b.rank} sample {k} (line {line})"
+            assert np.array_equal(b.input_ids[row, start:end], ref["input_ids"][0].numpy()), where
+            rope, _ = _rope_index(model, ref)
+            got = torch.from_numpy(b.position_ids[1:, row, start:end].copy())
+            assert torch.equal(got, rope[:, 0]), where
+            checked += k not in b.backfilled_slots
+    assert checked == len(records)
 
 
 def _train_one_step(model: torch.nn.Module, batch: Any, preset_key: str) -> None:
