@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 #: Batch protocol version of ``manifest.json`` and the ``stoker.format_version`` metadata.
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 
 #: The job directory's manifest, naming the current generation.
 MANIFEST_FILE = "manifest.json"
@@ -232,10 +232,10 @@ def _vision(raw: dict[str, Any], path: Path) -> VisionSettings:
 
 @dataclass(frozen=True)
 class Manifest:
-    """Job-level facts from ``manifest.json`` (format_version 3).
+    """Job-level facts from ``manifest.json`` (format_version 4).
 
     Attributes:
-        format_version: protocol version, 3.
+        format_version: protocol version, 4.
         job_name: the Flink job's name.
         generation: stamp of the current submission; batches are in ``gen-<generation>/``.
         world_size: DP ranks W.

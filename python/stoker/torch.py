@@ -516,14 +516,16 @@ class StokerDataset(torch.utils.data.IterableDataset):
     def _normalize_pending(self, batch: StokerBatch, moved: dict[str, torch.Tensor]) -> None:
         """Normalize a uint8 batch's ``pixel_values`` (and ``pixel_values_videos``, with the
         video processor's arithmetic) where ``moved`` has them (the device)."""
-        if batch._pending_vision is not None and "pixel_values" in moved:
+        if batch._pending_vision is None:
+            return
+        if "pixel_values" in moved:
             moved["pixel_values"] = normalize_uint8_torch(
                 moved["pixel_values"], batch._pending_vision, dtype=self.pixel_dtype
             )
-            if "pixel_values_videos" in moved:
-                moved["pixel_values_videos"] = normalize_uint8_video_torch(
-                    moved["pixel_values_videos"], batch._pending_vision, dtype=self.pixel_dtype
-                )
+        if "pixel_values_videos" in moved:
+            moved["pixel_values_videos"] = normalize_uint8_video_torch(
+                moved["pixel_values_videos"], batch._pending_vision, dtype=self.pixel_dtype
+            )
 
     @staticmethod
     def _staged_batch(batch: StokerBatch, moved: dict[str, torch.Tensor]) -> StokerBatch:

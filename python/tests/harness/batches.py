@@ -1,4 +1,4 @@
-"""Batch files and manifests written with pyarrow exactly as the protocol (format_version 3) and
+"""Batch files and manifests written with pyarrow exactly as the protocol (format_version 4) and
 ``schema/batch-schema.json`` describe, for the reader's tests.
 
 A job directory ``root`` holds ``manifest.json`` naming the current generation; batches are in
@@ -333,7 +333,7 @@ def write_batch(
     rdir = rank_dir(root, rank, generation)
     rdir.mkdir(mode=0o700, parents=True, exist_ok=True)
     meta = {
-        "stoker.format_version": "3",
+        "stoker.format_version": "4",
         "stoker.step": str(step),
         "stoker.rank": str(rank),
         "stoker.slots": str(slots),
@@ -400,7 +400,7 @@ def write_manifest(
         json.dumps(
             {
                 **{k: v for k, v in optional.items() if v is not None},
-                "format_version": 3,
+                "format_version": 4,
                 "job_name": job_name,
                 "generation": generation,
                 "world_size": world_size,

@@ -61,3 +61,25 @@ def test_stoker_dataset_normalises_deferred_uint8_videos_on_the_device(shm_root)
     want = video_reference(samples[0]["video_patches"])
     got = batch["pixel_values_videos"]
     np.testing.assert_array_equal(got.numpy().view(np.uint32), want.view(np.uint32))
+
+
+def test_a_batch_without_images_gives_no_image_inputs_and_still_normalises_its_videos(shm_root):
+    """As the processors return no ``pixel_values`` for a text without images (the models run
+    their vision tower on any given), and StokerDataset's deferred uint8 path still normalises
+    the videos of such a batch."""
+    samples = video_samples(np.uint8)
+    for s in samples:
+        s["grids"] = []
+        s["patches"] = np.zeros((0, s["patches"].shape[1]), np.uint8)
+        s["ids"] = [i for i in s["ids"] if i != 151655]
+    b = read(shm_root, samples, "uint8")
+    t = b.to_torch()
+    assert "pixel_values" not in t and "image_grid_thw" not in t
+    want = video_reference(samples[0]["video_patches"])
+    np.testing.assert_array_equal(
+        t["pixel_values_videos"].numpy().view(np.uint32), want.view(np.uint32)
+    )
+    (batch,) = list(StokerDataset(shm_root, rank=0, world_size=1, device="cpu", timeout_s=5))
+    assert "pixel_values" not in batch
+    got = batch["pixel_values_videos"]
+    np.testing.assert_array_equal(got.numpy().view(np.uint32), want.view(np.uint32))

@@ -300,7 +300,7 @@ def test_manifest_and_layout(runs) -> None:
     m = runs["manifest1"]
     n = len(_records())
     steps = -(-n // (WORLD_SIZE * MICRO_BATCH))
-    assert m["format_version"] == 3 and m["job_name"] == "e2e"
+    assert m["format_version"] == 4 and m["job_name"] == "e2e"
     assert (m["world_size"], m["micro_batch_size"]) == (WORLD_SIZE, MICRO_BATCH)
     assert (m["num_records"], m["epochs"], m["steps_per_epoch"], m["num_steps"]) == (
         n,

@@ -938,7 +938,7 @@ def test_row_count_other_than_micro_batch_size_is_a_format_error(shm_root):
 def test_manifest_fields(shm_root):
     write_manifest(shm_root, world_size=2, num_steps=6, epochs=2, first_step=3, shuffle_seed=None)
     m = BatchReader(shm_root, 0, timeout_s=5).manifest
-    assert (m.format_version, m.generation, m.world_size, m.micro_batch_size) == (3, GEN, 2, 4)
+    assert (m.format_version, m.generation, m.world_size, m.micro_batch_size) == (4, GEN, 2, 4)
     assert (m.epochs, m.steps_per_epoch, m.num_steps, m.first_step) == (2, 3, 6, 3)
     assert m.shuffle_seed is None and m.num_records == 24 and m.patch_dim == PATCH_DIM
 
@@ -948,7 +948,7 @@ def test_manifest_fields(shm_root):
     [
         (
             {"format_version": 2},
-            r"format_version 2 is not supported \(expected 3\); the job and the reader come from "
+            r"format_version 2 is not supported \(expected 4\); the job and the reader come from "
             "different releases",
         ),
         ({"generation": "../x"}, "invalid generation"),

@@ -64,8 +64,9 @@ final class ModelOptions {
 
     /**
      * The preset's video settings ({@link ModelPreset#videoConfig()}, {@link
-     * ModelPreset#videoFps()}, {@link ModelPreset#frameRule()}) with every set {@code
-     * stoker.video.*} option applied, and the decoding limits.
+     * ModelPreset#videoFps()}, {@link ModelPreset#frameRule()}) with the patch geometry and
+     * normalisation of {@link #visionConfig} and every set {@code stoker.video.*} option applied,
+     * and the decoding limits.
      *
      * @throws IllegalArgumentException naming the option when a value is out of range (fps not
      *     positive, frame counts below 1 or min above max, min pixels below 1 or above max pixels,
@@ -74,6 +75,14 @@ final class ModelOptions {
     static VideoSettings videoSettings(Configuration conf) {
         ModelPreset preset = preset(conf);
         QwenVideoConfig video = preset.videoConfig();
+        // one vision tower for images and videos: the stoker.image.* geometry and normalisation,
+        // which the sink patchifies both with, apply to the video frames too
+        QwenVisionConfig vision = visionConfig(conf);
+        video.patchSize = vision.patchSize;
+        video.temporalPatchSize = vision.temporalPatchSize;
+        video.mergeSize = vision.mergeSize;
+        video.imageMean = vision.imageMean.clone();
+        video.imageStd = vision.imageStd.clone();
         video.minFrames = positive(conf, StokerOptions.VIDEO_MIN_FRAMES, video.minFrames);
         video.maxFrames = positive(conf, StokerOptions.VIDEO_MAX_FRAMES, video.maxFrames);
         if (video.minFrames > video.maxFrames) {

@@ -8,6 +8,7 @@ import dev.stoker.operators.video.QwenVideoConfig;
 import dev.stoker.operators.video.VideoLimits;
 import dev.stoker.operators.video.VideoPreprocessor;
 import dev.stoker.operators.video.VideoSettings;
+import java.util.List;
 import org.apache.flink.configuration.Configuration;
 import org.junit.jupiter.api.Test;
 
@@ -73,6 +74,16 @@ class ModelOptionsTest {
         assertThat(set.config().maxFrames).isEqualTo(32);
         assertThat(set.config().minPixels).isEqualTo(100);
         assertThat(set.config().maxPixels).isEqualTo(200_000);
+
+        // the image geometry and normalisation the sink patchifies videos with apply to them too
+        conf.set(StokerOptions.PATCH_SIZE, 14);
+        conf.set(StokerOptions.MERGE_SIZE, 1);
+        conf.set(StokerOptions.IMAGE_MEAN, List.of(0.25, 0.5, 0.75));
+        QwenVideoConfig video = ModelOptions.videoSettings(conf).config();
+        assertThat(video.patchSize).isEqualTo(14);
+        assertThat(video.mergeSize).isEqualTo(1);
+        assertThat(video.temporalPatchSize).isEqualTo(2);
+        assertThat(video.imageMean).containsExactly(0.25, 0.5, 0.75);
     }
 
     @Test

@@ -25,7 +25,7 @@ import org.apache.arrow.vector.types.pojo.Schema;
  * packed} entries say and add the {@code packed_only} columns.
  */
 public final class BatchSchema {
-    public static final int FORMAT_VERSION = 3;
+    public static final int FORMAT_VERSION = 4;
     public static final String SAMPLE_INDEX = "sample_index";
     public static final String SOURCE = "source";
     public static final String LOCATION = "location";

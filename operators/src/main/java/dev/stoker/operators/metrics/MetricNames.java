@@ -142,7 +142,7 @@ public final class MetricNames {
          */
         public static final String RANK_TOKEN_IMBALANCE = "rankTokenImbalance";
 
-        /** Gauge: the same for image patches (0 = even). */
+        /** Gauge: the same for vision patches, images and videos (0 = even). */
         public static final String RANK_PATCH_IMBALANCE = "rankPatchImbalance";
 
         private Pack() {}

@@ -138,9 +138,15 @@ public final class StepPacking {
         return batch;
     }
 
-    /** Image patches of {@code s}: the sum of {@code t*h*w} over its grids. */
+    /**
+     * Vision patches of {@code s}: the sum of {@code t*h*w} over its image and video grids (the
+     * vision tower's work).
+     */
     public static long patches(TokenizedSample s) {
-        long[] thw = s.imageGridThw;
+        return gridPatches(s.imageGridThw) + gridPatches(s.videoGridThw);
+    }
+
+    private static long gridPatches(long[] thw) {
         long p = 0;
         for (int i = 0; i + 2 < thw.length; i += 3) {
             p += thw[i] * thw[i + 1] * thw[i + 2];

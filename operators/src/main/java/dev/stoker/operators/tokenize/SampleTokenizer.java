@@ -274,7 +274,8 @@ public final class SampleTokenizer {
         return gridThw;
     }
 
-    private static byte[] videoPixels(SampledVideo[] videos, boolean[] keep) {
+    private static byte[] videoPixels(SampledVideo[] videos, boolean[] keep)
+            throws RejectedRecordException {
         int kept = (int) countKept(keep);
         if (kept == 0) {
             return new byte[0];
@@ -284,7 +285,13 @@ public final class SampleTokenizer {
         for (int i = 0; i < videos.length; i++) {
             if (keep[i]) {
                 only = videos[i];
-                totalBytes = Math.addExact(totalBytes, videos[i].resizedRgb.length);
+                if (videos[i].resizedRgb.length > Integer.MAX_VALUE - 8 - totalBytes) {
+                    throw failed(
+                            "the sample's videos' resized frames exceed one array (2 GiB);"
+                                    + " lower stoker.video.max-pixels, fps or max-frames",
+                            null);
+                }
+                totalBytes += videos[i].resizedRgb.length;
             }
         }
         if (kept == 1) {

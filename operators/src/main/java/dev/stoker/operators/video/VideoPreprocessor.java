@@ -184,7 +184,8 @@ public final class VideoPreprocessor {
      * This preprocessor's processor, or a new one with {@code ref}'s pixel bounds (cheap: a
      * 768-entry table and an empty resampler).
      */
-    private QwenVideoProcessor processorFor(VideoRef ref, int frames) {
+    private QwenVideoProcessor processorFor(VideoRef ref, int frames)
+            throws RejectedRecordException {
         if (ref.minPixels <= 0 && ref.maxPixels <= 0) {
             return processor;
         }
@@ -193,8 +194,20 @@ public final class VideoPreprocessor {
             int tps = config.temporalPatchSize;
             scale = Math.max(1, (long) Math.rint((double) frames / tps) * tps);
         }
-        long min = ref.minPixels > 0 ? ref.minPixels * scale : config.minPixels;
-        long max = ref.maxPixels > 0 ? ref.maxPixels * scale : config.maxPixels;
+        // a record's own bounds may lower the job's budget or raise its ceiling, never force frames
+        // above it: min_pixels beyond stoker.video.max-pixels would upscale without a bound
+        long min = ref.minPixels > 0 ? saturatedProduct(ref.minPixels, scale) : config.minPixels;
+        long max = ref.maxPixels > 0 ? saturatedProduct(ref.maxPixels, scale) : config.maxPixels;
+        if (min > config.maxPixels) {
+            throw new RejectedRecordException(
+                    RejectReason.VIDEO_TOO_LARGE,
+                    "the video's min_pixels "
+                            + ref.minPixels
+                            + " asks for more pixels than the job's stoker.video.max-pixels ("
+                            + config.maxPixels
+                            + (scale > 1 ? ", over all " + scale + " frames" : ", per frame")
+                            + ")");
+        }
         // one bound given may cross the configured other one: the given one wins
         if (min > max) {
             if (ref.minPixels > 0) {
@@ -207,5 +220,9 @@ public final class VideoPreprocessor {
         c.minPixels = min;
         c.maxPixels = max;
         return new QwenVideoProcessor(c);
+    }
+
+    private static long saturatedProduct(long a, long b) {
+        return a > Long.MAX_VALUE / b ? Long.MAX_VALUE : a * b;
     }
 }

@@ -172,6 +172,40 @@ class VideoPreprocessorTest {
     }
 
     @Test
+    void aVideosOwnMinPixelsAboveTheJobsMaxPixelsIsRefusedNotUpscaled() throws Exception {
+        Map<String, Object> row = GoldenSet.VIDEO.read("videos.arrow").get(0);
+        String clip = (String) row.get("clip");
+        byte[] bytes = Files.readAllBytes(GoldenSet.VIDEO.dir().resolve("clips").resolve(clip));
+        for (ModelPreset preset : ModelPreset.values()) {
+            VideoPreprocessor preprocessor =
+                    new VideoPreprocessor(
+                            preset.videoConfig(),
+                            preset == ModelPreset.QWEN3_VL
+                                    ? VideoPreprocessor.FrameRule.QWEN3_VL
+                                    : VideoPreprocessor.FrameRule.QWEN2_VL,
+                            2,
+                            new VideoLimits(1L << 24, 10_000, 1L << 31));
+            // 9e18 per frame: times the frames it overflows a long, and an int frame side anyway
+            for (long min :
+                    new long[] {preset.videoConfig().maxPixels + 1, 9_000_000_000_000_000_000L}) {
+                assertThatThrownBy(() -> preprocessor.sample(bytes, new VideoRef(clip, 0, min, 0)))
+                        .as(preset + " min_pixels " + min)
+                        .isInstanceOfSatisfying(
+                                RejectedRecordException.class,
+                                e -> assertThat(e.reason()).isEqualTo(RejectReason.VIDEO_TOO_LARGE))
+                        .hasMessageContaining("stoker.video.max-pixels");
+            }
+            // a huge max_pixels only lifts the ceiling: the frames keep their size
+            assertThat(
+                            preprocessor.sample(
+                                            bytes,
+                                            new VideoRef(clip, 0, 0, 9_000_000_000_000_000_000L))
+                                    .frames)
+                    .isPositive();
+        }
+    }
+
+    @Test
     void aFileThatIsNoVideoIsRefusedWithAReason() {
         VideoPreprocessor preprocessor =
                 new VideoPreprocessor(
