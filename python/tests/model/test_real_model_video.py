@@ -200,6 +200,18 @@ class VideoReference:
         return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in batch.items()}
 
 
+def _pixel_options(preset_key: str) -> tuple[str, ...]:
+    """The run's image and video pixel budgets (the reference's), as job options."""
+    return (
+        "--stoker.image.max-pixels",
+        str(IMAGE_MAX_PIXELS[preset_key]),
+        "--stoker.video.max-pixels",
+        str(VIDEO_MAX_PIXELS[preset_key]),
+        "--stoker.video.min-pixels",
+        str(hfv.VIDEO_PIXELS[preset_key][0]),
+    )
+
+
 def _rope_index(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> Any:
     kwargs = {}
     if "second_per_grid_ts" in inputs:
@@ -225,12 +237,7 @@ def test_video_batches_are_the_processors_and_train_the_real_model(video_dataset
                 root,
                 preset_key,
                 out_root,
-                "--stoker.image.max-pixels",
-                str(IMAGE_MAX_PIXELS[preset_key]),
-                "--stoker.video.max-pixels",
-                str(VIDEO_MAX_PIXELS[preset_key]),
-                "--stoker.video.min-pixels",
-                str(hfv.VIDEO_PIXELS[preset_key][0]),
+                *_pixel_options(preset_key),
                 name="video",
             )
         )
@@ -307,12 +314,7 @@ def _check_packed_positions(
             root,
             preset_key,
             out_root,
-            "--stoker.image.max-pixels",
-            str(IMAGE_MAX_PIXELS[preset_key]),
-            "--stoker.video.max-pixels",
-            str(VIDEO_MAX_PIXELS[preset_key]),
-            "--stoker.video.min-pixels",
-            str(hfv.VIDEO_PIXELS[preset_key][0]),
+            *_pixel_options(preset_key),
             "--stoker.max-seq-len",
             str(longest),
             "--stoker.packing.enabled",
