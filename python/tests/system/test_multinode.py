@@ -166,23 +166,30 @@ def check_wire_bytes(
     slots = steps * MICRO_BATCH * RANKS_PER_NODE  # one record per slot of the node's ranks
     for n in range(GPU_NODES):
         (vertex,) = [v for v in cluster.job(jid)["vertices"] if f"{SINK_PREFIX}{n}" in v["name"]]
+        ranks = range(n * RANKS_PER_NODE, (n + 1) * RANKS_PER_NODE)
+        mine = [b for b in reference if b["rank"] in ranks and b["step"] <= last_step]
+        payload = sum(b["sample_bytes"] for b in mine)
 
-        def counts(vertex_id: str = vertex["id"]) -> tuple[int, int] | None:
+        def counts(vertex_id: str = vertex["id"], payload: int = payload) -> tuple[int, int] | None:
             got = cluster.rest(
                 f"/jobs/{jid}/vertices/{vertex_id}/subtasks/metrics"
                 "?get=numBytesIn,numRecordsIn&agg=sum"
             )
             sums = {m["id"]: float(m["sum"]) for m in got}
             wire, records = int(sums.get("numBytesIn", 0)), int(sums.get("numRecordsIn", 0))
-            return (wire, records) if records == slots else None
+            return (wire, records) if records == slots and wire >= payload else None
 
-        # the JobManager's metric store catches up with the TaskManagers in its fetch interval
+        # the JobManager's metric store catches up with the TaskManagers in its fetch interval, and
+        # not every counter of a subtask at once: once its records were counted while its bytes
+        # still read 336 of 8.1 MB (seen in a CI run on 2026-12-03), so wait for both
         wire, records = wait_for(
-            f"gpu{n}'s sinks to report {slots} records received", 30, counts, interval_s=1
+            f"gpu{n}'s sinks to report {slots} records and at least the {payload} bytes of their "
+            "samples received",
+            30,
+            counts,
+            interval_s=1,
+            explain=lambda vertex=vertex: _byte_metrics(cluster, jid, vertex),
         )
-        ranks = range(n * RANKS_PER_NODE, (n + 1) * RANKS_PER_NODE)
-        mine = [b for b in reference if b["rank"] in ranks and b["step"] <= last_step]
-        payload = sum(b["sample_bytes"] for b in mine)
         samples = sum(b["rows"] - len(b["backfilled"]) for b in mine)
         lines.append(
             f"gpu{n}: sinks received {wire} bytes in {records} records for steps 0..{last_step} "
