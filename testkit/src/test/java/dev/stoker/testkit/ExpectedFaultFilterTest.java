@@ -40,6 +40,30 @@ class ExpectedFaultFilterTest {
     }
 
     @Test
+    void flinksAbortOfAnUnseenCheckpointIsExpectedButNotAnotherMainThreadFailure() {
+        String caught = "Caught exception while executing runnable in main thread.";
+        String rpc = "org.apache.flink.runtime.rpc.pekko.FencedPekkoRpcActor";
+        assertThat(
+                        filter.filter(
+                                event(
+                                        rpc,
+                                        caught,
+                                        new IllegalStateException(
+                                                "Trying to open gateway for unseen checkpoint:"
+                                                        + " latest known checkpoint = 17,"
+                                                        + " incoming checkpoint = 18"))))
+                .isEqualTo(Result.DENY);
+        assertThat(
+                        filter.filter(
+                                event(
+                                        rpc,
+                                        caught,
+                                        new IllegalStateException(
+                                                "Trying to open gateway for checkpoint 18"))))
+                .isEqualTo(Result.NEUTRAL);
+    }
+
+    @Test
     void theSameFaultWithoutTheMarkIsARealOne() {
         assertThat(
                         filter.filter(
