@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc
 
+from stoker import BatchReader
 from stoker.schema import arrow_schema
 
 PATCH_DIM = 1176
@@ -511,3 +512,14 @@ def video_reference(u):
     s = np.array(MANIFEST_VISION["image_std"]).astype(np.float32) * np.float32(255.0)
     c = np.repeat(np.arange(3), PATCH_DIM // 3)
     return (u.astype(np.float32) - m[c]) / s[c]
+
+
+def write_and_read_one(shm_root: Path, samples: list[dict], pixel_dtype: str = "float32") -> Any:
+    """``samples`` written as the one batch (step 0, rank 0, 2 slots) of a one-step job under
+    ``shm_root`` in ``pixel_dtype`` ("float32", "bfloat16" or "uint8"), read back through
+    ``BatchReader``: the ``stoker.Batch``."""
+    write_manifest(shm_root, world_size=1, num_steps=1, micro_batch_size=2)
+    rb = build_record_batch(samples, pixel_dtype=pixel_dtype)
+    meta = {} if pixel_dtype == "float32" else {"stoker.pixel_dtype": pixel_dtype}
+    write_batch(shm_root, 0, 0, rb, slots=2, metadata=meta)
+    return next(BatchReader(shm_root, 0, timeout_s=5))

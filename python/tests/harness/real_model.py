@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from transformers import (
     Qwen2_5_VLConfig,
@@ -244,3 +245,36 @@ def read_all(job_dir: Path) -> list[Batch]:
     for rank in range(WORLD_SIZE):
         batches.extend(BatchReader(job_dir, rank, timeout_s=60))
     return batches
+
+
+def padded_batch(
+    outs: list[dict[str, np.ndarray]], pad_token_id: int, media: tuple[str, ...]
+) -> dict[str, np.ndarray]:
+    """One batch of per-record processor outputs as the processor's ``padding=True`` gives it.
+
+    ``input_ids`` (pad id), ``labels`` (-100), ``attention_mask`` and ``mm_token_type_ids`` (0)
+    right-padded to the longest row, int64 ``(rows, length)``; each array named in ``media``
+    (pixel values, grids, ``second_per_grid_ts``) concatenated in row order, when the outputs
+    have it; ``pixel_values`` and ``image_grid_thw`` left out when no row has an image, as the
+    processor gives none.
+    """
+    length = max(len(o["input_ids"]) for o in outs)
+
+    def pad(name: str, value: int) -> np.ndarray:
+        mat = np.full((len(outs), length), value, np.int64)
+        for i, o in enumerate(outs):
+            mat[i, : len(o[name])] = o[name]
+        return mat
+
+    batch = {
+        "input_ids": pad("input_ids", pad_token_id),
+        "labels": pad("labels", -100),
+        "attention_mask": pad("attention_mask", 0),
+        "mm_token_type_ids": pad("mm_token_type_ids", 0),
+    }
+    for name in media:
+        if name in outs[0]:
+            batch[name] = np.concatenate([o[name] for o in outs])
+    if "image_grid_thw" in batch and not len(batch["image_grid_thw"]):
+        del batch["pixel_values"], batch["image_grid_thw"]
+    return batch

@@ -33,6 +33,7 @@ from harness.real_model import (
     MAX_PIXELS,
     Record,
     hf,
+    padded_batch,
     tiny_model,
 )
 from PIL import Image, ImageOps
@@ -104,26 +105,9 @@ class Reference:
         """The rows' processor outputs as one batch: right-padded as the processor's
         ``padding=True`` pads (pad id, mask 0, type 0), labels -100 on padding, images
         concatenated in row order."""
-        outs = [self.record(r) for r in rows]
-        length = max(len(o["input_ids"]) for o in outs)
-
-        def pad(name: str, value: int) -> np.ndarray:
-            mat = np.full((len(outs), length), value, np.int64)
-            for i, o in enumerate(outs):
-                mat[i, : len(o[name])] = o[name]
-            return mat
-
-        batch = {
-            "input_ids": pad("input_ids", self.pad_token_id),
-            "labels": pad("labels", -100),
-            "attention_mask": pad("attention_mask", 0),
-            "mm_token_type_ids": pad("mm_token_type_ids", 0),
-            "pixel_values": np.concatenate([o["pixel_values"] for o in outs]),
-            "image_grid_thw": np.concatenate([o["image_grid_thw"] for o in outs]),
-        }
-        if not len(batch["image_grid_thw"]):
-            del batch["pixel_values"], batch["image_grid_thw"]  # as the processor gives none
-        return batch
+        return padded_batch(
+            [self.record(r) for r in rows], self.pad_token_id, ("pixel_values", "image_grid_thw")
+        )
 
 
 def row_records(batch: Batch, records: dict[tuple[str, int], Record]) -> list[Record]:

@@ -35,7 +35,7 @@ import numpy as np
 import pytest
 import torch
 from harness.paths import REPO_ROOT, SHARED, TOKENIZER_DIR
-from harness.real_model import LOSS_RTOL, hf, read_all, run_job, tiny_model
+from harness.real_model import LOSS_RTOL, hf, padded_batch, read_all, run_job, tiny_model
 from PIL import Image
 from transformers import AutoTokenizer, Qwen2VLImageProcessorPil
 
@@ -176,27 +176,17 @@ class VideoReference:
 
     def batch(self, rows: list[list[dict[str, Any]]]) -> dict[str, torch.Tensor]:
         """The rows' outputs as one right-padded batch, media concatenated in row order."""
-        outs = [self.record(r) for r in rows]
-        length = max(len(o["input_ids"]) for o in outs)
-
-        def pad(name: str, value: int) -> np.ndarray:
-            mat = np.full((len(outs), length), value, np.int64)
-            for i, o in enumerate(outs):
-                mat[i, : len(o[name])] = o[name]
-            return mat
-
-        batch = {
-            "input_ids": pad("input_ids", self.pad_token_id),
-            "labels": pad("labels", -100),
-            "attention_mask": pad("attention_mask", 0),
-            "mm_token_type_ids": pad("mm_token_type_ids", 0),
-        }
-        for name in ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw"):
-            batch[name] = np.concatenate([o[name] for o in outs])
-        if not len(batch["image_grid_thw"]):
-            del batch["pixel_values"], batch["image_grid_thw"]  # as the processor gives none
-        if "second_per_grid_ts" in outs[0]:
-            batch["second_per_grid_ts"] = np.concatenate([o["second_per_grid_ts"] for o in outs])
+        batch = padded_batch(
+            [self.record(r) for r in rows],
+            self.pad_token_id,
+            (
+                "pixel_values",
+                "image_grid_thw",
+                "pixel_values_videos",
+                "video_grid_thw",
+                "second_per_grid_ts",
+            ),
+        )
         return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in batch.items()}
 
 

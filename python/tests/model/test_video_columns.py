@@ -7,27 +7,16 @@ import numpy as np
 import torch
 from harness.batches import (
     bf16_rne,
-    build_record_batch,
     video_reference,
     video_samples,
-    write_batch,
-    write_manifest,
+    write_and_read_one,
 )
 
-from stoker import BatchReader
 from stoker.torch import StokerDataset
 
 
-def read(shm_root, samples, pixel_dtype="float32"):
-    write_manifest(shm_root, world_size=1, num_steps=1, micro_batch_size=2)
-    rb = build_record_batch(samples, pixel_dtype=pixel_dtype)
-    meta = {} if pixel_dtype == "float32" else {"stoker.pixel_dtype": pixel_dtype}
-    write_batch(shm_root, 0, 0, rb, slots=2, metadata=meta)
-    return next(BatchReader(shm_root, 0, timeout_s=5))
-
-
 def test_video_inputs_as_tensors(shm_root):
-    t = read(shm_root, video_samples()).to_torch()
+    t = write_and_read_one(shm_root, video_samples()).to_torch()
     assert t["pixel_values_videos"].dtype == torch.float32
     assert t["video_grid_thw"].dtype == torch.int64
     assert t["second_per_grid_ts"].dtype == torch.float32
@@ -35,7 +24,7 @@ def test_video_inputs_as_tensors(shm_root):
 
 def test_uint8_video_samples_normalise_in_torch_as_in_numpy(shm_root):
     samples = video_samples(np.uint8)
-    b = read(shm_root, samples, "uint8")
+    b = write_and_read_one(shm_root, samples, "uint8")
     want = video_reference(samples[0]["video_patches"])
     t = b.to_torch()["pixel_values_videos"]
     np.testing.assert_array_equal(t.numpy().view(np.uint32), want.view(np.uint32))
@@ -47,7 +36,7 @@ def test_bfloat16_video_bits_are_viewed_as_bfloat16(shm_root):
     samples = video_samples()
     bits = bf16_rne(samples[0]["video_patches"])
     samples[0]["video_patches"] = bits
-    t = read(shm_root, samples, "bfloat16").to_torch()["pixel_values_videos"]
+    t = write_and_read_one(shm_root, samples, "bfloat16").to_torch()["pixel_values_videos"]
     assert t.dtype == torch.bfloat16
     np.testing.assert_array_equal(t.view(torch.int16).numpy().view(np.uint16), bits)
 
@@ -56,7 +45,7 @@ def test_stoker_dataset_normalises_deferred_uint8_videos_on_the_device(shm_root)
     """StokerDataset keeps a uint8 batch's pixels uint8 until they reach the device (here the
     CPU) and normalises the videos there with the video processor's arithmetic."""
     samples = video_samples(np.uint8)
-    read(shm_root, samples, "uint8")
+    write_and_read_one(shm_root, samples, "uint8")
     (batch,) = list(StokerDataset(shm_root, rank=0, world_size=1, device="cpu", timeout_s=5))
     want = video_reference(samples[0]["video_patches"])
     got = batch["pixel_values_videos"]
@@ -72,7 +61,7 @@ def test_a_batch_without_images_gives_no_image_inputs_and_still_normalises_its_v
         s["grids"] = []
         s["patches"] = np.zeros((0, s["patches"].shape[1]), np.uint8)
         s["ids"] = [i for i in s["ids"] if i != 151655]
-    b = read(shm_root, samples, "uint8")
+    b = write_and_read_one(shm_root, samples, "uint8")
     t = b.to_torch()
     assert "pixel_values" not in t and "image_grid_thw" not in t
     want = video_reference(samples[0]["video_patches"])

@@ -9,28 +9,18 @@ from harness.batches import (
     IMAGE_PAD,
     PATCH_DIM,
     VIDEO_PAD,
-    build_record_batch,
     make_samples,
     video_reference,
     video_samples,
-    write_batch,
-    write_manifest,
+    write_and_read_one,
 )
 
-from stoker import BatchFormatError, BatchReader
-
-
-def read(shm_root, samples, pixel_dtype="float32"):
-    write_manifest(shm_root, world_size=1, num_steps=1, micro_batch_size=2)
-    rb = build_record_batch(samples, pixel_dtype=pixel_dtype)
-    meta = {} if pixel_dtype == "float32" else {"stoker.pixel_dtype": pixel_dtype}
-    write_batch(shm_root, 0, 0, rb, slots=2, metadata=meta)
-    return next(BatchReader(shm_root, 0, timeout_s=5))
+from stoker import BatchFormatError
 
 
 def test_videos_are_read_with_their_grids_and_marked_in_mm_token_type_ids(shm_root):
     samples = video_samples()
-    b = read(shm_root, samples)
+    b = write_and_read_one(shm_root, samples)
     assert b.num_videos == 2
     np.testing.assert_array_equal(b.pixel_values_videos, samples[0]["video_patches"])
     assert not b.pixel_values_videos.flags.writeable  # a view of the file
@@ -48,7 +38,7 @@ def test_videos_are_read_with_their_grids_and_marked_in_mm_token_type_ids(shm_ro
 
 
 def test_a_batch_without_videos_gives_no_video_inputs(shm_root):
-    b = read(shm_root, make_samples(0, 0, 2))
+    b = write_and_read_one(shm_root, make_samples(0, 0, 2))
     assert b.num_videos == 0
     assert b.pixel_values_videos.shape == (0, PATCH_DIM)
     assert not {"pixel_values_videos", "video_grid_thw", "second_per_grid_ts"} & set(b.arrays())
@@ -56,7 +46,7 @@ def test_a_batch_without_videos_gives_no_video_inputs(shm_root):
 
 def test_uint8_video_samples_normalise_as_the_video_processor(shm_root):
     samples = video_samples(np.uint8)
-    b = read(shm_root, samples, "uint8")
+    b = write_and_read_one(shm_root, samples, "uint8")
     got = b.pixel_values_videos_float32()
     assert got.dtype == np.float32
     np.testing.assert_array_equal(
@@ -68,4 +58,4 @@ def test_video_patches_that_do_not_match_the_grids_are_refused(shm_root):
     samples = video_samples()
     samples[0]["video_grids"] = [[2, 2, 2], [1, 2, 2]]
     with pytest.raises(BatchFormatError, match="pixel_values_videos has 16 patches"):
-        read(shm_root, samples)
+        write_and_read_one(shm_root, samples)
