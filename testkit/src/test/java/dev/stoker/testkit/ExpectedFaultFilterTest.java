@@ -39,27 +39,23 @@ class ExpectedFaultFilterTest {
                 .isEqualTo(Result.DENY);
     }
 
+    /** What Flink's JobMaster RPC actor logs when a runnable of its main thread throws. */
+    private static LogEvent mainThreadFailure(String exceptionMessage) {
+        return event(
+                "org.apache.flink.runtime.rpc.pekko.FencedPekkoRpcActor",
+                "Caught exception while executing runnable in main thread.",
+                new IllegalStateException(exceptionMessage));
+    }
+
     @Test
     void flinksAbortOfAnUnseenCheckpointIsExpectedButNotAnotherMainThreadFailure() {
-        String caught = "Caught exception while executing runnable in main thread.";
-        String rpc = "org.apache.flink.runtime.rpc.pekko.FencedPekkoRpcActor";
         assertThat(
                         filter.filter(
-                                event(
-                                        rpc,
-                                        caught,
-                                        new IllegalStateException(
-                                                "Trying to open gateway for unseen checkpoint:"
-                                                        + " latest known checkpoint = 17,"
-                                                        + " incoming checkpoint = 18"))))
+                                mainThreadFailure(
+                                        "Trying to open gateway for unseen checkpoint: latest"
+                                                + " known checkpoint = 17, incoming checkpoint = 18")))
                 .isEqualTo(Result.DENY);
-        assertThat(
-                        filter.filter(
-                                event(
-                                        rpc,
-                                        caught,
-                                        new IllegalStateException(
-                                                "Trying to open gateway for checkpoint 18"))))
+        assertThat(filter.filter(mainThreadFailure("Trying to open gateway for checkpoint 18")))
                 .isEqualTo(Result.NEUTRAL);
     }
 
