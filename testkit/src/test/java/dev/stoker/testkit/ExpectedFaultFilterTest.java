@@ -3,6 +3,7 @@ package dev.stoker.testkit;
 import static org.assertj.core.api.Assertions.assertThat;
 
 import java.io.IOException;
+import org.apache.flink.runtime.rpc.exceptions.RecipientUnreachableException;
 import org.apache.logging.log4j.Level;
 import org.apache.logging.log4j.core.Filter.Result;
 import org.apache.logging.log4j.core.LogEvent;
@@ -56,6 +57,32 @@ class ExpectedFaultFilterTest {
                                                 + " known checkpoint = 17, incoming checkpoint = 18")))
                 .isEqualTo(Result.DENY);
         assertThat(filter.filter(mainThreadFailure("Trying to open gateway for checkpoint 18")))
+                .isEqualTo(Result.NEUTRAL);
+    }
+
+    @Test
+    void aSlotOfferToAStoppedJobMasterIsExpectedButNotAnotherCause() {
+        String taskExecutor = "org.apache.flink.runtime.taskexecutor.TaskExecutor";
+        String message =
+                "Slot offering to JobManager failed. Freeing the slots and returning them to the"
+                        + " ResourceManager.";
+        assertThat(
+                        filter.filter(
+                                event(
+                                        taskExecutor,
+                                        message,
+                                        new RecipientUnreachableException(
+                                                "sender", "jobmanager_38", "offerSlots"))))
+                .isEqualTo(Result.DENY);
+        assertThat(filter.filter(event(taskExecutor, message, new IOException("timeout"))))
+                .isEqualTo(Result.NEUTRAL);
+        assertThat(
+                        filter.filter(
+                                event(
+                                        "other",
+                                        message,
+                                        new RecipientUnreachableException(
+                                                "sender", "jobmanager_38", "offerSlots"))))
                 .isEqualTo(Result.NEUTRAL);
     }
 
