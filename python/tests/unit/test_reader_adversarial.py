@@ -7,6 +7,7 @@ import errno
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -421,11 +422,15 @@ def test_a_process_that_abandons_a_waiting_read_ahead_exits_at_once_with_its_ack
 
 # ------------------------------------------------------------------ interrupts, timeouts
 @BOTH
-def test_keyboard_interrupt_while_waiting_leaves_the_reader_usable(shm_root, read_ahead):
+def test_keyboard_interrupt_while_waiting_leaves_the_reader_usable(shm_root, read_ahead, request):
     write_manifest(shm_root, world_size=1, num_steps=3, patch_dim=D)
     write_steps(shm_root, [0], world_size=1, patch_dim=D)
     reader = BatchReader(shm_root, 0, timeout_s=5, read_ahead=read_ahead)
     assert next(reader).step == 0
+    # a background job of a non-interactive shell (./stoker test's streams) starts with SIGINT
+    # ignored, and then interrupt_main does nothing: Python's own handler, for this test only
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
     threading.Timer(0.05, _thread.interrupt_main).start()
     with pytest.raises(KeyboardInterrupt):
         next(reader)  # waits for step 1
