@@ -96,6 +96,10 @@ def test_the_demo_runs_twice_in_a_row_in_one_clone(tmp_path):
             # the demo removed its job directory; nothing left running on its ports
             assert list(out_root.iterdir()) == [], f"run {run}"
         with socket.socket() as s:
-            s.bind(("127.0.0.1", s3_port))  # the S3 server is gone
+            # the S3 server is gone: nothing listens on its port. SO_REUSEADDR, as a server would
+            # set it, so that the connections it closed last (TIME_WAIT for 60 s on Linux) do not
+            # count; a socket still listening there does, and fails the bind.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", s3_port))
     finally:
         subprocess.run(["rm", "-rf", str(out_root)], check=False)
