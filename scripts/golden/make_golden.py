@@ -480,6 +480,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="Hugging Face parity goldens (Arrow IPC).")
     parser.add_argument("--out", type=Path, default=OUT, help=f"output directory (default {OUT})")
     OUT = parser.parse_args().out
+    # one thread: the goldens are the same bytes, and ./stoker test runs this beside its other
+    # streams on every core (75 CPU-seconds with torch's default of a thread per core, 61 with
+    # OMP_NUM_THREADS=1, on the idle 2-core box)
+    torch.set_num_threads(1)
     assert hashlib.sha256(QWEN3_VL_TEMPLATE.encode()).hexdigest() == QWEN3_VL_TEMPLATE_SHA256
     tokenizer = AutoTokenizer.from_pretrained(str(DATA / "tokenizers" / "qwen3"))
     recs = records()
