@@ -16,8 +16,9 @@ Asserted per batch: ``input_ids``, ``labels``, ``attention_mask``, ``mm_token_ty
 positions and rope deltas (``get_rope_index``) equal; the loss equal within 1e-5 relative (the
 processor's forward runs only for a batch whose inputs are not the same bytes as Stoker's: the
 same model on the same tensors is the same computation; on 2026-12-03 every batch with samples
-was byte-identical, 15 of 16 per preset, which the test prints); and forward, backward and one AdamW step train on the Stoker batch (finite loss and gradients, the
-vision tower's parameters change). Runs in the model venv (``.stoker/model-venv``,
+(15 of each preset's 16) was byte-identical, which the test prints); and forward, backward and one
+AdamW step train on the Stoker batch (finite loss and gradients, the vision tower's parameters
+change). Runs in the model venv (``.stoker/model-venv``,
 ``python/requirements-model.txt``), not the dev venv: ``./stoker test`` runs it as its own tier.
 """
 

@@ -3,8 +3,8 @@
 The real job (embedded Flink, local dataset and tokenizer, so there is no S3 endpoint to reach)
 runs under ``unshare --net`` (a new network namespace whose only interface is ``lo``) and ``strace
 -f --seccomp-bpf -e trace=connect``, which records every connection attempt of every thread,
-including ones the namespace makes fail at once (e.g. to 169.254.169.254, the EC2 metadata service that DJL's usage
-telemetry asks). Allowed: loopback (Flink's own ports; embedded Flink in fact connects to none)
+including ones the namespace makes fail at once (e.g. to 169.254.169.254, the EC2 metadata
+service that DJL's usage telemetry asks). Allowed: loopback (Flink's own ports; embedded Flink in fact connects to none)
 other than DNS (port 53), and Unix sockets (glibc asks nscd's socket for user names). A second run with ``-DOPT_OUT_TRACKING=false -Dai.djl.offline=false``
 (which the job leaves alone: an explicit setting wins) shows that the check sees the telemetry connection when it is
 on, so the first run's clean result is not an artefact of the observation.
