@@ -4,6 +4,9 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 import java.io.IOException;
+import java.io.InputStream;
+import java.nio.charset.StandardCharsets;
+import java.util.HexFormat;
 import org.apache.flink.api.common.serialization.SerializerConfigImpl;
 import org.apache.flink.api.common.typeinfo.TypeInformation;
 import org.apache.flink.api.common.typeutils.SerializerTestBase;
@@ -150,6 +153,45 @@ class TokenizedSampleSerializerTest extends SerializerTestBase<TokenizedSample> 
         assertThat(sample.videoFrames).isEmpty();
         assertThat(sample.secondPerGridTs).isEmpty();
         assertThat(sample.numVideos()).isZero();
+    }
+
+    /**
+     * Today's version, frozen in {@code checkpoint-formats/tokenized-sample-v4.hex} (written from
+     * the documented layout, not by the serializer): it still restores to the same sample, and
+     * today's serializer writes exactly those bytes, so a changed format fails here.
+     */
+    @Test
+    void theFrozenSampleOfVersion4RestoresAndIsWhatTodayWrites() throws IOException {
+        byte[] frozen;
+        try (InputStream in =
+                getClass().getResourceAsStream("/checkpoint-formats/tokenized-sample-v4.hex")) {
+            assertThat(in).as("fixture tokenized-sample-v4.hex").isNotNull();
+            frozen =
+                    HexFormat.of()
+                            .parseHex(
+                                    new String(in.readAllBytes(), StandardCharsets.US_ASCII)
+                                            .strip());
+        }
+        DataInputDeserializer in = new DataInputDeserializer(frozen);
+        TokenizedSample sample = createSerializer().deserialize(in);
+        assertThat(in.available()).isZero();
+        assertThat(sample.ref)
+                .isEqualTo(new RecordRef("mix-a", "s3://b/train.jsonl", 12, 11, null));
+        assertThat(sample.inputIds).containsExactly(151652, 151655, 151653);
+        assertThat(sample.labels).containsExactly(-100, -100, 151653);
+        assertThat(sample.resizedRgb).containsExactly(255, 0, 127, 128, 1, 2);
+        assertThat(sample.imageGridThw).containsExactly(1, 2, 2);
+        assertThat(sample.videoRgb).containsExactly(9, 8, 7, 6, 5, 4, 3, 2);
+        assertThat(sample.videoGridThw).containsExactly(1, 2, 2);
+        assertThat(sample.videoFrames).containsExactly(2);
+        assertThat(sample.secondPerGridTs).containsExactly(1.001);
+        DataOutputSerializer out = new DataOutputSerializer(frozen.length);
+        createSerializer().serialize(sample, out);
+        assertThat(out.getCopyOfBuffer())
+                .as(
+                        "version %d still writes the bytes of version 4",
+                        TokenizedSampleSerializer.VERSION)
+                .isEqualTo(frozen);
     }
 
     @Test
