@@ -11,6 +11,7 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -49,8 +50,10 @@ import org.slf4j.LoggerFactory;
  * run whose TaskManagers are killed several times, a run stopped with a savepoint while the trainer
  * is down and resumed with the trainer's step, restores that change the parallelism (2 -> 4 -> 1),
  * and a slow trainer during which checkpoints keep completing and no rank ever has more than
- * prefetch-depth batches in shared memory. The kill and the savepoint/rescale cases also run with
- * {@code stoker.packing.enabled}: the packed batches are as identical across failures.
+ * prefetch-depth batches in shared memory. The dataset mixes image records with video records
+ * (MPEG-4 clips decoded, sampled and resized by the media stage), so all of it holds for videos.
+ * The kill and the savepoint/rescale cases also run with {@code stoker.packing.enabled}: the packed
+ * batches are as identical across failures.
  */
 @ExtendWith(ExpectedFaultFilter.DeadLettersExpected.class) // bad records on purpose, each asserted
 class ExactlyOnceITCase {
@@ -62,6 +65,9 @@ class ExactlyOnceITCase {
     private static final int RECORDS_PER_FILE = 30;
     private static final int FILES = 3;
     private static final String[] SOURCES = {"chat", "ocr", "charts"};
+
+    /** Generated MPEG-4 clips ({@link TestClips}) that the video records of the dataset use. */
+    private static final int CLIPS = 4;
 
     /**
      * The two-node case kills the TaskManager, and with it both nodes' ack servers: RemoteAckFeed
@@ -117,8 +123,10 @@ class ExactlyOnceITCase {
      * A three-source mixture ({@code mixture.yaml}), one JSONL file of small generated images per
      * source: "chat" down-sampled to 20 of its 30 records per epoch, "ocr" up-sampled 1.5 times (45
      * per epoch), "charts" once with its own system prompt and pixel budget; every source's images
-     * under the spec's directory ({@code image_root: .}). A few records are bad (dead letters, so
-     * their slots get back-filled). With W=2, B=3 and 2 epochs of 95 records that is 2 x 16 steps.
+     * under the spec's directory ({@code image_root: .}). Some "ocr" records hold a generated video
+     * instead of an image, and some "chat" records an image and a video. A few records are bad
+     * (broken JSON, a missing image, a missing and a damaged video: dead letters, so their slots
+     * get back-filled). With W=2, B=3 and 2 epochs of 95 records that is 2 x 16 steps.
      */
     @BeforeAll
     static void writeDataset() throws IOException {
@@ -133,6 +141,16 @@ class ExactlyOnceITCase {
             }
             ImageIO.write(img, "png", datasetRoot.resolve("img/" + i + ".png").toFile());
         }
+        Files.createDirectories(datasetRoot.resolve("clips"));
+        for (int i = 0; i < CLIPS; i++) {
+            // sizes that resize differently; 7 frames: an odd count, its last frame repeated
+            TestClips.write(
+                    datasetRoot.resolve("clips/" + i + ".mp4"), 48 + 16 * i, 48, 6 + i, 10, i);
+        }
+        byte[] whole = Files.readAllBytes(datasetRoot.resolve("clips/0.mp4"));
+        Files.write(
+                datasetRoot.resolve("clips/damaged.mp4"),
+                Arrays.copyOf(whole, whole.length / 2)); // truncated mid-stream
         for (int f = 0; f < FILES; f++) {
             StringBuilder jsonl = new StringBuilder();
             for (int i = 0; i < RECORDS_PER_FILE; i++) {
@@ -142,6 +160,23 @@ class ExactlyOnceITCase {
                     continue;
                 }
                 String image = r % 23 == 7 ? "img/missing.png" : "img/" + (r % 12) + ".png";
+                if (r % 23 != 7 && (f == 1 && r % 4 == 1 || f == 0 && r % 9 == 4)) {
+                    // a video, or (chat) an image and a video, some missing or damaged
+                    String clip =
+                            r == 45 ? "clips/missing.mp4" : r == 49 ? "clips/damaged.mp4" : clip(r);
+                    jsonl.append(
+                            String.format(
+                                    "{\"id\": \"r%d\", \"video\": \"%s\",%s \"conversations\": ["
+                                            + "{\"from\": \"human\", \"value\": \"<video>\\n%sRecord %d: what happens?\"},"
+                                            + " {\"from\": \"gpt\", \"value\": \"Bars move, %d.\"}]}\n",
+                                    r,
+                                    clip,
+                                    f == 0 ? " \"image\": \"" + image + "\"," : "",
+                                    f == 0 ? "<image>\\n" : "",
+                                    r,
+                                    r));
+                    continue;
+                }
                 jsonl.append(
                         String.format(
                                 "{\"id\": \"r%d\", \"image\": \"%s\", \"conversations\": ["
@@ -176,6 +211,10 @@ class ExactlyOnceITCase {
                         "  - {name: ocr, path: ocr, image_root: ., count: 20}",
                         "  - {name: charts, path: charts, image_root: ., count: 6}",
                         ""));
+    }
+
+    private static String clip(int record) {
+        return "clips/" + (record % CLIPS) + ".mp4";
     }
 
     private static MiniCluster miniCluster;
@@ -268,7 +307,9 @@ class ExactlyOnceITCase {
             List<TrainerSim.Consumed> out = trainer.await(180_000);
             awaitStatus(job, JobStatus.FINISHED);
             assertThat(out).hasSize((int) numSteps * WORLD_SIZE);
-            LOG.info("Uninterrupted run: {} batches consumed", out.size());
+            int videos = out.stream().mapToInt(TrainerSim.Consumed::videos).sum();
+            assertThat(videos).as("videos in the batches").isPositive();
+            LOG.info("Uninterrupted run: {} batches consumed, {} videos", out.size(), videos);
             return out;
         } finally {
             CLUSTER.freshOutputRoot();

@@ -16,19 +16,28 @@ import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.stream.Stream;
+import org.apache.arrow.memory.RootAllocator;
+import org.apache.arrow.vector.FieldVector;
+import org.apache.arrow.vector.VectorSchemaRoot;
+import org.apache.arrow.vector.ipc.ArrowFileReader;
+import org.apache.arrow.vector.util.ByteArrayReadableSeekableByteChannel;
 
 /**
  * Test helper: a simulated trainer that consumes one job directory the way the Python reader does
  * ({@code docs/batch-protocol.md}): one thread per DP rank waits for {@code step-<s>.arrow} of the
- * manifest's current generation, records (step, rank, sha256 of the file), writes {@code ack.json}
- * and unlinks the file, then "trains" for the step time. It follows a new generation when the
- * manifest changes. It also records the most batch files a rank ever had in shared memory.
+ * manifest's current generation, records (step, rank, sha256 of the file, its videos), writes
+ * {@code ack.json} and unlinks the file, then "trains" for the step time. It follows a new
+ * generation when the manifest changes. It also records the most batch files a rank ever had in
+ * shared memory.
  */
 final class TrainerSim implements AutoCloseable {
     private static final ObjectMapper JSON = new ObjectMapper();
 
-    /** One consumed batch. */
-    record Consumed(long step, int rank, String sha256) {}
+    /**
+     * One consumed batch: its step and rank, the sha256 of its file and how many videos it holds
+     * (entries of {@code video_grid_thw} over its rows).
+     */
+    record Consumed(long step, int rank, String sha256, int videos) {}
 
     private final Path jobDir;
     private final List<Thread> threads = new ArrayList<>();
@@ -86,7 +95,7 @@ final class TrainerSim implements AutoCloseable {
                     return;
                 }
                 synchronized (consumed) {
-                    consumed.add(new Consumed(step, rank, sha256(bytes)));
+                    consumed.add(new Consumed(step, rank, sha256(bytes), videos(bytes)));
                 }
                 if (stepMillis > 0) {
                     Thread.sleep(stepMillis);
@@ -139,6 +148,23 @@ final class TrainerSim implements AutoCloseable {
         Path tmp = rankDir.resolve(".ack.json.tmp");
         Files.writeString(tmp, "{\"consumed_step\": " + step + "}");
         Files.move(tmp, rankDir.resolve("ack.json"), StandardCopyOption.ATOMIC_MOVE);
+    }
+
+    private static int videos(byte[] batch) throws IOException {
+        int videos = 0;
+        try (RootAllocator allocator = new RootAllocator();
+                ArrowFileReader reader =
+                        new ArrowFileReader(
+                                new ByteArrayReadableSeekableByteChannel(batch), allocator)) {
+            while (reader.loadNextBatch()) {
+                VectorSchemaRoot root = reader.getVectorSchemaRoot();
+                FieldVector grids = root.getVector("video_grid_thw");
+                for (int r = 0; grids != null && r < root.getRowCount(); r++) {
+                    videos += ((List<?>) grids.getObject(r)).size();
+                }
+            }
+        }
+        return videos;
     }
 
     private static String sha256(byte[] bytes) throws NoSuchAlgorithmException {
