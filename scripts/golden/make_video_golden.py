@@ -23,7 +23,10 @@ FFmpeg 8 libraries, numpy 2.3.5, pyarrow 22.0.0; pinned in requirements.txt besi
   call with ``backend="pyav"`` (``read_video_pyav``: ``av.open``, ``stream.frames`` as
   total_num_frames, ``stream.average_rate`` as fps, decode from the start, keep the frames at the
   sampled indices, ``frame.to_ndarray(format="rgb24")``), and keeps the uint8 frames it returns:
-  they are exactly what the processor received.
+  they are exactly what the processor received. One change, Stoker's deliberate difference: where
+  the container stores no frame count (``stream.frames`` 0: mkv, webm), the loader's metadata
+  gets the counted packets before the frame-index rule runs (``counting``; the row's
+  ``frames_counted``), where ``read_video_pyav`` alone fails (docs/parity.md).
 * frame-index rules: ``Qwen2VLVideoProcessor.sample_frames`` and ``Qwen3VLVideoProcessor.
   sample_frames`` with ``num_frames``; and LLaMA-Factory's
   ``np.linspace(0, total_frames - 1, sample_frames).astype(np.int32)``
@@ -477,11 +480,47 @@ def clip_row(clip: Clip, path: Path) -> dict[str, Any]:
     return row
 
 
-def pyav_fetch(captured: list[Any], video: Any, sample_indices_fn: Any = None) -> Any:
-    """``BaseVideoProcessor.fetch_videos`` with ``backend="pyav"`` (see the module docstring)."""
+def counted_frames(path: str) -> tuple[int, Fraction]:
+    """The video stream's packets, counted in one demux pass without decoding, and its average
+    rate: Stoker's frame count where the container stores none (``stream.frames`` is 0: Matroska
+    and WebM), as transformers' default torchcodec backend (``seek_mode="exact"``) counts by
+    scanning the file. One packet is one frame for every codec here (VP9 superframes, AV1
+    temporal units)."""
+    with av.open(path) as container:
+        stream = container.streams.video[0]
+        count = sum(1 for packet in container.demux(stream) if packet.size > 0)
+        return count, stream.average_rate
+
+
+def counting(sample_indices_fn: Any, path: str, counted: list[bool]) -> Any:
+    """``sample_indices_fn`` that first gives a metadata without a frame count the counted one
+    (Stoker's deviation from ``read_video_pyav``, which refuses such a video: docs/parity.md);
+    the loader returns that metadata, so the processor sees the count and its duration."""
+
+    def sample(metadata: VideoMetadata, **kwargs: Any) -> Any:
+        if metadata.total_num_frames == 0:
+            total, rate = counted_frames(path)
+            metadata.total_num_frames = total
+            # read_video_pyav's own arithmetic: total_num_frames / stream.average_rate
+            metadata.duration = float(total / rate) if rate else 0
+            counted.append(True)
+        return sample_indices_fn(metadata=metadata, **kwargs)
+
+    return sample
+
+
+def pyav_fetch(
+    captured: list[Any], counted: list[bool], video: Any, sample_indices_fn: Any = None
+) -> Any:
+    """``BaseVideoProcessor.fetch_videos`` with ``backend="pyav"`` (see the module docstring),
+    counting the frames of a container that stores no count (``counting``)."""
     if isinstance(video, list):
-        return list(zip(*[pyav_fetch(captured, v, sample_indices_fn) for v in video], strict=True))
-    frames, metadata = load_video(video, backend="pyav", sample_indices_fn=sample_indices_fn)
+        return list(
+            zip(*[pyav_fetch(captured, counted, v, sample_indices_fn) for v in video], strict=True)
+        )
+    frames, metadata = load_video(
+        video, backend="pyav", sample_indices_fn=counting(sample_indices_fn, video, counted)
+    )
     captured.append(frames)
     return frames, metadata
 
@@ -501,7 +540,8 @@ def reference_row(
 ) -> dict[str, Any]:
     vp = processor.video_processor
     captured: list[Any] = []
-    vp.fetch_videos = partial(pyav_fetch, captured)
+    counted: list[bool] = []
+    vp.fetch_videos = partial(pyav_fetch, captured, counted)
     resized: list[Any] = []
     vp.resize = partial(keep_result, type(vp).resize.__get__(vp), resized)
     row: dict[str, Any] = {
@@ -520,6 +560,7 @@ def reference_row(
         "merge_size": vp.merge_size,
         "status": "ok",
         "error": "",
+        "frames_counted": False,
     }
     try:
         out = processor(
@@ -552,6 +593,7 @@ def reference_row(
     row.update(
         {
             "total_num_frames": int(meta.total_num_frames),
+            "frames_counted": bool(counted),
             "video_fps": float(meta.fps),
             "duration": float(meta.duration),
             "width": int(meta.width),
@@ -693,6 +735,7 @@ SCHEMAS = {
         ("merge_size", pa.int32()),
         ("status", pa.string()),
         ("error", pa.string()),
+        ("frames_counted", pa.bool_()),
         ("total_num_frames", pa.int32()),
         ("video_fps", pa.float64()),
         ("duration", pa.float64()),
@@ -800,6 +843,7 @@ def main() -> None:
             "videos": len(video_rows),
             "videos_ok": sum(r["status"] == "ok" for r in video_rows),
             "videos_refused": sum(r["status"] == "refused" for r in video_rows),
+            "videos_frames_counted": sum(r["frames_counted"] for r in video_rows),
             "frame_indices": len(indices),
         },
         "affine_check_max_abs_error": max(

@@ -8,11 +8,11 @@ package dev.stoker.operators.model;
  * (policy {@code DROP}), or nothing trainable is left after truncating it to that length (policy
  * {@code TRUNCATE}); the message names the sample's length and the limit.
  *
- * <p>{@link #VIDEO_TOO_SHORT}: too few frames for the model's frame-index rule (a container that
- * reports no frame count, as Matroska and WebM do, included), or fewer sampled frames than its
- * {@code temporal_patch_size} where its video processor refuses them (Qwen3-VL's {@code
- * smart_resize}); the reference fails on these too. {@link #VIDEO_TOO_LARGE}: the resized frames
- * would not fit one Java array ({@code 2^31 - 1} samples).
+ * <p>{@link #VIDEO_TOO_SHORT}: too few frames for the model's frame-index rule (a stream of no
+ * frames included), or fewer sampled frames than its {@code temporal_patch_size} where its video
+ * processor refuses them (Qwen3-VL's {@code smart_resize}); the reference fails on these too.
+ * {@link #VIDEO_TOO_LARGE}: the resized frames would not fit one Java array ({@code 2^31 - 1}
+ * samples).
  */
 public enum RejectReason {
     LINE_TOO_LONG(Stage.PARSE),

@@ -87,7 +87,10 @@ import org.bytedeco.javacpp.PointerPointer;
  *       frame rate comes from it). The video is the first stream whose type is video (PyAV's {@code
  *       container.streams.video[0]}), decoded by {@code avcodec_find_decoder}'s decoder for its
  *       codec id. {@link #metadata()} is read from the container alone: no frame is decoded to
- *       count frames (see {@link VideoMetadata#totalFrames()}).
+ *       count frames (see {@link VideoMetadata#totalFrames()}). Where the container stores no frame
+ *       count (Matroska, WebM) the stream's packets are counted in one demux pass, where the
+ *       reference takes the count as 0 and fails: Stoker's one deviation here ({@code
+ *       docs/parity.md}).
  *   <li>Frame index: the position of a frame in the decoder's output order from the start of the
  *       file (PyAV's {@code enumerate(container.decode(video=0))}) after {@code av_seek_frame(ctx,
  *       -1, 0, AVSEEK_FLAG_BACKWARD)} (the reference's {@code container.seek(0)}). Decoding is
@@ -195,12 +198,13 @@ public final class VideoDecoder implements AutoCloseable {
             openInput(file, bytes);
             this.streamIndex = firstVideoStream();
             AVStream stream = format.streams(streamIndex);
-            this.metadata = openDecoder(stream);
+            VideoMetadata stored = openDecoder(stream);
             packet = av_packet_alloc();
             frame = av_frame_alloc();
             if (packet == null || frame == null) {
                 throw new OutOfMemoryError("FFmpeg could not allocate a packet or frame");
             }
+            this.metadata = stored.totalFrames() == 0 ? withCountedFrames(stored) : stored;
             done = true;
         } finally {
             if (!done) {
@@ -672,6 +676,54 @@ public final class VideoDecoder implements AutoCloseable {
                 pixelFormatName(par.format()),
                 depth,
                 decoder.name().getString());
+    }
+
+    /**
+     * {@code stored} with the frame count of a container that stores none (Matroska, WebM): the
+     * video stream's packets, counted in one demux pass from the start without decoding (one packet
+     * is one frame: VP9 superframes and AV1 temporal units carry one shown frame each), and the
+     * duration from that count. The reference ({@code read_video_pyav}) takes the missing count as
+     * 0 and fails; transformers' default torchcodec backend counts by scanning the file as here.
+     */
+    private VideoMetadata withCountedFrames(VideoMetadata stored) throws RejectedRecordException {
+        int frames = 0;
+        while (true) {
+            int ret = av_read_frame(format, packet);
+            if (ret == AVERROR_EOF) {
+                break;
+            }
+            if (ret < 0) {
+                throw corrupt(
+                        "reading the packets to count the frames failed (" + error(ret) + ")",
+                        null);
+            }
+            boolean video = packet.stream_index() == streamIndex && packet.size() > 0;
+            av_packet_unref(packet);
+            if (video && ++frames > limits.maxFrames()) {
+                throw new RejectedRecordException(
+                        RejectReason.VIDEO_TOO_MANY_FRAMES,
+                        "the stream has more than "
+                                + limits.maxFrames()
+                                + " frames (counted: the container stores no frame count): "
+                                + source);
+            }
+        }
+        double duration =
+                stored.hasFrameRate()
+                        ? ((double) frames * stored.rateDenominator()) / stored.rateNumerator()
+                        : 0.0;
+        return new VideoMetadata(
+                frames,
+                stored.rateNumerator(),
+                stored.rateDenominator(),
+                stored.fps(),
+                duration,
+                stored.width(),
+                stored.height(),
+                stored.rotation(),
+                stored.pixelFormat(),
+                stored.bitDepth(),
+                stored.codec());
     }
 
     private static double rotation(AVCodecParameters par) {

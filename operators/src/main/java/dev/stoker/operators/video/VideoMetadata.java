@@ -6,8 +6,10 @@ package dev.stoker.operators.video;
  * puts into its {@code VideoMetadata}, plus what Stoker needs to judge and report the stream.
  *
  * @param totalFrames the stream's frame count as the container reports it (FFmpeg's {@code
- *     AVStream.nb_frames}, PyAV's {@code stream.frames}); 0 when the container does not say
- *     (Matroska/WebM), and possibly wrong: nothing is decoded to count it, as in the reference
+ *     AVStream.nb_frames}, PyAV's {@code stream.frames}), possibly wrong: nothing is decoded to
+ *     count it, as in the reference. Where the container stores none (Matroska/WebM: PyAV's {@code
+ *     stream.frames} is 0, and the reference fails) the number of the stream's packets, counted
+ *     without decoding ({@link VideoDecoder})
  * @param rateNumerator numerator of the average frame rate ({@code AVStream.avg_frame_rate}, PyAV's
  *     {@code stream.average_rate}); 0 when the container has none
  * @param rateDenominator denominator of the average frame rate; 0 when the container has none

@@ -70,8 +70,8 @@ class FrameSamplingTest {
 
     @Test
     void noFrameToSampleIsRejectedAsTheReferenceFails() {
-        // Matroska/WebM report 0 frames: Qwen2-VL divides by zero, Qwen3-VL's loader indexes an
-        // empty list (videos.arrow: vp9.webm and av1.mkv are refused)
+        // a stream of 0 frames: the reference's Qwen2-VL divides by zero, Qwen3-VL's loader
+        // indexes an empty list (as it did for Matroska/WebM, whose count Stoker now counts)
         assertThatThrownBy(() -> FrameSampling.qwen2Vl(0, 30, 2, 4, 768, 2))
                 .isInstanceOfSatisfying(
                         RejectedRecordException.class,

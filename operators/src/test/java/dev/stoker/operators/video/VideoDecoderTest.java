@@ -95,17 +95,40 @@ class VideoDecoderTest {
     }
 
     @Test
-    void reportsWhatTheContainerSays() throws RejectedRecordException {
+    void reportsWhatTheContainerSays() throws Exception {
         try (VideoDecoder decoder = VideoDecoder.open(clipPath("hevc_10bit.mov"), LIMITS)) {
             assertThat(decoder.metadata().pixelFormat()).isEqualTo("yuv420p10le");
             assertThat(decoder.metadata().bitDepth()).isEqualTo(10);
         }
-        // Matroska stores no frame count: 0, as PyAV's stream.frames (the reference refuses it)
-        try (VideoDecoder decoder = VideoDecoder.open(clipPath("vp9.webm"), LIMITS)) {
-            assertThat(decoder.metadata().totalFrames()).isZero();
-            assertThat(decoder.metadata().fps()).isEqualTo(30.0);
-            // decoding still works, counted in output order
-            assertThat(decoder.decode(new int[] {0, 29, 40}).indices()).containsExactly(0, 29);
+        // Matroska stores no frame count (PyAV's stream.frames is 0, and the reference refuses
+        // such a clip): the packets are counted, and the count is what PyAV decodes
+        Map<String, Map<String, Object>> clips = clipRows();
+        for (String clip : List.of("vp9.webm", "av1.mkv")) {
+            try (VideoDecoder decoder = VideoDecoder.open(clipPath(clip), LIMITS)) {
+                int decoded = (Integer) clips.get(clip).get("decoded_frames");
+                assertThat(decoded).as(clip).isPositive();
+                assertThat(decoder.metadata().totalFrames()).as(clip).isEqualTo(decoded);
+                assertThat(decoder.decode(new int[] {0, decoded - 1, decoded + 5}).indices())
+                        .as("%s: decoding after the count starts at the first frame", clip)
+                        .containsExactly(0, decoded - 1);
+            }
+            byte[] bytes = Files.readAllBytes(clipPath(clip));
+            try (VideoDecoder memory = VideoDecoder.open(bytes, clip, LIMITS)) {
+                assertThat(memory.metadata().totalFrames())
+                        .as(clip)
+                        .isEqualTo(clips.get(clip).get("decoded_frames"));
+            }
+            // more frames than the limit: refused while counting
+            assertThatThrownBy(
+                            () ->
+                                    VideoDecoder.open(
+                                            clipPath(clip),
+                                            new VideoLimits(4096L * 4096, 5, 1L << 31)))
+                    .isInstanceOfSatisfying(
+                            RejectedRecordException.class,
+                            e ->
+                                    assertThat(e.reason())
+                                            .isEqualTo(RejectReason.VIDEO_TOO_MANY_FRAMES));
         }
     }
 
