@@ -305,6 +305,44 @@ CLIPS = [
         bt709=True,
         options=X264,
     ),
+    # Short groups of pictures: the 2 fps sampling of 30 fps skips whole GOPs (Stoker's decoder
+    # then skips to keyframes, docs/parity.md), with B-frames, open GOPs and CRA pictures.
+    Clip(
+        "h264_gop6.mp4",
+        "H.264 with a keyframe every 6 frames and B-frames (closed GOPs), 30 fps, 4 s",
+        rate=Fraction(30),
+        frames=120,
+        options={**X264, "x264-params": "keyint=6:min-keyint=6:scenecut=0:bframes=2"},
+    ),
+    Clip(
+        "h264_open_gop.mp4",
+        "H.264 open GOPs (non-IDR keyframes, leading B-frames) every 8 frames, 30 fps",
+        rate=Fraction(30),
+        frames=96,
+        options={
+            **X264,
+            "x264-params": "keyint=8:min-keyint=8:scenecut=0:bframes=3:b-pyramid=none:open-gop=1",
+        },
+    ),
+    Clip(
+        "hevc_gop8.mp4",
+        "HEVC with a CRA keyframe every 8 frames (open GOPs, RASL pictures), 30 fps",
+        codec="libx265",
+        rate=Fraction(30),
+        frames=96,
+        options={
+            **X265,
+            "x265-params": X265["x265-params"] + ":keyint=8:min-keyint=8:scenecut=0:open-gop=1",
+        },
+    ),
+    Clip(
+        "vp9_gop5.webm",
+        "VP9 with a key frame every 5 frames, in webm (counted), 30 fps",
+        codec="libvpx-vp9",
+        rate=Fraction(30),
+        frames=90,
+        options={**VP9, "g": "5"},
+    ),
     Clip("audio_only.mp4", "bad: an AAC audio stream and no video stream", bad="audio"),
     Clip("truncated.mp4", "bad: the first half of h264_main.mp4's bytes", bad="truncate"),
     Clip("empty.mp4", "bad: a zero-length file", bad="empty"),

@@ -93,7 +93,13 @@ class VideoGoldensTest {
                         .isEqualTo(byClip.get(row.get("clip")).get("decoded_frames"));
             }
         }
-        assertThat(counted).containsExactly("av1.mkv", "vp9.webm");
+        Set<String> matroska = new TreeSet<>();
+        clips.stream()
+                .filter(c -> (Boolean) c.get("good"))
+                .filter(c -> Set.of("mkv", "webm").contains(c.get("container")))
+                .forEach(c -> matroska.add((String) c.get("clip")));
+        assertThat(matroska).contains("av1.mkv", "vp9.webm");
+        assertThat(counted).isEqualTo(matroska);
     }
 
     @Test

@@ -38,6 +38,7 @@ class VideoDecoderTest {
         Map<String, Map<String, Object>> clips = clipRows();
         Set<String> seen = new LinkedHashSet<>();
         Map<String, long[]> diffByCodec = new LinkedHashMap<>();
+        int skipped = 0;
         for (Map<String, Object> row : GoldenSet.VIDEO.read("videos.arrow")) {
             if (!"ok".equals(row.get("status"))) {
                 continue;
@@ -59,6 +60,7 @@ class VideoDecoderTest {
                         .isEqualTo(((Integer) clips.get(clip).get("rotation")).doubleValue());
 
                 VideoDecoder.DecodedFrames decoded = decoder.decode(indices);
+                skipped += decoder.skippedPackets();
                 assertThat(decoded.indices()).as(clip).containsExactly(indices);
                 int[] shape = ints(row.get("frames_shape"));
                 byte[] expected = (byte[]) row.get("frames");
@@ -90,6 +92,9 @@ class VideoDecoderTest {
                                 (double) s[0] / s[2],
                                 s[1]));
         assertThat(seen).hasSizeGreaterThanOrEqualTo(20);
+        // the short-GOP clips' frames came from decodes that skipped to keyframes
+        LOG.info("packets skipped over the reference's index sets: {}", skipped);
+        assertThat(skipped).isPositive();
         diffByCodec.forEach(
                 (codec, s) -> assertThat(s[1]).as("max abs difference, %s", codec).isZero());
     }
@@ -173,6 +178,66 @@ class VideoDecoderTest {
                             assertThat(e.reason()).isEqualTo(reason);
                             assertThat(e.getMessage()).contains(message).contains(clip);
                         });
+    }
+
+    /**
+     * Skipping to keyframes hands over exactly the frames a sequential decode from the start (the
+     * reference's way) gives, on every good clip and several sparse index sets; on the clips with
+     * short groups of pictures (closed and open GOPs, HEVC CRA with leading pictures, VP9 key
+     * frames) it does skip.
+     */
+    @Test
+    void skippingToKeyframesGivesTheFramesOfASequentialDecode() throws Exception {
+        Map<String, Integer> skippedByClip = new LinkedHashMap<>();
+        for (Map<String, Object> row : clipRows().values()) {
+            if (!(Boolean) row.get("good")) {
+                continue;
+            }
+            String clip = (String) row.get("clip");
+            int n = (Integer) row.get("decoded_frames");
+            java.util.Random random = new java.util.Random(clip.hashCode());
+            List<int[]> sets = new ArrayList<>();
+            for (int stride : new int[] {7, 15, 31}) {
+                sets.add(every(0, n, stride));
+                sets.add(every(random.nextInt(stride), n, stride));
+            }
+            sets.add(new int[] {n - 1});
+            sets.add(new int[] {n / 2, n - 2, n + 3});
+            sets.add(random.ints(4, 0, n).sorted().distinct().toArray());
+            sets.removeIf(s -> s.length == 0);
+            for (int[] indices : sets) {
+                try (VideoDecoder sequential =
+                                VideoDecoder.open(clipPath(clip), LIMITS).sequential();
+                        VideoDecoder skipping = VideoDecoder.open(clipPath(clip), LIMITS)) {
+                    VideoDecoder.DecodedFrames expected = sequential.decode(indices);
+                    VideoDecoder.DecodedFrames actual = skipping.decode(indices);
+                    String what = clip + " " + Arrays.toString(indices);
+                    assertThat(sequential.skippedPackets()).isZero();
+                    assertThat(actual.indices()).as(what).containsExactly(expected.indices());
+                    for (int f = 0; f < expected.frames().size(); f++) {
+                        assertThat(actual.frames().get(f).pixels())
+                                .as("%s, frame %d", what, expected.indices()[f])
+                                .isEqualTo(expected.frames().get(f).pixels());
+                    }
+                    skippedByClip.merge(clip, skipping.skippedPackets(), Integer::sum);
+                }
+            }
+        }
+        LOG.info("packets skipped per clip over its index sets: {}", skippedByClip);
+        assertThat(skippedByClip)
+                .as("packets skipped")
+                .allSatisfy(
+                        (clip, skipped) -> {
+                            if (clip.contains("gop")) {
+                                assertThat(skipped).as(clip).isPositive();
+                            }
+                        });
+        assertThat(skippedByClip.keySet())
+                .contains("h264_gop6.mp4", "h264_open_gop.mp4", "hevc_gop8.mp4", "vp9_gop5.webm");
+    }
+
+    private static int[] every(int from, int to, int step) {
+        return java.util.stream.IntStream.iterate(from, i -> i < to, i -> i + step).toArray();
     }
 
     @Test
