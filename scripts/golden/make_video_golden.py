@@ -63,6 +63,16 @@ Output (about 6 MB; about 20 s on the 2-core dev box):
   frames the processor's own ``resize`` returned (``affine_check_max_abs_error``, float32
   rounding only), so those frames are recoverable from it and not stored.
 * ``frame_indices.arrow``: the three index rules for a few frame counts per clip.
+* ``frames/<set>/`` and ``frame_videos.arrow``: videos given as a list of frame image files
+  (FRAME_SETS: PNG and JPEG, odd sizes and counts, grey, one frame, frames of two sizes), one row
+  per (preset, set, fps in FRAME_LIST_FPS), through the processor as ``apply_chat_template`` hands
+  it such a video (``videos=[[[path, ...]]]``) with ``do_sample_frames=False`` (with True
+  ``BaseVideoProcessor._decode_and_sample_videos`` refuses every frame list) and, for a given fps,
+  ``video_metadata={"fps": fps, "total_num_frames": n, "frames_indices": range(n)}``. The frames
+  are loaded by ``fetch_images`` (``load_image_as_tensor``: torchvision's ``decode_image``, RGB,
+  EXIF applied) and kept as the processor received them (``frames``; ``frames_equal_pillow``
+  says whether Pillow decodes the files to the same pixels). Without metadata the reference
+  assumes 24 fps (``VideoMetadata.sampled_fps``, ``Qwen3VLProcessor`` timestamps).
 * ``summary.json`` (written last): versions, presets, encoders used and missing, counts.
 
 Run (from the repository root; PyAV added to the model venv or on PYTHONPATH):
@@ -728,6 +738,178 @@ def index_rows(clip_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+@dataclass(frozen=True)
+class FrameSet:
+    """A video given as a list of frame image files (``OUT/frames/<name>/0000.<ext>`` ...)."""
+
+    name: str
+    why: str
+    ext: str = "png"
+    width: int = 64
+    height: int = 48
+    count: int = 4
+    mode: str = "RGB"  # PIL mode of the files: "RGB" or "L"
+    quality: int = 90  # JPEG quality (4:2:0)
+    sizes: tuple[tuple[int, int], ...] = ()  # per-frame (w, h) where the frames differ
+
+
+FRAME_SETS = [
+    FrameSet(
+        "png_odd5", "5 PNG frames at an odd size, 97x61 (odd frame count: padded)", "png", 97, 61, 5
+    ),
+    FrameSet("jpg_7", "7 JPEG frames (4:2:0, quality 90), 64x48", "jpg", 64, 48, 7),
+    FrameSet(
+        "jpg_big3", "3 JPEG frames of 150x100: above the budget, downscaled", "jpg", 150, 100, 3
+    ),
+    FrameSet(
+        "png_gray4",
+        "4 grayscale PNG frames of 30x20: below min_pixels, upscaled",
+        "png",
+        30,
+        20,
+        4,
+        "L",
+    ),
+    FrameSet(
+        "png_single", "1 PNG frame (Qwen2/2.5-VL pad it to 2; Qwen3-VL refuses)", "png", 64, 48, 1
+    ),
+    FrameSet(
+        "png_sizes3",
+        "3 PNG frames of two sizes (the reference's torch.stack fails)",
+        "png",
+        count=3,
+        sizes=((64, 48), (64, 48), (48, 64)),
+    ),
+]
+
+#: The frame-list rows' frame rates: None = no video_metadata (the reference assumes 24 fps), and
+#: one given the way a record gives it (``video_metadata`` ``fps``; qwen-vl-utils' ``fps`` key).
+FRAME_LIST_FPS: list[float | None] = [None, 1.0]
+
+
+def make_frame_sets(frames_dir: Path) -> dict[str, list[str]]:
+    """Writes every FRAME_SETS' files; returns each set's files relative to ``frames_dir.parent``."""
+    from PIL import Image
+
+    files: dict[str, list[str]] = {}
+    for fs in FRAME_SETS:
+        d = frames_dir / fs.name
+        d.mkdir(parents=True, exist_ok=True)
+        names = []
+        for i in range(fs.count):
+            w, h = fs.sizes[i] if fs.sizes else (fs.width, fs.height)
+            rgb = picture(i * 3, w, h)
+            img = Image.fromarray(rgb).convert(fs.mode)
+            path = d / f"{i:04d}.{fs.ext}"
+            if fs.ext == "jpg":
+                img.save(path, quality=fs.quality, subsampling=2)
+            else:
+                img.save(path, optimize=False, compress_level=6)
+            names.append(f"{frames_dir.name}/{fs.name}/{path.name}")
+        files[fs.name] = names
+    return files
+
+
+def frame_list_row(
+    preset: make_golden.Preset,
+    processor: Any,
+    fs: FrameSet,
+    files: list[str],
+    out_dir: Path,
+    fps: float | None,
+) -> dict[str, Any]:
+    """The processor on one frame-list video, as ``apply_chat_template`` hands it one
+    (``videos=[[[path, ...]]]``: a batch of one sample holding one video given as frame paths),
+    with ``do_sample_frames=False`` (with True the reference refuses every frame list:
+    ``_decode_and_sample_videos`` raises "Sampling frames from a list of images is not
+    supported!") and, when ``fps`` is given, ``video_metadata`` with that rate."""
+    vp = processor.video_processor
+    fetched: list[Any] = []
+    vp.fetch_images = partial(keep_result, type(vp).fetch_images.__get__(vp), fetched)
+    resized: list[Any] = []
+    vp.resize = partial(keep_result, type(vp).resize.__get__(vp), resized)
+    n = len(files)
+    row: dict[str, Any] = {
+        "preset": preset.key,
+        "frame_set": fs.name,
+        "why": fs.why,
+        "frame_files": files,
+        "fps": fps,
+        "min_pixels": preset.min_pixels,
+        "max_pixels": preset.max_pixels,
+        "patch_size": preset.patch_size,
+        "temporal_patch_size": vp.temporal_patch_size,
+        "merge_size": vp.merge_size,
+        "status": "ok",
+        "error": "",
+    }
+    kwargs: dict[str, Any] = {"do_sample_frames": False}
+    if fps is not None:
+        kwargs["video_metadata"] = [
+            {"fps": fps, "total_num_frames": n, "frames_indices": list(range(n))}
+        ]
+    paths = [str(out_dir / f) for f in files]
+    try:
+        out = processor(
+            text=[PROMPT],
+            videos=[[paths]],
+            return_metadata=True,
+            return_tensors="np",
+            **kwargs,
+        )
+    except Exception as e:  # noqa: BLE001 - a refusal is a golden outcome
+        row["status"] = "refused"
+        row["error"] = f"{type(e).__name__}: {e}".replace(str(out_dir), "")
+        return row
+    # fetch_images recurses through the instance attribute: the outermost call returns last
+    (loaded,) = fetched[-1]  # one video: its frames as (C, H, W) uint8 tensors
+    frames = np.ascontiguousarray(
+        np.stack([t.permute(1, 2, 0).numpy() for t in loaded]), dtype=np.uint8
+    )
+    from PIL import Image
+
+    # the processor's loader (torchvision's decode_image, RGB) against Pillow's decode of the files
+    pillow = np.stack([np.asarray(Image.open(p).convert("RGB")) for p in paths])
+    meta: VideoMetadata = out["video_metadata"][0]
+    pv = np.ascontiguousarray(out["pixel_values_videos"], dtype="<f4")
+    grid = [int(v) for v in out["video_grid_thw"][0]]
+    assert pv.shape == (grid[0] * grid[1] * grid[2], 3 * 2 * preset.patch_size**2), pv.shape
+    (resized_u8,) = resized
+    affine = float(np.abs(pv - patchify(resized_u8[0].numpy(), preset)).max())
+    assert affine < 1e-5, affine
+    # Qwen3VLProcessor pads the metadata's own frames_indices list to the temporal patch while it
+    # writes the timestamps: the first n are the frames'.
+    indices = [int(i) for i in np.asarray(meta.frames_indices)][:n]
+    video_fps = 24.0 if meta.fps is None else float(meta.fps)
+    timestamps: list[float] = []
+    if preset.key == "qwen3-vl":
+        timestamps = [
+            float(t) for t in processor._calculate_timestamps(list(indices), video_fps, 2)
+        ]
+    row.update(
+        {
+            "total_num_frames": int(meta.total_num_frames),
+            "metadata_fps": None if meta.fps is None else float(meta.fps),
+            "video_fps": video_fps,
+            "frames_indices": indices,
+            "frames": frames.tobytes(),
+            "frames_shape": list(frames.shape),
+            "frames_equal_pillow": bool(np.array_equal(frames, pillow)),
+            "pixel_values_videos": pv.tobytes(),
+            "pixel_values_videos_shape": list(pv.shape),
+            "video_grid_thw": grid,
+            "second_per_grid_ts": (
+                float(out["second_per_grid_ts"][0]) if "second_per_grid_ts" in out else None
+            ),
+            "video_timestamps": timestamps,
+            "video_timestamp_texts": [f"<{t:.1f} seconds>" for t in timestamps],
+            "input_ids": [int(v) for v in out["input_ids"][0]],
+            "affine_check_max_abs_error": affine,
+        }
+    )
+    return row
+
+
 SCHEMAS = {
     "clips.arrow": [
         ("clip", pa.string()),
@@ -794,6 +976,35 @@ SCHEMAS = {
         ("input_ids", pa.list_(pa.int32())),
         ("affine_check_max_abs_error", pa.float64()),
     ],
+    "frame_videos.arrow": [
+        ("preset", pa.string()),
+        ("frame_set", pa.string()),
+        ("why", pa.string()),
+        ("frame_files", pa.list_(pa.string())),
+        ("fps", pa.float64()),
+        ("min_pixels", pa.int64()),
+        ("max_pixels", pa.int64()),
+        ("patch_size", pa.int32()),
+        ("temporal_patch_size", pa.int32()),
+        ("merge_size", pa.int32()),
+        ("status", pa.string()),
+        ("error", pa.string()),
+        ("total_num_frames", pa.int32()),
+        ("metadata_fps", pa.float64()),
+        ("video_fps", pa.float64()),
+        ("frames_indices", pa.list_(pa.int32())),
+        ("frames", pa.binary()),
+        ("frames_shape", pa.list_(pa.int32())),
+        ("frames_equal_pillow", pa.bool_()),
+        ("pixel_values_videos", pa.binary()),
+        ("pixel_values_videos_shape", pa.list_(pa.int32())),
+        ("video_grid_thw", pa.list_(pa.int32())),
+        ("second_per_grid_ts", pa.float64()),
+        ("video_timestamps", pa.list_(pa.float64())),
+        ("video_timestamp_texts", pa.list_(pa.string())),
+        ("input_ids", pa.list_(pa.int32())),
+        ("affine_check_max_abs_error", pa.float64()),
+    ],
     "frame_indices.arrow": [
         ("clip", pa.string()),
         ("total_num_frames", pa.int32()),
@@ -834,8 +1045,18 @@ def main() -> None:
             # Qwen2-VL shares Qwen2.5-VL's video processor: the other fps once for each processor.
             if clip.name == OTHER_FPS_CLIP and preset.key != "qwen2-vl":
                 video_rows.append(reference_row(preset, processor, clip, clip_dir, OTHER_FPS))
+    frame_files = make_frame_sets(out_dir / "frames")
+    frame_rows = []
+    for preset in PRESETS:
+        processor = build(preset, tokenizer)
+        for fs in FRAME_SETS:
+            for fps in FRAME_LIST_FPS:
+                frame_rows.append(
+                    frame_list_row(preset, processor, fs, frame_files[fs.name], out_dir, fps)
+                )
     indices = index_rows(clip_rows)
     write(out_dir / "clips.arrow", clip_rows)
+    write(out_dir / "frame_videos.arrow", frame_rows)
     write(out_dir / "videos.arrow", video_rows)
     write(out_dir / "frame_indices.arrow", indices)
 
@@ -883,7 +1104,17 @@ def main() -> None:
             "videos_refused": sum(r["status"] == "refused" for r in video_rows),
             "videos_frames_counted": sum(r["frames_counted"] for r in video_rows),
             "frame_indices": len(indices),
+            "frame_videos": len(frame_rows),
+            "frame_videos_ok": sum(r["status"] == "ok" for r in frame_rows),
         },
+        "frame_sets": {fs.name: fs.why for fs in FRAME_SETS},
+        "frame_list_refusals": sorted(
+            {
+                f"{r['preset']} {r['frame_set']}: {r['error']}"
+                for r in frame_rows
+                if r["status"] == "refused"
+            }
+        ),
         "affine_check_max_abs_error": max(
             r["affine_check_max_abs_error"] for r in video_rows if r["status"] == "ok"
         ),

@@ -28,6 +28,29 @@ final class FetchOutcomes {
     }
 
     /**
+     * Frame {@code frame} (0-based) of video {@code video} (0-based), a video given as frame
+     * images, could not be fetched; the frame is fetched as an image, so the reason is an image's
+     * ({@link RejectReason#IMAGE_NOT_FOUND}, {@link RejectReason#IMAGE_TOO_LARGE}, ...): e.g.
+     * {@code "video 1 of 2, frame 3 of 8: 'f/3.jpg' not found ..."}.
+     */
+    static Either<DeadLetter, FetchedRecord> rejectedFrame(
+            SftRecord record, int video, int frame, RejectedRecordException e) {
+        String msg =
+                Media.VIDEO.word()
+                        + " "
+                        + (video + 1)
+                        + " of "
+                        + record.videos.length
+                        + ", frame "
+                        + (frame + 1)
+                        + " of "
+                        + record.videos[video].frames.length
+                        + ": "
+                        + e.getMessage();
+        return Either.Left(new DeadLetter(record.ref, e.reason(), msg));
+    }
+
+    /**
      * Completes {@code result} with a fetch outcome, unless the operator is already closed: then
      * the record is in the async operator's checkpoint and a late completion (or the failure the
      * shutdown itself causes) must not reach a closed task.

@@ -23,7 +23,11 @@ import org.apache.flink.util.concurrent.ExecutorThreadFactory;
 
 /**
  * Async I/O operator that fetches all images and videos of a record from the {@link ImageStore}
- * (images first, then videos, one at a time; the first that fails ends the record's fetch).
+ * (images first, then videos, one at a time; the first that fails ends the record's fetch). The
+ * frames of a video given as frame images are fetched as images (the image size limit, the image
+ * reasons, counted in {@code imagesFetched} / {@code imageBytesFetched}), in order, into {@link
+ * FetchedRecord#videoFrames}; a frame that cannot be read names the video and the frame ({@code
+ * video 1 of 1, frame 3 of 8: ...}).
  *
  * <p>Use with {@code AsyncDataStream.unorderedWait(..., timeout, capacity)}: at most {@code
  * capacity} records are in flight per subtask, served by a pool of {@code threads} I/O threads. A
@@ -91,7 +95,21 @@ public final class ImageFetchFunction
             }
             fetched.fetched(bytes[i].length);
         }
+        byte[][][] videoFrames = new byte[FramedVideos.any(record) ? videoBytes.length : 0][][];
         for (int i = 0; i < videoBytes.length; i++) {
+            String[] frames = record.videos[i].frames;
+            if (frames != null) {
+                videoFrames[i] = new byte[frames.length][];
+                for (int f = 0; f < frames.length; f++) {
+                    try {
+                        videoFrames[i][f] = read(store, frames[f], Media.IMAGE);
+                    } catch (RejectedRecordException e) {
+                        return FetchOutcomes.rejectedFrame(record, i, f, e);
+                    }
+                    fetched.fetched(videoFrames[i][f].length);
+                }
+                continue;
+            }
             try {
                 videoBytes[i] = read(store, record.videos[i].path, Media.VIDEO);
             } catch (RejectedRecordException e) {
@@ -101,6 +119,7 @@ public final class ImageFetchFunction
         }
         FetchedRecord result = new FetchedRecord(record, bytes);
         result.videoBytes = videoBytes;
+        result.videoFrames = videoFrames;
         return Either.Right(result);
     }
 

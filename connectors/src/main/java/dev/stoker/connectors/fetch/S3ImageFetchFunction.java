@@ -3,10 +3,12 @@ package dev.stoker.connectors.fetch;
 import dev.stoker.operators.metrics.MetricNames;
 import dev.stoker.operators.model.DeadLetter;
 import dev.stoker.operators.model.FetchedRecord;
+import dev.stoker.operators.model.ImageRef;
 import dev.stoker.operators.model.PerSource;
 import dev.stoker.operators.model.RejectReason;
 import dev.stoker.operators.model.RejectedRecordException;
 import dev.stoker.operators.model.SftRecord;
+import dev.stoker.operators.model.VideoRef;
 import java.time.Duration;
 import java.util.Arrays;
 import java.util.Collections;
@@ -29,13 +31,15 @@ import org.apache.flink.types.Either;
  * records, and {@link S3ClientSettings#maxConnections} bounds their GETs on the wire (the others
  * wait for a connection in the {@link S3ImageStore}). A record's images and videos are requested
  * concurrently; if any of them is rejected the record becomes a {@link DeadLetter} ({@code
- * Either.Left}) naming the first rejected one (images in record order, then videos) and its key. A
- * record exceeding the operator timeout becomes a {@link RejectReason#FETCH_TIMEOUT} dead letter
- * that says where each of its unfinished GETs was (waiting for a connection, or attempts made and
- * for how long); keep {@link S3ClientSettings#requestTimeout} below it so the client gives up (and
- * frees its connection) first. Transient failures (5xx or throttling after the client's retries,
- * timeouts, resets) follow the {@link TransientFailurePolicy}: a dead letter, or a failed task so
- * the job fails over and retries from its last checkpoint.
+ * Either.Left}) naming the first rejected one (images in record order, then videos) and its key;
+ * the frames of a video given as frame images are fetched as images (the image size limit and
+ * reasons, counted as images), and a dead letter names the video and the frame. A record exceeding
+ * the operator timeout becomes a {@link RejectReason#FETCH_TIMEOUT} dead letter that says where
+ * each of its unfinished GETs was (waiting for a connection, or attempts made and for how long);
+ * keep {@link S3ClientSettings#requestTimeout} below it so the client gives up (and frees its
+ * connection) first. Transient failures (5xx or throttling after the client's retries, timeouts,
+ * resets) follow the {@link TransientFailurePolicy}: a dead letter, or a failed task so the job
+ * fails over and retries from its last checkpoint.
  *
  * <p>{@link #close()} marks the function closed before closing the client: GETs that fail because
  * of the close are ignored (their records are in the operator's checkpoint), so stop-with-savepoint
@@ -95,14 +99,20 @@ public final class S3ImageFetchFunction
     @Override
     public void asyncInvoke(
             SftRecord record, ResultFuture<Either<DeadLetter, FetchedRecord>> result) {
-        int images = record.images.length;
-        S3ImageStore.Get[] reads = new S3ImageStore.Get[images + record.videos.length];
+        S3ImageStore.Get[] reads = new S3ImageStore.Get[FramedVideos.objects(record)];
         String root = roots.of(record.ref);
-        for (int i = 0; i < reads.length; i++) {
-            reads[i] =
-                    i < images
-                            ? store.read(root, record.images[i].path, Media.IMAGE)
-                            : store.read(root, record.videos[i - images].path, Media.VIDEO);
+        int r = 0;
+        for (ImageRef image : record.images) {
+            reads[r++] = store.read(root, image.path, Media.IMAGE);
+        }
+        for (VideoRef video : record.videos) {
+            if (video.givenAsFrames()) {
+                for (String frame : video.frames) {
+                    reads[r++] = store.read(root, frame, Media.IMAGE);
+                }
+            } else {
+                reads[r++] = store.read(root, video.path, Media.VIDEO);
+            }
         }
         inFlight.put(record, reads);
         CompletableFuture.allOf(reads)
@@ -115,7 +125,6 @@ public final class S3ImageFetchFunction
     }
 
     private Either<DeadLetter, FetchedRecord> toResult(SftRecord record, S3ImageStore.Get[] reads) {
-        int images = record.images.length;
         byte[][] bytes = new byte[reads.length][];
         for (int i = 0; i < reads.length; i++) {
             try {
@@ -126,10 +135,7 @@ public final class S3ImageFetchFunction
                                 ? r
                                 : new RejectedRecordException(
                                         RejectReason.FETCH_FAILED, String.valueOf(e.getCause()));
-                Either<DeadLetter, FetchedRecord> dead =
-                        i < images
-                                ? FetchOutcomes.rejected(record, Media.IMAGE, i, rejected)
-                                : FetchOutcomes.rejected(record, Media.VIDEO, i - images, rejected);
+                Either<DeadLetter, FetchedRecord> dead = rejected(record, i, rejected);
                 if (rejected.isTransient()) {
                     metrics.transientFailure();
                     if (transientFailures == TransientFailurePolicy.FAIL_OVER) {
@@ -142,16 +148,69 @@ public final class S3ImageFetchFunction
                 return dead;
             }
         }
-        for (int i = 0; i < bytes.length; i++) {
-            if (i < images) {
-                fetched.fetched(bytes[i].length);
-            } else {
-                fetched.fetchedVideo(bytes[i].length);
-            }
+        int images = record.images.length;
+        for (int i = 0; i < images; i++) {
+            fetched.fetched(bytes[i].length);
         }
         FetchedRecord result = new FetchedRecord(record, Arrays.copyOfRange(bytes, 0, images));
-        result.videoBytes = Arrays.copyOfRange(bytes, images, bytes.length);
+        result.videoBytes = new byte[record.videos.length][];
+        result.videoFrames = new byte[FramedVideos.any(record) ? record.videos.length : 0][][];
+        int r = images;
+        for (int v = 0; v < record.videos.length; v++) {
+            String[] frames = record.videos[v].frames;
+            if (frames == null) {
+                result.videoBytes[v] = bytes[r++];
+                fetched.fetchedVideo(result.videoBytes[v].length);
+            } else {
+                result.videoFrames[v] = Arrays.copyOfRange(bytes, r, r + frames.length);
+                r += frames.length;
+                for (byte[] frame : result.videoFrames[v]) {
+                    fetched.fetched(frame.length);
+                }
+            }
+        }
         return Either.Right(result);
+    }
+
+    /** The dead letter of read {@code read} (images, then each video's file or frames). */
+    private static Either<DeadLetter, FetchedRecord> rejected(
+            SftRecord record, int read, RejectedRecordException e) {
+        int images = record.images.length;
+        if (read < images) {
+            return FetchOutcomes.rejected(record, Media.IMAGE, read, e);
+        }
+        int r = images;
+        for (int v = 0; v < record.videos.length; v++) {
+            String[] frames = record.videos[v].frames;
+            int n = frames == null ? 1 : frames.length;
+            if (read < r + n) {
+                return frames == null
+                        ? FetchOutcomes.rejected(record, Media.VIDEO, v, e)
+                        : FetchOutcomes.rejectedFrame(record, v, read - r, e);
+            }
+            r += n;
+        }
+        throw new IllegalArgumentException("read " + read + " of a record with " + r + " reads");
+    }
+
+    /** The path of read {@code read} (images, then each video's file or frames). */
+    private static String pathOf(SftRecord record, int read) {
+        if (read < record.images.length) {
+            return record.images[read].path;
+        }
+        int r = record.images.length;
+        for (VideoRef video : record.videos) {
+            if (!video.givenAsFrames()) {
+                if (read == r++) {
+                    return video.path;
+                }
+            } else if (read < r + video.frames.length) {
+                return video.frames[read - r];
+            } else {
+                r += video.frames.length;
+            }
+        }
+        throw new IllegalArgumentException("read " + read + " of a record with " + r + " reads");
     }
 
     @Override
@@ -175,11 +234,9 @@ public final class S3ImageFetchFunction
             return "";
         }
         StringJoiner unfinished = new StringJoiner("; ");
-        int images = record.images.length;
         for (int i = 0; i < reads.length; i++) {
             if (!reads[i].isDone()) {
-                String path = i < images ? record.images[i].path : record.videos[i - images].path;
-                unfinished.add("'" + path + "' " + reads[i].progress());
+                unfinished.add("'" + pathOf(record, i) + "' " + reads[i].progress());
             }
         }
         return unfinished.toString();

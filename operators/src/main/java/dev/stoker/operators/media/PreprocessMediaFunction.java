@@ -32,16 +32,19 @@ import org.apache.flink.util.Collector;
  * QwenImageProcessor}, with the vision config of the record's mixture source (a source may have its
  * own pixel budget), and decodes, samples and resizes every video with {@link
  * VideoPreprocessor#sample} (the job's video settings; a video's own {@code fps} and pixel bounds
- * from the record). Normalisation and patchification, a few percent of the work, happen in the sink
- * ({@link Patchifier}): images leave as {@link PreprocessedImage}, videos as {@link SampledVideo},
- * both uint8.
+ * from the record); a video given as a list of frame images decodes its frames with the image
+ * decoder and resizes them all, unsampled, with {@link VideoPreprocessor#sampleFrames}.
+ * Normalisation and patchification, a few percent of the work, happen in the sink ({@link
+ * Patchifier}): images leave as {@link PreprocessedImage}, videos as {@link SampledVideo}, both
+ * uint8.
  *
  * <p>Input: {@code Either.Left} dead letters from the fetch stage, forwarded unchanged to {@link
  * DeadLetters#TAG}; {@code Either.Right} fetched records. Output: one {@link PreprocessedRecord}
  * per record whose images and videos all preprocess, in record order; a record with any rejected
  * image or video becomes one {@link DeadLetter} on {@link DeadLetters#TAG} whose message names it
- * ({@code image 2 of 3 'images/x.png': ...}, {@code video 1 of 1 'clips/a.mp4': ...}). Text-only
- * records pass with empty arrays.
+ * ({@code image 2 of 3 'images/x.png': ...}, {@code video 1 of 1 'clips/a.mp4': ...}, {@code video
+ * 1 of 1 8 frames 'f/1.jpg' .. 'f/8.jpg': frame 3 of 8 'f/3.jpg': ...}). Text-only records pass
+ * with empty arrays.
  *
  * <p>Metrics on the operator's group: counters {@code imagesPreprocessed}, {@code imagesRejected}
  * and {@code imagePreprocessNanos} (total wall time in {@link QwenImageProcessor#process},
@@ -118,7 +121,7 @@ public class PreprocessMediaFunction
                 cost.imageDone(System.nanoTime() - start, images[i]);
             } catch (RejectedRecordException e) {
                 imagesRejected.inc();
-                reject(ctx, record, "image", i, refs.length, refs[i].path, e);
+                reject(ctx, record, "image", i, refs.length, "'" + refs[i].path + "'", e);
                 return;
             } finally {
                 preprocessNanos.inc(System.nanoTime() - start);
@@ -129,12 +132,20 @@ public class PreprocessMediaFunction
         for (int i = 0; i < videoRefs.length; i++) {
             long start = System.nanoTime();
             try {
-                sampled[i] = videos.sample(fetched.videoBytes[i], videoRefs[i]);
+                byte[][] frames = fetched.framesOf(i);
+                sampled[i] =
+                        videoRefs[i].givenAsFrames()
+                                ? videos.sampleFrames(frames, videoRefs[i])
+                                : videos.sample(fetched.videoBytes[i], videoRefs[i]);
                 videosPreprocessed.inc();
                 videoFrames.inc(sampled[i].frames);
             } catch (RejectedRecordException e) {
                 videosRejected.inc();
-                reject(ctx, record, "video", i, videoRefs.length, videoRefs[i].path, e);
+                String name =
+                        videoRefs[i].givenAsFrames()
+                                ? videoRefs[i].name()
+                                : "'" + videoRefs[i].path + "'";
+                reject(ctx, record, "video", i, videoRefs.length, name, e);
                 return;
             } finally {
                 videoNanos.inc(System.nanoTime() - start);
@@ -145,17 +156,20 @@ public class PreprocessMediaFunction
         out.collect(result);
     }
 
-    /** The record's dead letter, naming the image or video ({@code what} {@code index}). */
+    /**
+     * The record's dead letter, naming the image or video ({@code what} {@code index}; {@code name}
+     * as the message quotes it).
+     */
     private static void reject(
             Context ctx,
             SftRecord record,
             String what,
             int index,
             int count,
-            String path,
+            String name,
             RejectedRecordException e) {
         String message =
-                what + " " + (index + 1) + " of " + count + " '" + path + "': " + e.getMessage();
+                what + " " + (index + 1) + " of " + count + " " + name + ": " + e.getMessage();
         ctx.output(
                 DeadLetters.TAG,
                 DeadLetter.of(record.ref, new RejectedRecordException(e.reason(), message, e)));

@@ -10,13 +10,16 @@ import java.util.List;
 /**
  * Reads one messages-style content part: {@code {type: text, text}}, {@code {type: image, image:
  * path, min_pixels?, max_pixels?}}, {@code {type: image_url, image_url: {url}}} or {@code {type:
- * video, video: path, fps?, min_pixels?, max_pixels?}} (as qwen-vl-utils 0.0.14's {@code
- * fetch_video} and the Qwen2-VL chat template accept them; a part without {@code type} is
- * recognised by its key). A video part's {@code min_pixels}/{@code max_pixels} bound each frame.
+ * video, video: path or [frame paths], fps?, min_pixels?, max_pixels?}} (as qwen-vl-utils 0.0.14's
+ * {@code fetch_video} and the Qwen2-VL chat template accept them; a part without {@code type} is
+ * recognised by its key). A video part's {@code min_pixels}/{@code max_pixels} bound each frame. A
+ * video given as a list of frame images ({@link RecordFormats#frames}) uses every frame, in order;
+ * its {@code fps} is the rate the frames were taken at (qwen-vl-utils' meaning for a frame list;
+ * transformers takes it from {@code video_metadata}).
  *
  * <p>Refused with a reason ({@link RejectReason#INVALID_RECORD}) rather than ignored, since they
- * change which frames or pixels the model sees: a video given as a list of frame images, and the
- * other qwen-vl-utils video keys ({@link #UNSUPPORTED_VIDEO_KEYS}).
+ * change which frames or pixels the model sees: the other qwen-vl-utils video keys ({@link
+ * #UNSUPPORTED_VIDEO_KEYS}).
  */
 final class ContentParts {
     /** qwen-vl-utils video-part keys not read yet. */
@@ -94,11 +97,12 @@ final class ContentParts {
 
     private static VideoRef video(JsonNode part, String where) throws RejectedRecordException {
         JsonNode node = part.get("video");
-        if (node != null && node.isArray()) {
-            throw RecordFormats.framesNotSupported(where);
-        }
+        String[] frames =
+                node != null && node.isArray()
+                        ? RecordFormats.frames(node, where + " 'video'")
+                        : null;
         String path = source(node);
-        if (path == null) {
+        if (frames == null && path == null) {
             throw new RejectedRecordException(
                     RejectReason.PLACEHOLDER_MISMATCH,
                     where + ": video part without source (no non-empty path in 'video')");
@@ -126,6 +130,9 @@ final class ContentParts {
         if (minPixels > 0 && maxPixels > 0 && minPixels > maxPixels) {
             throw RecordFormats.invalid(
                     where + ": min_pixels " + minPixels + " > max_pixels " + maxPixels);
+        }
+        if (frames != null) {
+            return VideoRef.ofFrames(frames, fps, minPixels, maxPixels);
         }
         return new VideoRef(ImagePaths.requireSafeVideo(path, where), fps, minPixels, maxPixels);
     }

@@ -26,8 +26,12 @@ import java.util.Map;
  *       {@code <video>} placeholders, plus top-level {@code images} and {@code videos} arrays.
  * </ul>
  *
- * <p>A video given as a list of frame images (an array where a path is expected) is refused ({@link
- * RejectReason#INVALID_RECORD}): only video files are read for now.
+ * <p>A video given as a list of frame images (an array of paths where a video path is expected: an
+ * entry of {@code videos} / {@code video}, or a video part's {@code video}) is read as one video
+ * whose frames are those images in order ({@link VideoRef#ofFrames}), as transformers 5.23.0's
+ * {@code apply_chat_template} and qwen-vl-utils accept it; each frame path is checked as an image
+ * path ({@link ImagePaths#requireSafe}). An empty list or an entry that is not a string is refused
+ * ({@link RejectReason#INVALID_RECORD}) naming its place in the record ({@link #frames}).
  *
  * <p>A source's {@link RecordFormat} says which: {@link RecordFormat#AUTO} reads a record with
  * {@code messages} as messages or ShareGPT (turn by turn: list content as parts, string content
@@ -216,8 +220,8 @@ final class RecordFormats {
     }
 
     /**
-     * A top-level video list: a string or an array of string paths; an array in place of a path is
-     * a video given as frame images, refused.
+     * A top-level video list: a string or an array whose entries are video paths or, an array in
+     * place of a path, a video given as frame images ({@link #frames}).
      */
     private static List<VideoRef> topLevelVideos(JsonNode root, String field)
             throws RejectedRecordException {
@@ -238,7 +242,8 @@ final class RecordFormats {
                 String where = "'" + field + "'[" + i + "]";
                 JsonNode entry = node.get(i);
                 if (entry.isArray()) {
-                    throw framesNotSupported(where);
+                    videos.add(VideoRef.ofFrames(frames(entry, where), 0, 0, 0));
+                    continue;
                 }
                 if (!entry.isTextual()) {
                     throw invalid(where + " must be a string path");
@@ -253,12 +258,36 @@ final class RecordFormats {
         return videos;
     }
 
-    /** A video given as a list of frame images, which is not read yet. */
-    static RejectedRecordException framesNotSupported(String where) {
-        return invalid(
-                where
-                        + ": a video given as a list of frame images is not supported (give the"
-                        + " video file)");
+    /**
+     * The frame paths of a video given as a list of frame images, in order; {@code where} names the
+     * list's place in the record (e.g. {@code 'videos'[1]}).
+     *
+     * @throws RejectedRecordException {@link RejectReason#INVALID_RECORD} for an empty list or an
+     *     entry that is not a string ({@code 'videos'[1][3] must be a string path to a frame
+     *     image}), and what {@link ImagePaths#requireSafe} throws for a frame path
+     */
+    static String[] frames(JsonNode list, String where) throws RejectedRecordException {
+        if (list.isEmpty()) {
+            throw invalid(where + ": a video given as a list of frame images has no frames");
+        }
+        String[] frames = new String[list.size()];
+        for (int f = 0; f < frames.length; f++) {
+            String at = where + "[" + f + "]";
+            JsonNode entry = list.get(f);
+            if (!entry.isTextual()) {
+                throw invalid(
+                        at
+                                + " must be a string path to a frame image (the video is given as"
+                                + " a list of frame images), got "
+                                + (entry.isNull()
+                                        ? "null"
+                                        : entry.getNodeType()
+                                                .name()
+                                                .toLowerCase(java.util.Locale.ROOT)));
+            }
+            frames[f] = ImagePaths.requireSafe(entry.textValue(), at);
+        }
+        return frames;
     }
 
     /** Whether any turn's text has a {@code <video>} placeholder. */

@@ -125,7 +125,7 @@ public final class SampleTokenizer {
         List<TemplateTurn.Video> blocks = new ArrayList<>(videos.length);
         for (int i = 0; i < videos.length; i++) {
             SampledVideo video = videos[i];
-            String what = "video " + i + " (" + record.videos[i].path + ")";
+            String what = "video " + i + " (" + record.videos[i].name() + ")";
             if (video == null || video.resizedRgb == null || video.frameIndices == null) {
                 throw failed(what + " has no frames", null);
             }

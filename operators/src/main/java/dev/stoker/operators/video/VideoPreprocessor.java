@@ -1,13 +1,16 @@
 package dev.stoker.operators.video;
 
+import dev.stoker.operators.image.ImageDecoder;
 import dev.stoker.operators.image.RgbImage;
 import dev.stoker.operators.model.RejectReason;
 import dev.stoker.operators.model.RejectedRecordException;
 import dev.stoker.operators.model.SampledVideo;
 import dev.stoker.operators.model.VideoRef;
 import java.nio.file.Path;
+import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
+import java.util.Locale;
 
 /**
  * One video from its file to the model's inputs, as the Hugging Face processor of the model does it
@@ -17,7 +20,8 @@ import java.util.List;
  * normalises and patchifies them with the sampled frames' rate ({@link
  * QwenVideoProcessor#sampledFps}). {@link #preprocess(Path)} does all of it; {@link #sample(byte[],
  * VideoRef)}, what the job's media stage runs per video, stops after the resize (normalisation and
- * patchification happen in the sink, as for images) and reads the video from memory.
+ * patchification happen in the sink, as for images) and reads the video from memory. {@link
+ * #sampleFrames(byte[][], VideoRef)} does the same for a video given as a list of frame images.
  *
  * <p>Not thread-safe (one per task thread, as the processor).
  */
@@ -53,6 +57,7 @@ public final class VideoPreprocessor {
     private final double fps;
     private final VideoLimits limits;
     private final QwenVideoProcessor processor;
+    private ImageDecoder frameDecoder;
 
     /**
      * @param config the model's video processor settings ({@code ModelPreset.videoConfig()})
@@ -126,6 +131,119 @@ public final class VideoPreprocessor {
             out.secondPerGridT = config.temporalPatchSize / s.sampledFps();
             return out;
         }
+    }
+
+    /**
+     * A video given as a list of frame images, from the frames' encoded files to the resized uint8
+     * frames, as transformers 5.23.0 does with such a video: every frame, in order, none sampled
+     * ({@code BaseVideoProcessor._decode_and_sample_videos} in {@code video_processing_utils.py}
+     * loads them with {@code fetch_images} and stacks them; it refuses frame sampling for them, so
+     * the processor runs with {@code do_sample_frames=False}), then the same resize as {@link
+     * #sample} ({@link QwenVideoProcessor#resize}, with the video's own pixel bounds as there). The
+     * metadata is what {@code make_batched_metadata} gives a frame list: {@code total_num_frames} =
+     * the frame count, {@code frames_indices} = 0 .. n-1, and {@code fps} the record's ({@link
+     * VideoRef#fps}, passed as {@code video_metadata}) or, when it gives none, unknown: 24, as
+     * {@code VideoMetadata.sampled_fps} ({@code video_utils.py}) and {@code
+     * Qwen3VLProcessor.replace_video_token} assume.
+     *
+     * <p>Each frame is decoded by Stoker's image decoder ({@link ImageDecoder}, Pillow's decoding;
+     * the reference loads frames with torchvision's {@code decode_image} in RGB mode, which gives
+     * the same pixels for opaque images; a frame with alpha is composited over white as Stoker does
+     * for images, where torchvision drops the alpha channel: docs/parity.md).
+     *
+     * @param frames the frames' encoded image files (JPEG, PNG, ... as {@link ImageDecoder} reads),
+     *     in order, at least one, one per {@code ref.frames} entry; not modified
+     * @param ref the video (its {@link VideoRef#frames} name the frames in messages) and overrides
+     * @return the resized uint8 frames ({@code resizedRgb}: (frames, gridH * patch, gridW * patch,
+     *     3), interleaved RGB) with the grid; {@code frameIndices} 0 .. n-1, {@code videoFps} and
+     *     {@code sampledFps} the frames' rate (frames per second, 24 when unknown), {@code
+     *     secondPerGridT} {@code temporal_patch_size / sampledFps} in seconds
+     * @throws RejectedRecordException VIDEO_TOO_MANY_FRAMES (more frames than {@link
+     *     VideoLimits#maxFrames()}, or their RGB over {@link VideoLimits#maxSampledBytes()}, both
+     *     checked before decoding all); a frame's decoding reason (UNSUPPORTED_IMAGE,
+     *     CORRUPT_IMAGE, IMAGE_TOO_MANY_PIXELS over {@link VideoLimits#maxPixelsPerFrame()}) with
+     *     {@code frame i of n 'path': } before its message; CORRUPT_VIDEO for a frame whose size
+     *     differs from the first's (the reference's {@code torch.stack} fails); VIDEO_TOO_SHORT,
+     *     EXTREME_ASPECT_RATIO, VIDEO_TOO_LARGE from resizing
+     * @throws IllegalArgumentException if there are no frames, or not one per {@code ref.frames}
+     */
+    public SampledVideo sampleFrames(byte[][] frames, VideoRef ref) throws RejectedRecordException {
+        int n = frames.length;
+        if (n == 0 || ref.frames == null || ref.frames.length != n) {
+            throw new IllegalArgumentException(
+                    n
+                            + " frame files for a video given as "
+                            + (ref.frames == null ? "a file" : ref.frames.length + " frames"));
+        }
+        if (n > limits.maxFrames()) {
+            throw new RejectedRecordException(
+                    RejectReason.VIDEO_TOO_MANY_FRAMES,
+                    n + " frame images, more than the limit of " + limits.maxFrames());
+        }
+        if (frameDecoder == null) {
+            frameDecoder = new ImageDecoder();
+        }
+        List<RgbImage> decoded = new ArrayList<>(n);
+        for (int f = 0; f < n; f++) {
+            RgbImage image;
+            try {
+                image = frameDecoder.decode(frames[f], limits.maxPixelsPerFrame());
+            } catch (RejectedRecordException e) {
+                throw new RejectedRecordException(
+                        e.reason(), frameName(f, ref) + ": " + e.getMessage(), e);
+            }
+            int w = image.width();
+            int h = image.height();
+            if (f == 0) {
+                long bytes = (long) n * w * h * 3;
+                if (bytes > limits.maxSampledBytes()) {
+                    throw new RejectedRecordException(
+                            RejectReason.VIDEO_TOO_MANY_FRAMES,
+                            n
+                                    + " frame images of "
+                                    + w
+                                    + "x"
+                                    + h
+                                    + " are "
+                                    + bytes
+                                    + " bytes of RGB, more than the limit of "
+                                    + limits.maxSampledBytes());
+                }
+            } else if (w != decoded.get(0).width() || h != decoded.get(0).height()) {
+                throw new RejectedRecordException(
+                        RejectReason.CORRUPT_VIDEO,
+                        String.format(
+                                Locale.ROOT,
+                                "%s is %dx%d, but the first frame is %dx%d: a video's frames must"
+                                        + " all have one size",
+                                frameName(f, ref),
+                                w,
+                                h,
+                                decoded.get(0).width(),
+                                decoded.get(0).height()));
+            }
+            // the decoder reuses its pixel buffer: keep a copy of exactly this frame
+            decoded.add(new RgbImage(w, h, Arrays.copyOf(image.pixels(), w * h * 3)));
+        }
+        double rate =
+                ref.fps > 0 && Double.isFinite(ref.fps) ? ref.fps : QwenVideoProcessor.UNKNOWN_FPS;
+        ResizedVideo resized = processorFor(ref, n).resize(decoded);
+        SampledVideo out = new SampledVideo();
+        out.resizedRgb = resized.rgb();
+        out.frames = resized.frames();
+        out.gridT = resized.gridT();
+        out.gridH = resized.gridH();
+        out.gridW = resized.gridW();
+        out.frameIndices = new int[n];
+        Arrays.setAll(out.frameIndices, i -> i);
+        out.videoFps = rate;
+        out.sampledFps = QwenVideoProcessor.sampledFps(n, n, rate);
+        out.secondPerGridT = config.temporalPatchSize / out.sampledFps;
+        return out;
+    }
+
+    private static String frameName(int index, VideoRef ref) {
+        return "frame " + (index + 1) + " of " + ref.frames.length + " '" + ref.frames[index] + "'";
     }
 
     /** The model's frame-index rule for {@code rate}, then the frames at those indices. */

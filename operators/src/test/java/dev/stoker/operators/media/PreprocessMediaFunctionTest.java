@@ -129,6 +129,70 @@ class PreprocessMediaFunctionTest {
         harness.close();
     }
 
+    /**
+     * A video given as frame images, beside a video file, leaves as the preprocessor's {@link
+     * VideoPreprocessor#sampleFrames} output (checked against the processor in FrameListVideoTest);
+     * a frame that is not an image makes the record a dead letter naming the video and the frame.
+     */
+    @Test
+    void framesOfAVideoGivenAsFrameImagesAndADeadLetterNamingABadFrame() throws Exception {
+        OneInputStreamOperatorTestHarness<Either<DeadLetter, FetchedRecord>, PreprocessedRecord>
+                harness =
+                        ProcessFunctionTestHarnesses.forProcessFunction(
+                                new PreprocessMediaFunction(
+                                        PerSource.uniform(ModelPreset.QWEN2_VL.visionConfig()),
+                                        VIDEO));
+        String clip = goodClip();
+        byte[] bytes = Files.readAllBytes(GoldenSet.VIDEO.dir().resolve("clips").resolve(clip));
+        String[] paths = {
+            "frames/jpg_7/0000.jpg", "frames/jpg_7/0001.jpg", "frames/jpg_7/0002.jpg"
+        };
+        byte[][] frames = new byte[paths.length][];
+        for (int i = 0; i < paths.length; i++) {
+            frames[i] = Files.readAllBytes(GoldenSet.VIDEO.dir().resolve(paths[i]));
+        }
+        FetchedRecord good = new FetchedRecord(record(ref(1)), new byte[0][]);
+        good.record.videos =
+                new VideoRef[] {new VideoRef(clip, 0, 0, 0), VideoRef.ofFrames(paths, 1.0, 0, 0)};
+        good.videoBytes = new byte[][] {bytes, null};
+        good.videoFrames = new byte[][][] {null, frames};
+        FetchedRecord bad = new FetchedRecord(record(ref(2)), new byte[0][]);
+        bad.record.videos = new VideoRef[] {VideoRef.ofFrames(paths, 0, 0, 0)};
+        bad.videoBytes = new byte[][] {null};
+        bad.videoFrames =
+                new byte[][][] {{frames[0], "<Error>AccessDenied</Error>".getBytes(), frames[2]}};
+        harness.processElement(Either.Right(good), 0L);
+        harness.processElement(Either.Right(bad), 0L);
+
+        List<PreprocessedRecord> out = harness.extractOutputValues();
+        assertThat(out).hasSize(1);
+        assertThat(out.get(0).videos).hasSize(2);
+        assertThat(out.get(0).videos[0])
+                .usingRecursiveComparison()
+                .isEqualTo(VIDEO.newPreprocessor().sample(bytes, new VideoRef(clip, 0, 0, 0)));
+        SampledVideo fromFrames = out.get(0).videos[1];
+        assertThat(fromFrames)
+                .usingRecursiveComparison()
+                .isEqualTo(
+                        VIDEO.newPreprocessor()
+                                .sampleFrames(frames, VideoRef.ofFrames(paths, 1.0, 0, 0)));
+        assertThat(fromFrames.frameIndices).containsExactly(0, 1, 2);
+        assertThat(fromFrames.gridT).isEqualTo(2);
+        assertThat(fromFrames.secondPerGridT).isEqualTo(2.0);
+        List<DeadLetter> dead =
+                harness.getSideOutput(DeadLetters.TAG).stream()
+                        .map(StreamRecord::getValue)
+                        .collect(Collectors.toList());
+        assertThat(dead).hasSize(1);
+        assertThat(dead.get(0).ref).isEqualTo(ref(2));
+        assertThat(dead.get(0).reason).isEqualTo(RejectReason.UNSUPPORTED_IMAGE);
+        assertThat(dead.get(0).message)
+                .startsWith(
+                        "video 1 of 1 3 frames 'frames/jpg_7/0000.jpg' .. 'frames/jpg_7/0002.jpg':"
+                                + " frame 2 of 3 'frames/jpg_7/0001.jpg': not a supported image");
+        harness.close();
+    }
+
     /** The first clip of the video golden set that the decoder reads. */
     private static String goodClip() {
         for (Map<String, Object> clip : GoldenSet.VIDEO.read("clips.arrow")) {

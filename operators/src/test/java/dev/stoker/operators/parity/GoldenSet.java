@@ -50,8 +50,9 @@ public final class GoldenSet {
 
     /**
      * {@code scripts/golden/make_video_golden.py}: the clips under {@code clips/} and {@code
-     * clips.arrow}, {@code videos.arrow}, {@code frame_indices.arrow} (about 20 s; needs PyAV, see
-     * {@code scripts/golden/requirements.txt}); the schema is in the script's docstring and {@code
+     * clips.arrow}, {@code videos.arrow}, {@code frame_indices.arrow}, and the frame-list videos
+     * under {@code frames/} with {@code frame_videos.arrow} (about 25 s; needs PyAV, see {@code
+     * scripts/golden/requirements.txt}); the schema is in the script's docstring and {@code
      * docs/parity.md}. The script reads the presets of {@code make_golden.py}, so a change of
      * either regenerates it.
      */
@@ -59,7 +60,12 @@ public final class GoldenSet {
             new GoldenSet(
                     "scripts/golden/make_video_golden.py",
                     "video-goldens",
-                    List.of("clips.arrow", "videos.arrow", "frame_indices.arrow", "summary.json"),
+                    List.of(
+                            "clips.arrow",
+                            "videos.arrow",
+                            "frame_videos.arrow",
+                            "frame_indices.arrow",
+                            "summary.json"),
                     List.of("scripts/golden/make_golden.py"));
 
     /**

@@ -114,12 +114,22 @@ class SftRecordParserVideoTest {
     @CsvSource(
             delimiter = '|',
             value = {
-                "frames in a part|{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"video\", \"video\": [\"f1.jpg\", \"f2.jpg\"]}]}, "
+                "no frames in a part|{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"video\", \"video\": []}]}, "
                         + ANSWER
-                        + "]}|messages[0] (turn 1) content[0]: a video given as a list of frame images is not supported",
-                "frames in a videos list|{\"messages\": [{\"role\": \"user\", \"content\": \"<video>Hi\"}, "
+                        + "]}|messages[0] (turn 1) content[0] 'video': a video given as a list of frame images has no frames",
+                "no frames in a videos list|{\"messages\": [{\"role\": \"user\", \"content\": \"<video>Hi\"}, "
                         + ANSWER
-                        + "], \"videos\": [[\"f1.jpg\", \"f2.jpg\"]]}|'videos'[0]: a video given as a list of frame images is not supported",
+                        + "], \"videos\": [[]]}|'videos'[0]: a video given as a list of frame images has no frames",
+                "a number among the frames of a part|{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"video\", \"video\": [\"f1.jpg\", 2]}]}, "
+                        + ANSWER
+                        + "]}|messages[0] (turn 1) content[0] 'video'[1] must be a string path to a frame image (the video is given as a list of frame images), got number",
+                "a nested list among the frames|{\"messages\": [{\"role\": \"user\", \"content\": \"<video>Hi\"}, "
+                        + ANSWER
+                        + "], \"videos\": [\"a.mp4\", [\"f1.jpg\", [\"f2.jpg\"]]]}|'videos'[1][1] must be a string path to a frame image (the video is given as a list of frame images), got array",
+                "a null frame in a llava video list|{\"video\": [[null]], \"conversations\": [{\"from\": \"human\", \"value\": \"<video>Hi\"}, {\"from\": \"gpt\", \"value\": \"Yo\"}]}|'video'[0][0] must be a string path to a frame image (the video is given as a list of frame images), got null",
+                "nframes beside frames|{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"video\", \"video\": [\"f1.jpg\"], \"nframes\": 8}]}, "
+                        + ANSWER
+                        + "]}|the video part's 'nframes' is not supported",
                 "nframes|{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"video\", \"video\": \"a.mp4\", \"nframes\": 8}]}, "
                         + ANSWER
                         + "]}|the video part's 'nframes' is not supported",
@@ -139,6 +149,93 @@ class SftRecordParserVideoTest {
                         RejectedRecordException.class,
                         e -> assertThat(e.reason()).isEqualTo(RejectReason.INVALID_RECORD))
                 .hasMessageContaining(message);
+    }
+
+    /**
+     * A Qwen messages video part given as frame images (as transformers' {@code
+     * apply_chat_template} and qwen-vl-utils accept it): one video, its frames in order, its {@code
+     * fps} the frames' rate and its pixel bounds kept.
+     */
+    @Test
+    void messagesVideoPartGivenAsFrameImages() throws Exception {
+        SftRecord r =
+                parse(
+                        "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"video\", \"video\":"
+                                + " [\"frames/0002.jpg\", \"frames/0001.jpg\", \"./frames/x/../0003.png\"], \"fps\": 1,"
+                                + " \"max_pixels\": 50176}, {\"type\": \"text\", \"text\": \"What happens?\"},"
+                                + " {\"video\": \"clips/c.mp4\"}]}, "
+                                + ANSWER
+                                + "]}",
+                        RecordFormat.MESSAGES);
+        assertThat(r.messages[0].content)
+                .extracting(p -> p.type)
+                .containsExactly("video", "text", "video");
+        assertThat(r.messages[0].content).extracting(p -> p.videoIndex).containsExactly(0, -1, 1);
+        assertThat(r.videos).hasSize(2);
+        assertThat(r.videos[0].givenAsFrames()).isTrue();
+        assertThat(r.videos[0].path).isNull();
+        assertThat(r.videos[0].frames)
+                .containsExactly("frames/0002.jpg", "frames/0001.jpg", "./frames/x/../0003.png");
+        assertThat(r.videos[0].fps).isEqualTo(1.0);
+        assertThat(r.videos[0].maxPixels).isEqualTo(50176);
+        assertThat(r.videos[0].name())
+                .isEqualTo("3 frames 'frames/0002.jpg' .. './frames/x/../0003.png'");
+        assertThat(r.videos[1].givenAsFrames()).isFalse();
+        assertThat(r.videos[1].path).isEqualTo("clips/c.mp4");
+        assertThat(r.images).isEmpty();
+    }
+
+    /**
+     * ShareGPT / LLaMA-Factory and LLaVA: a {@code videos} entry that is a list of frame paths is
+     * one video, beside video files, each matched to its placeholder in order.
+     */
+    @Test
+    void videosListEntriesGivenAsFrameImagesInShareGptAndLlava() throws Exception {
+        SftRecord share =
+                parse(
+                        "{\"messages\": [{\"role\": \"user\", \"content\": \"<video>then<video>Hi\"}, "
+                                + ANSWER
+                                + "], \"videos\": [[\"f/1.jpg\"], \"b.mp4\"]}",
+                        RecordFormat.SHAREGPT);
+        assertThat(share.videos).extracting(v -> v.path).containsExactly(null, "b.mp4");
+        assertThat(share.videos[0].frames).containsExactly("f/1.jpg");
+        assertThat(share.videos[0].name()).isEqualTo("1 frame 'f/1.jpg'");
+        assertThat(share.messages[0].content)
+                .extracting(p -> p.videoIndex)
+                .containsExactly(0, -1, 1, -1);
+
+        SftRecord llava =
+                parse(
+                        "{\"videos\": [[\"f/1.jpg\", \"f/2.jpg\"]], \"conversations\": [{\"from\": \"human\","
+                                + " \"value\": \"<image>\\nWhat?\"}, {\"from\": \"gpt\", \"value\": \"Yo\"}]}",
+                        RecordFormat.LLAVA);
+        assertThat(llava.videos).hasSize(1);
+        assertThat(llava.videos[0].frames).containsExactly("f/1.jpg", "f/2.jpg");
+        assertThat(llava.messages[0].content[0].isVideo()).isTrue();
+    }
+
+    /** A frame path is checked as an image path: the same root and the same rules. */
+    @ParameterizedTest
+    @ValueSource(strings = {"/etc/x.jpg", "../x.jpg", "a/../../x.jpg", "s3://bucket/x.jpg"})
+    void unsafeFramePathsAreRejectedInEveryFormat(String path) {
+        String quoted = "[\"ok.jpg\", \"" + path + "\"]";
+        for (String json :
+                List.of(
+                        "{\"video\": ["
+                                + quoted
+                                + "], \"conversations\": [{\"from\": \"human\", \"value\": \"<video>Hi\"}, {\"from\": \"gpt\", \"value\": \"Yo\"}]}",
+                        "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"video\", \"video\": "
+                                + quoted
+                                + "}]}, "
+                                + ANSWER
+                                + "]}",
+                        "{\"messages\": [{\"role\": \"user\", \"content\": \"<video>Hi\"}, "
+                                + ANSWER
+                                + "], \"videos\": ["
+                                + quoted
+                                + "]}")) {
+            assertRejected(json, RejectReason.UNSAFE_PATH, "[1]: image path '" + path + "'");
+        }
     }
 
     @ParameterizedTest
