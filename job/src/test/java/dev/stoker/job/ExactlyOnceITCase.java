@@ -51,9 +51,9 @@ import org.slf4j.LoggerFactory;
  * is down and resumed with the trainer's step, restores that change the parallelism (2 -> 4 -> 1),
  * and a slow trainer during which checkpoints keep completing and no rank ever has more than
  * prefetch-depth batches in shared memory. The dataset mixes image records with video records
- * (MPEG-4 clips decoded, sampled and resized by the media stage), so all of it holds for videos.
- * The kill and the savepoint/rescale cases also run with {@code stoker.packing.enabled}: the packed
- * batches are as identical across failures.
+ * (MPEG-4 clips decoded, sampled and resized by the media stage) and videos given as frame images,
+ * so all of it holds for videos. The kill and the savepoint/rescale cases also run with {@code
+ * stoker.packing.enabled}: the packed batches are as identical across failures.
  */
 @ExtendWith(ExpectedFaultFilter.DeadLettersExpected.class) // bad records on purpose, each asserted
 class ExactlyOnceITCase {
@@ -68,6 +68,9 @@ class ExactlyOnceITCase {
 
     /** Generated MPEG-4 clips ({@link TestClips}) that the video records of the dataset use. */
     private static final int CLIPS = 4;
+
+    /** Frames of the videos given as frame images (64x48 PNGs). */
+    private static final int FRAMES = 5;
 
     /**
      * The two-node case kills the TaskManager, and with it both nodes' ack servers: RemoteAckFeed
@@ -124,9 +127,10 @@ class ExactlyOnceITCase {
      * source: "chat" down-sampled to 20 of its 30 records per epoch, "ocr" up-sampled 1.5 times (45
      * per epoch), "charts" once with its own system prompt and pixel budget; every source's images
      * under the spec's directory ({@code image_root: .}). Some "ocr" records hold a generated video
-     * instead of an image, and some "chat" records an image and a video. A few records are bad
-     * (broken JSON, a missing image, a missing and a damaged video: dead letters, so their slots
-     * get back-filled). With W=2, B=3 and 2 epochs of 95 records that is 2 x 16 steps.
+     * instead of an image, some "chat" records an image and a video, and some "charts" records a
+     * video given as frame images. A few records are bad (broken JSON, a missing image, a missing
+     * and a damaged video, a missing frame: dead letters, so their slots get back-filled). With
+     * W=2, B=3 and 2 epochs of 95 records that is 2 x 16 steps.
      */
     @BeforeAll
     static void writeDataset() throws IOException {
@@ -140,6 +144,16 @@ class ExactlyOnceITCase {
                 }
             }
             ImageIO.write(img, "png", datasetRoot.resolve("img/" + i + ".png").toFile());
+        }
+        Files.createDirectories(datasetRoot.resolve("frames"));
+        for (int k = 0; k < FRAMES; k++) {
+            BufferedImage img = new BufferedImage(64, 48, BufferedImage.TYPE_INT_RGB);
+            for (int y = 0; y < img.getHeight(); y++) {
+                for (int x = 0; x < img.getWidth(); x++) {
+                    img.setRGB(x, y, random.nextInt(0xffffff));
+                }
+            }
+            ImageIO.write(img, "png", datasetRoot.resolve("frames/" + k + ".png").toFile());
         }
         Files.createDirectories(datasetRoot.resolve("clips"));
         for (int i = 0; i < CLIPS; i++) {
@@ -160,6 +174,26 @@ class ExactlyOnceITCase {
                     continue;
                 }
                 String image = r % 23 == 7 ? "img/missing.png" : "img/" + (r % 12) + ".png";
+                if (f == 2 && r % 5 == 3) {
+                    // a video given as frame images (one of them missing in record 78)
+                    StringBuilder frames = new StringBuilder();
+                    for (int k = 0; k < FRAMES; k++) {
+                        frames.append(k == 0 ? "" : ", ")
+                                .append('"')
+                                .append(
+                                        r == 78 && k == 2
+                                                ? "frames/missing.png"
+                                                : "frames/" + k + ".png")
+                                .append('"');
+                    }
+                    jsonl.append(
+                            String.format(
+                                    "{\"id\": \"r%d\", \"video\": [[%s]], \"conversations\": ["
+                                            + "{\"from\": \"human\", \"value\": \"<video>\\nRecord %d: what moves?\"},"
+                                            + " {\"from\": \"gpt\", \"value\": \"Noise, %d.\"}]}\n",
+                                    r, frames, r, r));
+                    continue;
+                }
                 if (r % 23 != 7 && (f == 1 && r % 4 == 1 || f == 0 && r % 9 == 4)) {
                     // a video, or (chat) an image and a video, some missing or damaged
                     String clip =

@@ -14,6 +14,7 @@ import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
+import java.util.concurrent.RejectedExecutionException;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -47,6 +48,9 @@ public final class RemoteAckFeed implements AckFeed {
     private transient boolean[] answering;
     private transient boolean[] answered;
     private transient ExecutorService executor;
+
+    /** Set by {@link #close()}; a poll already scheduled then returns the last known steps. */
+    private transient volatile boolean closed;
 
     /**
      * @param generation this generation's stamp; answers of another one are ignored
@@ -99,7 +103,14 @@ public final class RemoteAckFeed implements AckFeed {
         for (int n = 0; n < nodes.size(); n++) {
             NodeAcks node = nodes.get(n);
             int port = node.port() + nextSubtask[n];
-            answers.add(executor.submit(() -> ask(node.host(), port)));
+            try {
+                answers.add(executor.submit(() -> ask(node.host(), port)));
+            } catch (RejectedExecutionException e) {
+                if (closed) { // the enumerator closed the feed while this poll was scheduled
+                    return last.clone();
+                }
+                throw e;
+            }
         }
         for (int n = 0; n < nodes.size(); n++) {
             NodeAcks node = nodes.get(n);
@@ -180,6 +191,7 @@ public final class RemoteAckFeed implements AckFeed {
 
     @Override
     public void close() {
+        closed = true;
         if (executor != null) {
             executor.shutdownNow();
         }
