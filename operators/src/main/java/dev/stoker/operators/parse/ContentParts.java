@@ -14,8 +14,10 @@ import java.util.List;
  * {@code fetch_video} and the Qwen2-VL chat template accept them; a part without {@code type} is
  * recognised by its key). A video part's {@code min_pixels}/{@code max_pixels} bound each frame. A
  * video given as a list of frame images ({@link RecordFormats#frames}) uses every frame, in order;
- * its {@code fps} is the rate the frames were taken at (qwen-vl-utils' meaning for a frame list;
- * transformers takes it from {@code video_metadata}).
+ * its {@code sample_fps} (qwen-vl-utils 0.0.14's key for a frame list) or {@code fps} (the rate
+ * transformers takes from {@code video_metadata}) is the rate the frames were taken at; both, with
+ * two values, are refused. A video file's {@code sample_fps} is ignored, as qwen-vl-utils ignores
+ * it.
  *
  * <p>Refused with a reason ({@link RejectReason#INVALID_RECORD}) rather than ignored, since they
  * change which frames or pixels the model sees: the other qwen-vl-utils video keys ({@link
@@ -113,17 +115,25 @@ final class ContentParts {
                         where
                                 + ": the video part's '"
                                 + key
-                                + "' is not supported (supported: fps, min_pixels, max_pixels)");
+                                + "' is not supported (supported: fps, sample_fps for frame images,"
+                                + " min_pixels, max_pixels)");
             }
         }
-        double fps = 0;
-        JsonNode rate = part.get("fps");
-        if (rate != null && !rate.isNull()) {
-            if (!rate.isNumber() || !(rate.doubleValue() > 0) || rate.doubleValue() > 1e6) {
+        double fps = rate(part, "fps", where);
+        if (frames != null) {
+            // qwen-vl-utils takes a frame list's rate from 'sample_fps' (default 2.0, which
+            // Stoker does not assume: transformers' 24 applies, docs/parity.md)
+            double sampleFps = rate(part, "sample_fps", where);
+            if (sampleFps > 0 && fps > 0 && sampleFps != fps) {
                 throw RecordFormats.invalid(
-                        where + ": 'fps' must be a positive number, got " + rate);
+                        where
+                                + ": 'fps' "
+                                + fps
+                                + " and 'sample_fps' "
+                                + sampleFps
+                                + " give the frames two rates");
             }
-            fps = rate.doubleValue();
+            fps = sampleFps > 0 ? sampleFps : fps;
         }
         long minPixels = pixels(part, "min_pixels", where);
         long maxPixels = pixels(part, "max_pixels", where);
@@ -135,6 +145,20 @@ final class ContentParts {
             return VideoRef.ofFrames(frames, fps, minPixels, maxPixels);
         }
         return new VideoRef(ImagePaths.requireSafeVideo(path, where), fps, minPixels, maxPixels);
+    }
+
+    /** A positive frame rate under {@code key}, 0 when absent or null. */
+    private static double rate(JsonNode part, String key, String where)
+            throws RejectedRecordException {
+        JsonNode rate = part.get(key);
+        if (rate == null || rate.isNull()) {
+            return 0;
+        }
+        if (!rate.isNumber() || !(rate.doubleValue() > 0) || rate.doubleValue() > 1e6) {
+            throw RecordFormats.invalid(
+                    where + ": '" + key + "' must be a positive number, got " + rate);
+        }
+        return rate.doubleValue();
     }
 
     private static long pixels(JsonNode part, String field, String where)

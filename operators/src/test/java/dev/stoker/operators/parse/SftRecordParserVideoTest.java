@@ -186,6 +186,45 @@ class SftRecordParserVideoTest {
     }
 
     /**
+     * qwen-vl-utils reads a frame list's rate from {@code sample_fps}: Stoker too; with {@code fps}
+     * of another value the record is refused; a video file's {@code sample_fps} is ignored, as
+     * qwen-vl-utils ignores it.
+     */
+    @Test
+    void aFrameListsSampleFpsIsItsRate() throws Exception {
+        String frames = "{\"type\": \"video\", \"video\": [\"f/1.jpg\", \"f/2.jpg\"]";
+        String file = "{\"type\": \"video\", \"video\": \"c.mp4\"";
+        String tail = "}, {\"type\": \"text\", \"text\": \"Hi\"}]}, " + ANSWER + "]}";
+        String head = "{\"messages\": [{\"role\": \"user\", \"content\": [";
+        assertThat(
+                        parse(head + frames + ", \"sample_fps\": 4" + tail, RecordFormat.MESSAGES)
+                                .videos[0]
+                                .fps)
+                .isEqualTo(4.0);
+        assertThat(
+                        parse(
+                                        head + frames + ", \"sample_fps\": 4, \"fps\": 4" + tail,
+                                        RecordFormat.MESSAGES)
+                                .videos[0]
+                                .fps)
+                .isEqualTo(4.0);
+        assertThatThrownBy(
+                        () ->
+                                parse(
+                                        head + frames + ", \"sample_fps\": 4, \"fps\": 2" + tail,
+                                        RecordFormat.MESSAGES))
+                .isInstanceOfSatisfying(
+                        RejectedRecordException.class,
+                        e -> assertThat(e.reason()).isEqualTo(RejectReason.INVALID_RECORD))
+                .hasMessageContaining("two rates");
+        assertThat(
+                        parse(head + file + ", \"sample_fps\": 4" + tail, RecordFormat.MESSAGES)
+                                .videos[0]
+                                .fps)
+                .isZero();
+    }
+
+    /**
      * ShareGPT / LLaMA-Factory and LLaVA: a {@code videos} entry that is a list of frame paths is
      * one video, beside video files, each matched to its placeholder in order.
      */
