@@ -8,13 +8,13 @@ import dev.stoker.operators.model.RejectReason;
 import dev.stoker.operators.model.RejectedRecordException;
 import dev.stoker.operators.model.SftRecord;
 import java.time.Duration;
-import java.util.Arrays;
 import java.util.Collections;
 import java.util.IdentityHashMap;
 import java.util.Map;
 import java.util.StringJoiner;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
+import java.util.function.BiConsumer;
 import org.apache.flink.api.common.functions.OpenContext;
 import org.apache.flink.streaming.api.functions.async.ResultFuture;
 import org.apache.flink.streaming.api.functions.async.RichAsyncFunction;
@@ -37,6 +37,12 @@ import org.apache.flink.types.Either;
  * timeouts, resets) follow the {@link TransientFailurePolicy}: a dead letter, or a failed task so
  * the job fails over and retries from its last checkpoint.
  *
+ * <p>A video larger than the spill threshold is streamed into a file of the subtask's {@link
+ * SpillDirectory} instead of memory, and handed on in {@link FetchedRecord#videoFiles} (the media
+ * stage deletes it). The files of a record that does not go on (another of its images or videos
+ * rejected, the operator's timeout, a GET that completes after it) are deleted here; what is left
+ * when the subtask closes or fails goes with its spill directory.
+ *
  * <p>{@link #close()} marks the function closed before closing the client: GETs that fail because
  * of the close are ignored (their records are in the operator's checkpoint), so stop-with-savepoint
  * finishes cleanly. Metrics: see {@link S3FetchMetrics} (group {@code s3}) plus {@code
@@ -53,6 +59,8 @@ public final class S3ImageFetchFunction
     private final S3ClientSettings settings;
     private final Duration timeout;
     private final TransientFailurePolicy transientFailures;
+    private final SpillSettings spill;
+    private transient SpillDirectory spillDirectory;
     private transient S3ImageStore store;
     private transient S3FetchMetrics metrics;
     private transient volatile boolean closed;
@@ -66,6 +74,7 @@ public final class S3ImageFetchFunction
      * @param settings client settings (endpoint, credentials, retries, connections)
      * @param timeout the async operator's timeout, for the dead letter's message
      * @param transientFailures what a transient failure after all retries becomes
+     * @param spill which videos go to spill files, and where
      */
     public S3ImageFetchFunction(
             PerSource<String> roots,
@@ -73,17 +82,25 @@ public final class S3ImageFetchFunction
             long maxVideoBytes,
             S3ClientSettings settings,
             Duration timeout,
-            TransientFailurePolicy transientFailures) {
+            TransientFailurePolicy transientFailures,
+            SpillSettings spill) {
         this.roots = roots;
         this.maxObjectBytes = maxObjectBytes;
         this.maxVideoBytes = maxVideoBytes;
         this.settings = settings;
         this.timeout = timeout;
         this.transientFailures = transientFailures;
+        this.spill = spill;
     }
 
+    /**
+     * Creates the subtask's spill directory and the S3 client.
+     *
+     * @throws java.io.IOException if the spill directory cannot be created
+     */
     @Override
-    public void open(OpenContext openContext) {
+    public void open(OpenContext openContext) throws java.io.IOException {
+        spillDirectory = SpillDirectory.create(spill, getRuntimeContext());
         metrics =
                 new S3FetchMetrics(
                         getRuntimeContext().getMetricGroup().addGroup(MetricNames.Fetch.S3_GROUP));
@@ -102,25 +119,41 @@ public final class S3ImageFetchFunction
             reads[i] =
                     i < images
                             ? store.read(root, record.images[i].path, Media.IMAGE)
-                            : store.read(root, record.videos[i - images].path, Media.VIDEO);
+                            : store.read(
+                                    root,
+                                    record.videos[i - images].path,
+                                    Media.VIDEO,
+                                    spillDirectory);
         }
         inFlight.put(record, reads);
+        BiConsumer<Either<DeadLetter, FetchedRecord>, Throwable> complete =
+                FetchOutcomes.completeUnlessClosed(result, () -> closed);
         CompletableFuture.allOf(reads)
                 .handle(
                         (ignored, error) -> {
-                            inFlight.remove(record);
+                            if (inFlight.remove(record) == null) {
+                                // timed out: its dead letter is out, and nobody takes its files
+                                deleteSpillFiles(reads);
+                                return null;
+                            }
                             return toResult(record, reads);
                         })
-                .whenComplete(FetchOutcomes.completeUnlessClosed(result, () -> closed));
+                .whenComplete(
+                        (value, error) -> {
+                            if (value != null || error != null) {
+                                complete.accept(value, error);
+                            }
+                        });
     }
 
     private Either<DeadLetter, FetchedRecord> toResult(SftRecord record, S3ImageStore.Get[] reads) {
         int images = record.images.length;
-        byte[][] bytes = new byte[reads.length][];
+        FetchedObject[] objects = new FetchedObject[reads.length];
         for (int i = 0; i < reads.length; i++) {
             try {
-                bytes[i] = reads[i].join();
+                objects[i] = reads[i].join();
             } catch (CompletionException e) {
+                deleteSpillFiles(reads);
                 RejectedRecordException rejected =
                         e.getCause() instanceof RejectedRecordException r
                                 ? r
@@ -142,24 +175,53 @@ public final class S3ImageFetchFunction
                 return dead;
             }
         }
-        for (int i = 0; i < bytes.length; i++) {
-            if (i < images) {
-                fetched.fetched(bytes[i].length);
-            } else {
-                fetched.fetchedVideo(bytes[i].length);
-            }
+        byte[][] imageBytes = new byte[images][];
+        for (int i = 0; i < images; i++) {
+            imageBytes[i] = objects[i].bytes();
+            fetched.fetched(objects[i].size());
         }
-        FetchedRecord result = new FetchedRecord(record, Arrays.copyOfRange(bytes, 0, images));
-        result.videoBytes = Arrays.copyOfRange(bytes, images, bytes.length);
+        FetchedRecord result = new FetchedRecord(record, imageBytes);
+        result.videoBytes = new byte[objects.length - images][];
+        String[] files = new String[result.videoBytes.length];
+        boolean spilled = false;
+        for (int i = images; i < objects.length; i++) {
+            FetchedObject video = objects[i];
+            result.videoBytes[i - images] = video.bytes();
+            if (video.file() != null) {
+                files[i - images] = video.file().toString();
+                spilled = true;
+            }
+            fetched.fetchedVideo(video.size());
+        }
+        if (spilled) {
+            result.videoFiles = files;
+        }
         return Either.Right(result);
     }
 
+    /** Deletes the spill files of the reads that completed with one. */
+    private static void deleteSpillFiles(S3ImageStore.Get[] reads) {
+        for (S3ImageStore.Get read : reads) {
+            if (read.isDone() && !read.isCompletedExceptionally()) {
+                SpillDirectory.deleteQuietly(read.join().file());
+            }
+        }
+    }
+
+    /**
+     * The record's dead letter, unless its reads completed just now (then their outcome completes
+     * the record); reads completing later delete their spill files.
+     */
     @Override
     public void timeout(SftRecord record, ResultFuture<Either<DeadLetter, FetchedRecord>> result) {
+        S3ImageStore.Get[] reads = inFlight.remove(record);
+        if (reads == null) {
+            return;
+        }
         metrics.failed(RejectReason.FETCH_TIMEOUT);
         metrics.transientFailure();
         Either<DeadLetter, FetchedRecord> dead =
-                FetchOutcomes.timedOut(record, timeout, progress(record, inFlight.remove(record)));
+                FetchOutcomes.timedOut(record, timeout, progress(record, reads));
         if (transientFailures == TransientFailurePolicy.FAIL_OVER) {
             result.completeExceptionally(new TransientFetchException(dead.left().toString(), null));
         } else {
@@ -171,9 +233,6 @@ public final class S3ImageFetchFunction
      * Where each unfinished GET of a timed-out record is, e.g. {@code "'a.jpg' waited 4.2 s ..."}.
      */
     private static String progress(SftRecord record, S3ImageStore.Get[] reads) {
-        if (reads == null) {
-            return "";
-        }
         StringJoiner unfinished = new StringJoiner("; ");
         int images = record.images.length;
         for (int i = 0; i < reads.length; i++) {
@@ -185,11 +244,15 @@ public final class S3ImageFetchFunction
         return unfinished.toString();
     }
 
+    /** Closes the client, then deletes the spill directory with the files of records in flight. */
     @Override
     public void close() {
         closed = true;
         if (store != null) {
             store.close();
+        }
+        if (spillDirectory != null) {
+            spillDirectory.close();
         }
     }
 }
