@@ -1,6 +1,7 @@
 package dev.stoker.job;
 
 import dev.stoker.connectors.fetch.S3ClientSettings;
+import dev.stoker.connectors.fetch.SpillSettings;
 import dev.stoker.connectors.fetch.TransientFailurePolicy;
 import dev.stoker.connectors.protocol.Manifest;
 import dev.stoker.connectors.protocol.PixelDtype;
@@ -48,8 +49,8 @@ final class JobPlan {
     record SourceSettings(int maxLineBytes, long fileCacheBytes, int prefetchDepth) {}
 
     /**
-     * The image and video fetch's settings ({@code stoker.fetch.*}, {@code
-     * stoker.video.max-bytes}).
+     * The image and video fetch's settings ({@code stoker.fetch.*}, {@code stoker.video.max-bytes},
+     * {@code stoker.video.spill-*}).
      *
      * @param maxObjectBytes the largest image read, in bytes
      * @param maxVideoBytes the largest video read, in bytes
@@ -58,6 +59,7 @@ final class JobPlan {
      * @param threads reader threads per subtask (images outside S3)
      * @param transientFailures what a record whose fetch keeps failing transiently gets
      * @param s3 the S3 client's settings, {@code null} when no image is read from S3
+     * @param spill which videos go to spill files, and where
      */
     record FetchSettings(
             long maxObjectBytes,
@@ -66,7 +68,8 @@ final class JobPlan {
             int capacity,
             int threads,
             TransientFailurePolicy transientFailures,
-            S3ClientSettings s3) {}
+            S3ClientSettings s3,
+            SpillSettings spill) {}
 
     /**
      * The tokenize stage's settings.
@@ -211,7 +214,12 @@ final class JobPlan {
                         conf.get(StokerOptions.FETCH_CAPACITY),
                         conf.get(StokerOptions.FETCH_THREADS),
                         conf.get(StokerOptions.FETCH_TRANSIENT_FAILURES),
-                        s3),
+                        s3,
+                        new SpillSettings(
+                                conf.get(StokerOptions.VIDEO_SPILL_THRESHOLD).getBytes(),
+                                conf.getOptional(StokerOptions.VIDEO_SPILL_DIR)
+                                        .map(StokerConfig::spillDirectory)
+                                        .orElse(null))),
                 ModelOptions.videoSettings(conf),
                 new TokenizeSettings(
                         conf.get(StokerOptions.TOKENIZER_PATH),

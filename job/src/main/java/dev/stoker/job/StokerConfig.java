@@ -114,6 +114,7 @@ final class StokerConfig {
                             + " bytes (a video is read into one Java array), got "
                             + conf.get(StokerOptions.VIDEO_MAX_BYTES));
         }
+        conf.getOptional(StokerOptions.VIDEO_SPILL_DIR).ifPresent(StokerConfig::spillDirectory);
         conf.getOptional(StokerOptions.IMAGE_ROOT).ifPresent(StokerConfig::imageRootUri);
         if (!conf.get(StokerOptions.JOB_NAME).matches("[A-Za-z0-9._-]+")) {
             throw new IllegalConfigurationException(
@@ -122,6 +123,30 @@ final class StokerConfig {
                             + conf.get(StokerOptions.JOB_NAME));
         }
         Topology.of(conf);
+    }
+
+    /**
+     * {@link StokerOptions#VIDEO_SPILL_DIR}'s value, normalised; it must be an absolute local path
+     * (the TaskManagers' own filesystem: it is not checked here, where the client runs).
+     *
+     * @throws IllegalConfigurationException naming the option when it is not one
+     */
+    static String spillDirectory(String value) {
+        java.nio.file.Path path;
+        try {
+            path = java.nio.file.Path.of(value);
+        } catch (InvalidPathException e) {
+            path = null;
+        }
+        if (value.isBlank() || path == null || !path.isAbsolute()) {
+            throw new IllegalConfigurationException(
+                    StokerOptions.VIDEO_SPILL_DIR.key()
+                            + " '"
+                            + value
+                            + "' must be an absolute local path (a directory on each TaskManager),"
+                            + " e.g. /mnt/local-ssd/stoker-spill");
+        }
+        return path.normalize().toString();
     }
 
     /**

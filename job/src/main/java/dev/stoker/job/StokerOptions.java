@@ -505,11 +505,48 @@ public final class StokerOptions {
                     .defaultValue(MemorySize.ofMebiBytes(256))
                     .withDescription(
                             "Largest video file accepted (at most 2 gb - 9 bytes: one Java array); a larger"
-                                    + " one is dead-lettered VIDEO_FILE_TOO_LARGE, from its size before reading"
-                                    + " (files) or after at most this many bytes (an s3:// GET asks for the range"
-                                    + " bytes=0-<this>). A video is held whole in memory while its record is"
-                                    + " fetched and preprocessed: up to stoker.fetch.capacity of them per fetch"
-                                    + " subtask.");
+                                    + " one is dead-lettered VIDEO_FILE_TOO_LARGE, from its size before reading:"
+                                    + " a file's listed size, an s3:// object's total size in the headers of its"
+                                    + " GET (which asks for the range bytes=0-<this>, so a server that gives no"
+                                    + " total costs at most this many bytes). A video up to"
+                                    + " stoker.video.spill-threshold is held whole in memory while its record is"
+                                    + " fetched and preprocessed, a larger one in a spill file.");
+
+    public static final ConfigOption<MemorySize> VIDEO_SPILL_THRESHOLD =
+            ConfigOptions.key("stoker.video.spill-threshold")
+                    .memoryType()
+                    .defaultValue(MemorySize.ofMebiBytes(16))
+                    .withDescription(
+                            "Videos larger than this are not held in memory: the fetch stage streams the"
+                                    + " GET (s3://) or copies the file (other roots) into a spill file under"
+                                    + " stoker.video.spill-dir, and the media stage decodes it from there (the"
+                                    + " same frames as from memory) and deletes it. Memory: a fetch subtask holds"
+                                    + " the videos of at most stoker.fetch.capacity records, so at most capacity x"
+                                    + " this per video of a record on the heap (default 32 x 16 MiB = 512 MiB),"
+                                    + " instead of capacity x stoker.video.max-bytes (8 GiB). Disk: at most"
+                                    + " capacity x stoker.video.max-bytes per video of a record, per fetch"
+                                    + " subtask (a hedged GET may write a second copy until one of the two wins)."
+                                    + " 16 MiB keeps short clips (a minute of 720p H.264 is about 10-20 MB) in"
+                                    + " memory, where decoding costs no disk I/O, and sends longer videos to disk,"
+                                    + " where they cost page cache instead of heap. Set it to"
+                                    + " stoker.video.max-bytes or more to keep every video in memory, 0 to spill"
+                                    + " every one.");
+
+    public static final ConfigOption<String> VIDEO_SPILL_DIR =
+            ConfigOptions.key("stoker.video.spill-dir")
+                    .stringType()
+                    .noDefaultValue()
+                    .withDescription(
+                            "Local directory (an absolute path, created if missing, on every TaskManager)"
+                                    + " under which each fetch subtask keeps its video spill files in a"
+                                    + " directory of its own,"
+                                    + " stoker-video-spill-<job id>-subtask-<index>-attempt-<attempt> (owner-only),"
+                                    + " deleted when the subtask closes, fails or is cancelled; a subtask that"
+                                    + " starts deletes the ones its earlier attempts left on that machine (a"
+                                    + " TaskManager that died). Give it a local disk with room for the bound in"
+                                    + " stoker.video.spill-threshold. Unset: the TaskManager JVM's"
+                                    + " java.io.tmpdir, which is also the default of Flink's io.tmp.dirs (Flink"
+                                    + " 2.3 gives a user function no access to io.tmp.dirs itself).");
 
     public static final ConfigOption<Long> VIDEO_MAX_SOURCE_PIXELS =
             ConfigOptions.key("stoker.video.max-source-pixels")

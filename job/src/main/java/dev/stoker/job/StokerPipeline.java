@@ -171,11 +171,13 @@ public final class StokerPipeline {
                                 f.maxVideoBytes(),
                                 f.s3(),
                                 f.timeout(),
-                                f.transientFailures())
+                                f.transientFailures(),
+                                f.spill())
                         : new ImageFetchFunction(
                                 mixture.imageStores(f.maxObjectBytes(), f.maxVideoBytes()),
                                 f.threads(),
-                                f.timeout());
+                                f.timeout(),
+                                f.spill());
         DataStream<Either<DeadLetter, FetchedRecord>> fetched =
                 AsyncDataStream.unorderedWait(
                                 records,

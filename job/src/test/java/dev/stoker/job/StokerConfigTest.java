@@ -127,6 +127,20 @@ class StokerConfigTest {
                                                 "2gb")))
                 .hasMessageContaining(
                         "stoker.video.max-bytes must be between 1 byte and 2147483639 bytes");
+        assertThatThrownBy(
+                        () ->
+                                StokerConfig.validate(
+                                        args(
+                                                "--stoker.dataset.path",
+                                                "/d",
+                                                "--stoker.tokenizer.path",
+                                                "/t",
+                                                "--stoker.video.spill-dir",
+                                                "spill")))
+                .isInstanceOf(IllegalConfigurationException.class)
+                .hasMessageContaining(
+                        "stoker.video.spill-dir 'spill' must be an absolute local path");
+        assertThat(StokerConfig.spillDirectory("/mnt/ssd/./spill/")).isEqualTo("/mnt/ssd/spill");
     }
 
     private static Configuration withImageRoot(String imageRoot) {

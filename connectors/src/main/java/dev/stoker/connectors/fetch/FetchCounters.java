@@ -25,13 +25,13 @@ final class FetchCounters {
     }
 
     /** Counts one fetched image of {@code byteCount} bytes. */
-    void fetched(int byteCount) {
+    void fetched(long byteCount) {
         images.inc();
         bytes.inc(byteCount);
     }
 
     /** Counts one fetched video of {@code byteCount} bytes. */
-    void fetchedVideo(int byteCount) {
+    void fetchedVideo(long byteCount) {
         videos.inc();
         videoBytes.inc(byteCount);
     }

@@ -5,8 +5,11 @@ import dev.stoker.operators.model.RejectedRecordException;
 import java.io.FileNotFoundException;
 import java.io.IOException;
 import java.io.InputStream;
+import java.io.OutputStream;
 import java.io.Serializable;
 import java.net.URI;
+import java.nio.file.Files;
+import java.nio.file.StandardOpenOption;
 import java.text.Normalizer;
 import java.util.ArrayList;
 import java.util.List;
@@ -23,11 +26,17 @@ import org.apache.flink.core.fs.Path;
  * NFD spelling when that one exists); a path that would leave the root is rejected ({@link
  * RejectReason#UNSAFE_PATH}) even if the parser let it through. Objects larger than their kind's
  * limit ({@code maxObjectBytes} for images, {@code maxVideoBytes} for videos) are rejected from
- * their listed size before any byte is read. A video is read whole into memory, as an image is (no
- * spill file, no ranged reads).
+ * their listed size before any byte is read. An image is read whole into memory; a video too,
+ * unless it is larger than the spill threshold ({@link #readVideo}): then it is copied into a spill
+ * file, on any filesystem alike (a local root's file is copied too, so that every file a record
+ * carries is its own spill file, which the media stage may delete, and the file decoded is the one
+ * whose size was checked).
  */
 public final class ImageStore implements Serializable {
     private static final long serialVersionUID = 1L;
+
+    /** The buffer of a copy into a spill file. */
+    private static final int COPY_BUFFER_BYTES = 1 << 16;
 
     private final String root;
     private final long maxObjectBytes;
@@ -63,6 +72,28 @@ public final class ImageStore implements Serializable {
      *     UNSAFE_PATH or FETCH_FAILED
      */
     public byte[] read(String relativePath, Media media) throws RejectedRecordException {
+        return fetch(relativePath, media, null).bytes();
+    }
+
+    /**
+     * Reads the whole video at {@code relativePath}: into memory, or, when it is larger than {@code
+     * spill}'s threshold ({@link SpillDirectory#spills}), copied into a new file of {@code spill},
+     * which then belongs to the caller. A copy that fails leaves no file.
+     *
+     * @throws RejectedRecordException VIDEO_NOT_FOUND, VIDEO_FILE_TOO_LARGE, UNSAFE_PATH or
+     *     FETCH_FAILED (also when the spill file cannot be written)
+     */
+    public FetchedObject readVideo(String relativePath, SpillDirectory spill)
+            throws RejectedRecordException {
+        return fetch(relativePath, Media.VIDEO, spill);
+    }
+
+    /**
+     * Reads the object, to memory or (when {@code spill} is set and it is over its threshold) to a
+     * spill file.
+     */
+    private FetchedObject fetch(String relativePath, Media media, SpillDirectory spill)
+            throws RejectedRecordException {
         Path path = resolve(relativePath);
         long limit = media == Media.VIDEO ? maxVideoBytes : maxObjectBytes;
         try {
@@ -85,8 +116,11 @@ public final class ImageStore implements Serializable {
                                 + " limit of "
                                 + limit);
             }
+            if (spill != null && spill.spills(len)) {
+                return copy(fs, path, len, spill);
+            }
             try (InputStream in = fs.open(path)) {
-                return in.readNBytes((int) len);
+                return FetchedObject.inMemory(in.readNBytes((int) len));
             }
         } catch (FileNotFoundException e) {
             throw new RejectedRecordException(
@@ -95,6 +129,34 @@ public final class ImageStore implements Serializable {
         } catch (IOException e) {
             throw new RejectedRecordException(
                     RejectReason.FETCH_FAILED, "reading '" + relativePath + "' failed: " + e, e);
+        }
+    }
+
+    /**
+     * Copies the first {@code len} bytes of {@code path} (its size when it was checked; what a read
+     * into memory takes too) into a new file of {@code spill}; deletes that file if the copy fails.
+     */
+    private static FetchedObject copy(FileSystem fs, Path path, long len, SpillDirectory spill)
+            throws IOException {
+        java.nio.file.Path file = spill.newFile();
+        boolean done = false;
+        try (InputStream in = fs.open(path);
+                OutputStream out = Files.newOutputStream(file, StandardOpenOption.CREATE_NEW)) {
+            byte[] buffer = new byte[COPY_BUFFER_BYTES];
+            long copied = 0;
+            for (int n; copied < len; copied += n) {
+                n = in.read(buffer, 0, (int) Math.min(buffer.length, len - copied));
+                if (n < 0) {
+                    break;
+                }
+                out.write(buffer, 0, n);
+            }
+            done = true;
+            return FetchedObject.spilled(file, copied);
+        } finally {
+            if (!done) {
+                SpillDirectory.deleteQuietly(file);
+            }
         }
     }
 

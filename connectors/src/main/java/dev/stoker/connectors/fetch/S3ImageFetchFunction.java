@@ -10,13 +10,13 @@ import dev.stoker.operators.model.RejectedRecordException;
 import dev.stoker.operators.model.SftRecord;
 import dev.stoker.operators.model.VideoRef;
 import java.time.Duration;
-import java.util.Arrays;
 import java.util.Collections;
 import java.util.IdentityHashMap;
 import java.util.Map;
 import java.util.StringJoiner;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
+import java.util.function.BiConsumer;
 import org.apache.flink.api.common.functions.OpenContext;
 import org.apache.flink.streaming.api.functions.async.ResultFuture;
 import org.apache.flink.streaming.api.functions.async.RichAsyncFunction;
@@ -41,6 +41,12 @@ import org.apache.flink.types.Either;
  * resets) follow the {@link TransientFailurePolicy}: a dead letter, or a failed task so the job
  * fails over and retries from its last checkpoint.
  *
+ * <p>A video larger than the spill threshold is streamed into a file of the subtask's {@link
+ * SpillDirectory} instead of memory, and handed on in {@link FetchedRecord#videoFiles} (the media
+ * stage deletes it). The files of a record that does not go on (another of its images or videos
+ * rejected, the operator's timeout, a GET that completes after it) are deleted here; what is left
+ * when the subtask closes or fails goes with its spill directory.
+ *
  * <p>{@link #close()} marks the function closed before closing the client: GETs that fail because
  * of the close are ignored (their records are in the operator's checkpoint), so stop-with-savepoint
  * finishes cleanly. Metrics: see {@link S3FetchMetrics} (group {@code s3}) plus {@code
@@ -57,6 +63,8 @@ public final class S3ImageFetchFunction
     private final S3ClientSettings settings;
     private final Duration timeout;
     private final TransientFailurePolicy transientFailures;
+    private final SpillSettings spill;
+    private transient SpillDirectory spillDirectory;
     private transient S3ImageStore store;
     private transient S3FetchMetrics metrics;
     private transient volatile boolean closed;
@@ -70,6 +78,7 @@ public final class S3ImageFetchFunction
      * @param settings client settings (endpoint, credentials, retries, connections)
      * @param timeout the async operator's timeout, for the dead letter's message
      * @param transientFailures what a transient failure after all retries becomes
+     * @param spill which videos go to spill files, and where
      */
     public S3ImageFetchFunction(
             PerSource<String> roots,
@@ -77,17 +86,25 @@ public final class S3ImageFetchFunction
             long maxVideoBytes,
             S3ClientSettings settings,
             Duration timeout,
-            TransientFailurePolicy transientFailures) {
+            TransientFailurePolicy transientFailures,
+            SpillSettings spill) {
         this.roots = roots;
         this.maxObjectBytes = maxObjectBytes;
         this.maxVideoBytes = maxVideoBytes;
         this.settings = settings;
         this.timeout = timeout;
         this.transientFailures = transientFailures;
+        this.spill = spill;
     }
 
+    /**
+     * Creates the subtask's spill directory and the S3 client.
+     *
+     * @throws java.io.IOException if the spill directory cannot be created
+     */
     @Override
-    public void open(OpenContext openContext) {
+    public void open(OpenContext openContext) throws java.io.IOException {
+        spillDirectory = SpillDirectory.create(spill, getRuntimeContext());
         metrics =
                 new S3FetchMetrics(
                         getRuntimeContext().getMetricGroup().addGroup(MetricNames.Fetch.S3_GROUP));
@@ -111,25 +128,37 @@ public final class S3ImageFetchFunction
                     reads[r++] = store.read(root, frame, Media.IMAGE);
                 }
             } else {
-                reads[r++] = store.read(root, video.path, Media.VIDEO);
+                reads[r++] = store.read(root, video.path, Media.VIDEO, spillDirectory);
             }
         }
         inFlight.put(record, reads);
+        BiConsumer<Either<DeadLetter, FetchedRecord>, Throwable> complete =
+                FetchOutcomes.completeUnlessClosed(result, () -> closed);
         CompletableFuture.allOf(reads)
                 .handle(
                         (ignored, error) -> {
-                            inFlight.remove(record);
+                            if (inFlight.remove(record) == null) {
+                                // timed out: its dead letter is out, and nobody takes its files
+                                deleteSpillFiles(reads);
+                                return null;
+                            }
                             return toResult(record, reads);
                         })
-                .whenComplete(FetchOutcomes.completeUnlessClosed(result, () -> closed));
+                .whenComplete(
+                        (value, error) -> {
+                            if (value != null || error != null) {
+                                complete.accept(value, error);
+                            }
+                        });
     }
 
     private Either<DeadLetter, FetchedRecord> toResult(SftRecord record, S3ImageStore.Get[] reads) {
-        byte[][] bytes = new byte[reads.length][];
+        FetchedObject[] objects = new FetchedObject[reads.length];
         for (int i = 0; i < reads.length; i++) {
             try {
-                bytes[i] = reads[i].join();
+                objects[i] = reads[i].join();
             } catch (CompletionException e) {
+                deleteSpillFiles(reads);
                 RejectedRecordException rejected =
                         e.getCause() instanceof RejectedRecordException r
                                 ? r
@@ -149,25 +178,39 @@ public final class S3ImageFetchFunction
             }
         }
         int images = record.images.length;
+        byte[][] imageBytes = new byte[images][];
         for (int i = 0; i < images; i++) {
-            fetched.fetched(bytes[i].length);
+            imageBytes[i] = objects[i].bytes();
+            fetched.fetched(objects[i].size());
         }
-        FetchedRecord result = new FetchedRecord(record, Arrays.copyOfRange(bytes, 0, images));
+        FetchedRecord result = new FetchedRecord(record, imageBytes);
         result.videoBytes = new byte[record.videos.length][];
         result.videoFrames = new byte[FramedVideos.any(record) ? record.videos.length : 0][][];
+        String[] files = new String[record.videos.length];
+        boolean spilled = false;
         int r = images;
         for (int v = 0; v < record.videos.length; v++) {
             String[] frames = record.videos[v].frames;
             if (frames == null) {
-                result.videoBytes[v] = bytes[r++];
-                fetched.fetchedVideo(result.videoBytes[v].length);
-            } else {
-                result.videoFrames[v] = Arrays.copyOfRange(bytes, r, r + frames.length);
-                r += frames.length;
-                for (byte[] frame : result.videoFrames[v]) {
-                    fetched.fetched(frame.length);
+                FetchedObject video = objects[r++];
+                result.videoBytes[v] = video.bytes();
+                if (video.file() != null) {
+                    files[v] = video.file().toString();
+                    spilled = true;
                 }
+                fetched.fetchedVideo(video.size());
+            } else {
+                byte[][] frameBytes = new byte[frames.length][];
+                for (int f = 0; f < frames.length; f++) {
+                    FetchedObject frame = objects[r++]; // fetched as an image: in memory
+                    frameBytes[f] = frame.bytes();
+                    fetched.fetched(frame.size());
+                }
+                result.videoFrames[v] = frameBytes;
             }
+        }
+        if (spilled) {
+            result.videoFiles = files;
         }
         return Either.Right(result);
     }
@@ -213,12 +256,29 @@ public final class S3ImageFetchFunction
         throw new IllegalArgumentException("read " + read + " of a record with " + r + " reads");
     }
 
+    /** Deletes the spill files of the reads that completed with one. */
+    private static void deleteSpillFiles(S3ImageStore.Get[] reads) {
+        for (S3ImageStore.Get read : reads) {
+            if (read.isDone() && !read.isCompletedExceptionally()) {
+                SpillDirectory.deleteQuietly(read.join().file());
+            }
+        }
+    }
+
+    /**
+     * The record's dead letter, unless its reads completed just now (then their outcome completes
+     * the record); reads completing later delete their spill files.
+     */
     @Override
     public void timeout(SftRecord record, ResultFuture<Either<DeadLetter, FetchedRecord>> result) {
+        S3ImageStore.Get[] reads = inFlight.remove(record);
+        if (reads == null) {
+            return;
+        }
         metrics.failed(RejectReason.FETCH_TIMEOUT);
         metrics.transientFailure();
         Either<DeadLetter, FetchedRecord> dead =
-                FetchOutcomes.timedOut(record, timeout, progress(record, inFlight.remove(record)));
+                FetchOutcomes.timedOut(record, timeout, progress(record, reads));
         if (transientFailures == TransientFailurePolicy.FAIL_OVER) {
             result.completeExceptionally(new TransientFetchException(dead.left().toString(), null));
         } else {
@@ -230,9 +290,6 @@ public final class S3ImageFetchFunction
      * Where each unfinished GET of a timed-out record is, e.g. {@code "'a.jpg' waited 4.2 s ..."}.
      */
     private static String progress(SftRecord record, S3ImageStore.Get[] reads) {
-        if (reads == null) {
-            return "";
-        }
         StringJoiner unfinished = new StringJoiner("; ");
         for (int i = 0; i < reads.length; i++) {
             if (!reads[i].isDone()) {
@@ -242,11 +299,15 @@ public final class S3ImageFetchFunction
         return unfinished.toString();
     }
 
+    /** Closes the client, then deletes the spill directory with the files of records in flight. */
     @Override
     public void close() {
         closed = true;
         if (store != null) {
             store.close();
+        }
+        if (spillDirectory != null) {
+            spillDirectory.close();
         }
     }
 }

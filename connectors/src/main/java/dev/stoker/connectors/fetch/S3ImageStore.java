@@ -17,27 +17,29 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.BiConsumer;
+import java.util.function.Supplier;
 import software.amazon.awssdk.awscore.exception.AwsServiceException;
-import software.amazon.awssdk.core.ResponseBytes;
-import software.amazon.awssdk.core.async.AsyncResponseTransformer;
 import software.amazon.awssdk.core.exception.ApiCallAttemptTimeoutException;
 import software.amazon.awssdk.core.exception.ApiCallTimeoutException;
 import software.amazon.awssdk.services.s3.S3AsyncClient;
 import software.amazon.awssdk.services.s3.model.GetObjectRequest;
-import software.amazon.awssdk.services.s3.model.GetObjectResponse;
 import software.amazon.awssdk.services.s3.model.ListObjectsV2Request;
 
 /**
  * Reads image and video objects from S3 by path relative to an {@code s3://bucket/prefix/} image
  * root, with non-blocking GETs on a shared {@link S3AsyncClient}: both kinds alike (connections,
  * rate limit, retries, hedging, metrics), each with its own size limit and reasons ({@link Media}).
- * A video is read whole into memory in one GET (no ranged or streamed reads, no spill file).
+ * An object is read in one GET, into memory, or, for a video larger than the spill threshold when a
+ * {@link SpillDirectory} is given, streamed into a spill file of its own ({@link BodyTransformer}):
+ * the body goes to the file as it arrives, never whole to the heap. A GET that fails, is retried or
+ * is cancelled (a hedged GET that lost) leaves no file behind.
  *
  * <p>Paths are resolved and normalised like {@link ImageStore}'s: a key outside the image root's
  * prefix (or in another bucket) is rejected ({@link RejectReason#UNSAFE_PATH}) before any request.
- * Each GET asks for the range {@code bytes=0-<limit>}, so an oversized object costs at most that
- * many bytes and is rejected from its total size ({@link RejectReason#IMAGE_TOO_LARGE}, {@link
- * RejectReason#VIDEO_FILE_TOO_LARGE}).
+ * Each GET asks for the range {@code bytes=0-<limit>}, and an oversized object is rejected from its
+ * total size in the response's headers ({@code Content-Range}) before any byte of its body is read
+ * ({@link RejectReason#IMAGE_TOO_LARGE}, {@link RejectReason#VIDEO_FILE_TOO_LARGE}); a server that
+ * sends no total costs at most the range's bytes.
  *
  * <p>Keys are the paths as written, without Unicode normalization. Outcomes, each naming the {@code
  * s3://} key: 404 is {@link RejectReason#IMAGE_NOT_FOUND} or {@link RejectReason#VIDEO_NOT_FOUND}
@@ -94,10 +96,11 @@ public final class S3ImageStore implements AutoCloseable {
     }
 
     /**
-     * One image read in progress: the future of its bytes (a {@link RejectedRecordException} on
-     * failure, see {@link #read}) that also says, while it runs, where the read is.
+     * One read in progress: the future of the object, in memory or in a spill file (a {@link
+     * RejectedRecordException} on failure, see {@link #read}), that also says, while it runs, where
+     * the read is.
      */
-    public static final class Get extends CompletableFuture<byte[]> {
+    public static final class Get extends CompletableFuture<FetchedObject> {
         private final AtomicInteger attempts = new AtomicInteger();
         private final long startedNanos = System.nanoTime();
         private final int connections;
@@ -164,7 +167,7 @@ public final class S3ImageStore implements AutoCloseable {
      * blocking) for the per-prefix rate limit and for one of the client's HTTP connections; its
      * attempt and request timeouts run only from then on.
      *
-     * @return the read: its bytes, or failed with a {@link RejectedRecordException}
+     * @return the read: its bytes in memory, or failed with a {@link RejectedRecordException}
      *     (IMAGE_NOT_FOUND, IMAGE_TOO_LARGE, UNSAFE_PATH, FETCH_FAILED or FETCH_TIMEOUT, the
      *     message naming the attempts made and their duration); never another exception
      * @throws IllegalArgumentException if {@code root} is not an S3 URI
@@ -177,11 +180,28 @@ public final class S3ImageStore implements AutoCloseable {
      * Starts reading the whole object at {@code relativePath} as {@link #read(String, String)} does
      * an image, with {@code media}'s size limit and reasons.
      *
-     * @return the read: its bytes, or failed with a {@link RejectedRecordException} ({@link
-     *     Media#notFound()}, {@link Media#tooLarge()}, UNSAFE_PATH, FETCH_FAILED or FETCH_TIMEOUT)
+     * @return the read: its bytes in memory, or failed with a {@link RejectedRecordException}
+     *     ({@link Media#notFound()}, {@link Media#tooLarge()}, UNSAFE_PATH, FETCH_FAILED or
+     *     FETCH_TIMEOUT)
      * @throws IllegalArgumentException if {@code root} is not an S3 URI
      */
     public Get read(String root, String relativePath, Media media) {
+        return read(root, relativePath, media, null);
+    }
+
+    /**
+     * Starts reading the whole object at {@code relativePath} as {@link #read(String, String,
+     * Media)} does, streaming its body into a new file of {@code spill} instead of memory when it
+     * is larger than {@code spill}'s threshold ({@link SpillDirectory#spills}; also when the
+     * response gives no length). The file then belongs to the caller; a read that fails leaves
+     * none.
+     *
+     * @param spill where a large object goes; null keeps every object in memory
+     * @return the read: the object in memory or in its spill file, or failed as {@link
+     *     #read(String, String, Media)}; FETCH_FAILED also when the spill file cannot be written
+     * @throws IllegalArgumentException if {@code root} is not an S3 URI
+     */
+    public Get read(String root, String relativePath, Media media, SpillDirectory spill) {
         long limit = media == Media.VIDEO ? maxVideoBytes : maxObjectBytes;
         if (!isS3(root)) {
             throw new IllegalArgumentException("not an s3:// image root: " + root);
@@ -208,26 +228,30 @@ public final class S3ImageStore implements AutoCloseable {
                         .build();
         long start = System.nanoTime();
         metrics.started();
-        CompletableFuture<byte[]> result;
+        // every request's body (a hedged GET sends two): all but the one returned are deleted
+        List<BodyTransformer> bodies = new CopyOnWriteArrayList<>();
+        Supplier<BodyTransformer> newBody =
+                () -> {
+                    BodyTransformer body = new BodyTransformer(limit, spill);
+                    bodies.add(body);
+                    return body;
+                };
+        CompletableFuture<FetchedObject> result;
         try {
             result =
                     rateLimiter
                             .permit(key)
                             .thenCompose(ready -> connection(get))
-                            .thenCompose(ready -> hedgedGet(request))
+                            .thenCompose(ready -> hedgedGet(request, newBody))
                             .handle(
-                                    (response, error) -> {
+                                    (body, error) -> {
                                         metrics.finished(start);
                                         if (error != null) {
                                             return emptyOrThrow(
                                                     relativePath, where, error, get, media);
                                         }
-                                        byte[] bytes = response.asByteArrayUnsafe();
-                                        long total =
-                                                totalSize(
-                                                        response.response().contentRange(),
-                                                        bytes.length);
-                                        if (total > limit) {
+                                        long total = body.total();
+                                        if (body.object() == null || total > limit) {
                                             throw reject(
                                                     media.tooLarge(),
                                                     "'"
@@ -241,8 +265,8 @@ public final class S3ImageStore implements AutoCloseable {
                                                             + " limit of "
                                                             + limit);
                                         }
-                                        metrics.fetched(bytes.length);
-                                        return bytes;
+                                        metrics.fetched(body.object().size());
+                                        return body.object();
                                     });
         } catch (RuntimeException e) { // e.g. the client is already closed
             metrics.finished(start);
@@ -264,9 +288,15 @@ public final class S3ImageStore implements AutoCloseable {
                                             cause));
                         })
                 .whenComplete(
-                        (bytes, error) -> {
+                        (object, error) -> {
+                            java.nio.file.Path kept = error == null ? object.file() : null;
+                            for (BodyTransformer body : bodies) {
+                                if (body.file() != null && !body.file().equals(kept)) {
+                                    body.abandon();
+                                }
+                            }
                             if (error == null) {
-                                get.complete(bytes);
+                                get.complete(object);
                             } else {
                                 get.completeExceptionally(unwrap(error));
                             }
@@ -295,7 +325,7 @@ public final class S3ImageStore implements AutoCloseable {
      * when an object of that name exists (a HEAD request per differing spelling, so none for ASCII
      * names).
      */
-    private CompletableFuture<byte[]> withVariantHint(
+    private CompletableFuture<FetchedObject> withVariantHint(
             RejectedRecordException notFound, String root, String bucket, String relativePath) {
         CompletableFuture<String> hint = CompletableFuture.completedFuture("");
         for (String variant : ImageStore.normalizationVariants(relativePath)) {
@@ -349,19 +379,20 @@ public final class S3ImageStore implements AutoCloseable {
      * has not completed by then, a second identical one if a connection is free (a hedge never
      * makes another GET wait): the first success wins and the other is cancelled (its connection
      * aborted). Fails only when every request sent failed, with the last failure. Each request
-     * gives its permit back when it settles.
+     * gives its permit back when it settles, and receives its body with its own transformer from
+     * {@code bodies}.
      */
-    private CompletableFuture<ResponseBytes<GetObjectResponse>> hedgedGet(
-            GetObjectRequest request) {
-        CompletableFuture<ResponseBytes<GetObjectResponse>> first = send(request);
+    private CompletableFuture<BodyTransformer.Body> hedgedGet(
+            GetObjectRequest request, Supplier<BodyTransformer> bodies) {
+        CompletableFuture<BodyTransformer.Body> first = send(request, bodies.get());
         if (hedgeAfter.isZero()) {
             return first;
         }
-        CompletableFuture<ResponseBytes<GetObjectResponse>> winner = new CompletableFuture<>();
-        List<CompletableFuture<ResponseBytes<GetObjectResponse>>> sent =
+        CompletableFuture<BodyTransformer.Body> winner = new CompletableFuture<>();
+        List<CompletableFuture<BodyTransformer.Body>> sent =
                 new CopyOnWriteArrayList<>(List.of(first));
         AtomicInteger pending = new AtomicInteger(1);
-        BiConsumer<ResponseBytes<GetObjectResponse>, Throwable> settle =
+        BiConsumer<BodyTransformer.Body, Throwable> settle =
                 (response, error) -> {
                     int left = pending.decrementAndGet();
                     if (error == null) {
@@ -382,8 +413,8 @@ public final class S3ImageStore implements AutoCloseable {
                                 return;
                             }
                             metrics.hedged();
-                            CompletableFuture<ResponseBytes<GetObjectResponse>> second =
-                                    send(request);
+                            CompletableFuture<BodyTransformer.Body> second =
+                                    send(request, bodies.get());
                             sent.add(second);
                             second.whenComplete(settle);
                         });
@@ -392,10 +423,11 @@ public final class S3ImageStore implements AutoCloseable {
     }
 
     /** One request on a permit already held; the permit goes back when it settles. */
-    private CompletableFuture<ResponseBytes<GetObjectResponse>> send(GetObjectRequest request) {
-        CompletableFuture<ResponseBytes<GetObjectResponse>> sent;
+    private CompletableFuture<BodyTransformer.Body> send(
+            GetObjectRequest request, BodyTransformer body) {
+        CompletableFuture<BodyTransformer.Body> sent;
         try {
-            sent = client.getObject(request, AsyncResponseTransformer.toBytes());
+            sent = client.getObject(request, body);
         } catch (RuntimeException e) { // e.g. the client is already closed
             connections.release();
             throw e;
@@ -404,7 +436,7 @@ public final class S3ImageStore implements AutoCloseable {
         return sent;
     }
 
-    private byte[] emptyOrThrow(
+    private FetchedObject emptyOrThrow(
             String relativePath, String where, Throwable error, Get get, Media media) {
         Throwable t = unwrap(error);
         String attempts = " after " + get.attempts.get() + " attempt(s)" + get.timing();
@@ -418,8 +450,8 @@ public final class S3ImageStore implements AutoCloseable {
                         "'" + relativePath + "' not found: " + where + " (" + statusText + ")");
             }
             if (status == 416) {
-                return new byte
-                        [0]; // an empty object has no byte 0; the decoder rejects it as corrupt
+                // an empty object has no byte 0; the decoder rejects it as corrupt
+                return FetchedObject.inMemory(new byte[0]);
             }
             // 5xx and 429 (throttling) outlasted the retries; 403 and other 4xx are permanent
             boolean transientStatus = status >= 500 || status == 429;

@@ -19,7 +19,6 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -95,8 +94,9 @@ class S3ImageStoreITCase {
     void readsObjectsRelativeToTheRootAndCountsThem() {
         S3FetchMetrics metrics = metrics();
         try (S3ImageStore store = store(clientSettings().build(), metrics)) {
-            assertThat(store.read(ROOT, "images/a.jpg").join()).containsExactly(1, 2, 3);
-            assertThat(store.read(ROOT, "images/../images/a.jpg").join()).containsExactly(1, 2, 3);
+            assertThat(store.read(ROOT, "images/a.jpg").join().bytes()).containsExactly(1, 2, 3);
+            assertThat(store.read(ROOT, "images/../images/a.jpg").join().bytes())
+                    .containsExactly(1, 2, 3);
         }
         assertThat(metrics.bytesFetched()).isEqualTo(6);
         assertThat(metrics.latencyMs().getCount()).isEqualTo(2);
@@ -115,7 +115,7 @@ class S3ImageStoreITCase {
         S3FetchMetrics metrics = metrics();
         long start = System.nanoTime();
         try (S3ImageStore store = store(settings, metrics)) {
-            assertThat(store.read(ROOT, "images/a.jpg").join()).containsExactly(1, 2, 3);
+            assertThat(store.read(ROOT, "images/a.jpg").join().bytes()).containsExactly(1, 2, 3);
         } finally {
             S3.faults().clearAnswers(); // ends the stalled first GET on the server
         }
@@ -186,7 +186,7 @@ class S3ImageStoreITCase {
                                 "images/" + NFD_NAME, java.text.Normalizer.Form.NFC))
                 .isEqualTo(nfc);
         try (S3ImageStore store = store(clientSettings().build(), metrics())) {
-            assertThat(store.read(ROOT, "images/" + NFD_NAME).join()).containsExactly(7);
+            assertThat(store.read(ROOT, "images/" + NFD_NAME).join().bytes()).containsExactly(7);
             RejectedRecordException e = rejection(store, nfc);
             assertThat(e.reason()).isEqualTo(RejectReason.IMAGE_NOT_FOUND);
             assertThat(e.getMessage())
@@ -211,7 +211,7 @@ class S3ImageStoreITCase {
     void videosHaveTheirOwnLimitAndReasons() {
         S3FetchMetrics metrics = metrics();
         try (S3ImageStore store = store(clientSettings().build(), metrics)) {
-            assertThat(store.read(ROOT, "images/a.jpg").join()).hasSize(3);
+            assertThat(store.read(ROOT, "images/a.jpg").join().bytes()).hasSize(3);
             CompletionException tooLarge =
                     catchThrowableOfType(
                             CompletionException.class,
@@ -244,7 +244,7 @@ class S3ImageStoreITCase {
         S3ClientSettings settings = clientSettings().retryBaseDelay(Duration.ofMillis(10)).build();
         S3FetchMetrics metrics = metrics();
         try (S3ImageStore store = store(settings, metrics)) {
-            assertThat(store.read(ROOT, "images/a.jpg").join()).containsExactly(1, 2, 3);
+            assertThat(store.read(ROOT, "images/a.jpg").join().bytes()).containsExactly(1, 2, 3);
         }
         assertThat(metrics.retries()).isEqualTo(3);
         assertThat(metrics.failures(RejectReason.FETCH_FAILED)).isZero();
@@ -377,7 +377,7 @@ class S3ImageStoreITCase {
             assertThat(gets.get(0).progress())
                     .matches("\\d attempt\\(s\\), \\d+\\.\\d s since the first");
             for (var get : gets) {
-                assertThat(get.join()).containsExactly(1, 2, 3);
+                assertThat(get.join().bytes()).containsExactly(1, 2, 3);
             }
             assertThat(metrics.getsWaitingForConnection()).isZero();
         } finally {
@@ -412,7 +412,7 @@ class S3ImageStoreITCase {
         S3FetchMetrics metrics = metrics();
         try (S3ImageStore store = store(settings, metrics)) {
             for (int round = 0; round < 3; round++) {
-                List<CompletableFuture<byte[]>> stalled = new ArrayList<>();
+                List<S3ImageStore.Get> stalled = new ArrayList<>();
                 for (int i = 0; i < connections; i++) {
                     stalled.add(store.read(ROOT, "images/big.jpg"));
                 }
@@ -426,12 +426,12 @@ class S3ImageStoreITCase {
                     }
                 }
                 long start = System.nanoTime();
-                List<CompletableFuture<byte[]>> next = new ArrayList<>();
+                List<S3ImageStore.Get> next = new ArrayList<>();
                 for (int i = 0; i < connections; i++) {
                     next.add(store.read(ROOT, "images/a.jpg"));
                 }
                 for (var get : next) {
-                    assertThat(get.join()).containsExactly(1, 2, 3);
+                    assertThat(get.join().bytes()).containsExactly(1, 2, 3);
                 }
                 assertThat(Duration.ofNanos(System.nanoTime() - start))
                         .as("round %d: GETs after the timeouts get a connection at once", round)

@@ -18,6 +18,9 @@ import dev.stoker.operators.model.SftRecord;
 import dev.stoker.operators.model.VideoRef;
 import dev.stoker.operators.video.VideoPreprocessor;
 import dev.stoker.operators.video.VideoSettings;
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.util.HashMap;
 import java.util.Map;
 import org.apache.flink.api.common.functions.OpenContext;
@@ -26,17 +29,21 @@ import org.apache.flink.metrics.MetricGroup;
 import org.apache.flink.streaming.api.functions.ProcessFunction;
 import org.apache.flink.types.Either;
 import org.apache.flink.util.Collector;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * The CPU-heavy media stage: decodes and resizes every image of a fetched record with {@link
  * QwenImageProcessor}, with the vision config of the record's mixture source (a source may have its
  * own pixel budget), and decodes, samples and resizes every video with {@link
  * VideoPreprocessor#sample} (the job's video settings; a video's own {@code fps} and pixel bounds
- * from the record); a video given as a list of frame images decodes its frames with the image
- * decoder and resizes them all, unsampled, with {@link VideoPreprocessor#sampleFrames}.
- * Normalisation and patchification, a few percent of the work, happen in the sink ({@link
- * Patchifier}): images leave as {@link PreprocessedImage}, videos as {@link SampledVideo}, both
- * uint8.
+ * from the record), from memory or, for a large video, from the fetch stage's spill file ({@link
+ * FetchedRecord#videoFiles}), which it deletes as soon as the video is decoded or rejected, and
+ * whichever way the record ends (also as a dead letter, or on an unexpected error); a video given
+ * as a list of frame images decodes its frames with the image decoder and resizes them all,
+ * unsampled, with {@link VideoPreprocessor#sampleFrames}. Normalisation and patchification, a few
+ * percent of the work, happen in the sink ({@link Patchifier}): images leave as {@link
+ * PreprocessedImage}, videos as {@link SampledVideo}, both uint8.
  *
  * <p>Input: {@code Either.Left} dead letters from the fetch stage, forwarded unchanged to {@link
  * DeadLetters#TAG}; {@code Either.Right} fetched records. Output: one {@link PreprocessedRecord}
@@ -56,6 +63,7 @@ import org.apache.flink.util.Collector;
 public class PreprocessMediaFunction
         extends ProcessFunction<Either<DeadLetter, FetchedRecord>, PreprocessedRecord> {
     private static final long serialVersionUID = 1L;
+    private static final Logger LOG = LoggerFactory.getLogger(PreprocessMediaFunction.class);
 
     private final PerSource<QwenVisionConfig> configs;
     private final VideoSettings video;
@@ -107,6 +115,17 @@ public class PreprocessMediaFunction
             return;
         }
         FetchedRecord fetched = value.right();
+        try {
+            preprocess(fetched, ctx, out);
+        } finally {
+            // the spill files of videos not reached (a rejected image or video ends the record)
+            for (String file : fetched.videoFiles) {
+                deleteSpillFile(file);
+            }
+        }
+    }
+
+    private void preprocess(FetchedRecord fetched, Context ctx, Collector<PreprocessedRecord> out) {
         SftRecord record = fetched.record;
         ImageRef[] refs = record.images == null ? new ImageRef[0] : record.images;
         QwenImageProcessor processor =
@@ -131,12 +150,14 @@ public class PreprocessMediaFunction
         SampledVideo[] sampled = new SampledVideo[videoRefs.length];
         for (int i = 0; i < videoRefs.length; i++) {
             long start = System.nanoTime();
+            String file = fetched.videoFile(i);
             try {
-                byte[][] frames = fetched.framesOf(i);
                 sampled[i] =
                         videoRefs[i].givenAsFrames()
-                                ? videos.sampleFrames(frames, videoRefs[i])
-                                : videos.sample(fetched.videoBytes[i], videoRefs[i]);
+                                ? videos.sampleFrames(fetched.framesOf(i), videoRefs[i])
+                                : file != null
+                                        ? videos.sample(Path.of(file), videoRefs[i])
+                                        : videos.sample(fetched.videoBytes[i], videoRefs[i]);
                 videosPreprocessed.inc();
                 videoFrames.inc(sampled[i].frames);
             } catch (RejectedRecordException e) {
@@ -148,12 +169,29 @@ public class PreprocessMediaFunction
                 reject(ctx, record, "video", i, videoRefs.length, name, e);
                 return;
             } finally {
+                deleteSpillFile(file);
                 videoNanos.inc(System.nanoTime() - start);
             }
         }
         PreprocessedRecord result = new PreprocessedRecord(record, images);
         result.videos = sampled;
         out.collect(result);
+    }
+
+    /**
+     * Deletes a video's spill file ({@link FetchedRecord#videoFiles}) once it is no longer needed;
+     * does nothing for null (a video in memory) or a file already deleted. A file that cannot be
+     * deleted is logged and left to the fetch operator, which deletes its spill directory on close.
+     */
+    private static void deleteSpillFile(String file) {
+        if (file == null) {
+            return;
+        }
+        try {
+            Files.deleteIfExists(Path.of(file));
+        } catch (IOException e) {
+            LOG.warn("Could not delete the video spill file {}", file, e);
+        }
     }
 
     /**

@@ -48,8 +48,10 @@ import static org.bytedeco.ffmpeg.global.swscale.sws_scale;
 import dev.stoker.operators.image.RgbImage;
 import dev.stoker.operators.model.RejectReason;
 import dev.stoker.operators.model.RejectedRecordException;
+import java.nio.channels.FileChannel;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.BitSet;
@@ -74,10 +76,10 @@ import org.bytedeco.javacpp.IntPointer;
 import org.bytedeco.javacpp.PointerPointer;
 
 /**
- * Decodes the frames at given indices of a video file (or a video in memory) with FFmpeg 8.1
- * (JavaCPP's presets), to the same frames and the same RGB bytes as transformers 5.23.0's PyAV
- * loader ({@code transformers/video_utils.py}, {@code read_video_pyav}, with PyAV 16.0.1, FFmpeg
- * 8.0).
+ * Decodes the frames at given indices of a video file (or a video in memory, or a file read as if
+ * it were in memory: {@link #openAsBytes}) with FFmpeg 8.1 (JavaCPP's presets), to the same frames
+ * and the same RGB bytes as transformers 5.23.0's PyAV loader ({@code transformers/video_utils.py},
+ * {@code read_video_pyav}, with PyAV 16.0.1, FFmpeg 8.0).
  *
  * <p>What it does, each step as the reference does it:
  *
@@ -192,8 +194,14 @@ public final class VideoDecoder implements AutoCloseable {
     private final VideoMetadata metadata;
     private AVFormatContext format;
 
-    /** The in-memory input of {@link #open(byte[], String, VideoLimits)}; null for a file. */
-    private MemoryInput memory;
+    /**
+     * The custom input of {@link #open(byte[], String, VideoLimits)} and {@link #openAsBytes(Path,
+     * String, VideoLimits)}; null for {@link #open(Path, VideoLimits)}.
+     */
+    private CustomInput input;
+
+    /** The file {@link #openAsBytes(Path, String, VideoLimits)} reads; null otherwise. */
+    private FileChannel channel;
 
     private AVCodecContext codec;
 
@@ -219,13 +227,19 @@ public final class VideoDecoder implements AutoCloseable {
     private int rgbWidth;
     private int rgbHeight;
 
-    private VideoDecoder(String source, Path file, byte[] bytes, VideoLimits limits)
+    /**
+     * Where a video comes from: a file FFmpeg opens by name ({@code named}), bytes in memory, or a
+     * file read as those bytes would be ({@code unnamed}); exactly one is set.
+     */
+    private record Source(Path named, byte[] bytes, Path unnamed) {}
+
+    private VideoDecoder(String source, Source from, VideoLimits limits)
             throws RejectedRecordException {
         this.source = source;
         this.limits = limits;
         boolean done = false;
         try {
-            openInput(file, bytes);
+            openInput(from);
             this.streamIndex = firstVideoStream();
             AVStream stream = format.streams(streamIndex);
             VideoMetadata stored = openDecoder(stream);
@@ -268,7 +282,7 @@ public final class VideoDecoder implements AutoCloseable {
                     RejectReason.CORRUPT_VIDEO, "cannot read video file " + file, e);
         }
         String name = file.getFileName() != null ? file.getFileName().toString() : file.toString();
-        return new VideoDecoder(name, file, null, limits);
+        return new VideoDecoder(name, new Source(file, null, null), limits);
     }
 
     /**
@@ -289,7 +303,26 @@ public final class VideoDecoder implements AutoCloseable {
             throw new RejectedRecordException(
                     RejectReason.CORRUPT_VIDEO, "empty video file (0 bytes): " + name);
         }
-        return new VideoDecoder(name, null, bytes, limits);
+        return new VideoDecoder(name, new Source(null, bytes, null), limits);
+    }
+
+    /**
+     * Opens a video file as {@link #open(byte[], String, VideoLimits)} opens the same bytes in
+     * memory, without holding them in memory: FFmpeg reads the file through the same custom {@code
+     * AVIOContext}, in the same reads, and probes the container from the content alone (the file's
+     * name plays no part), so the metadata, the frames and every rejection are the same as from
+     * memory. For the fetch stage's spill files, whose names say nothing about their content.
+     *
+     * @param file a local video file, not modified; keep it unchanged until {@link #close()}
+     * @param name what error messages call the video (e.g. its path in the dataset)
+     * @param limits the pixel and frame limits
+     * @return an open decoder; close it
+     * @throws RejectedRecordException UNSUPPORTED_VIDEO, CORRUPT_VIDEO (also when the file cannot
+     *     be read), VIDEO_TOO_MANY_PIXELS or VIDEO_TOO_MANY_FRAMES, naming the reason
+     */
+    public static VideoDecoder openAsBytes(Path file, String name, VideoLimits limits)
+            throws RejectedRecordException {
+        return new VideoDecoder(name, new Source(null, null, file), limits);
     }
 
     /**
@@ -685,21 +718,36 @@ public final class VideoDecoder implements AutoCloseable {
         }
     }
 
-    private void openInput(Path file, byte[] bytes) throws RejectedRecordException {
+    private void openInput(Source from) throws RejectedRecordException {
+        if (from.bytes() != null) {
+            input = new CustomInput(from.bytes());
+        } else if (from.unnamed() != null) {
+            openChannel(from.unnamed());
+            long size = channelSize();
+            if (size == 0) {
+                throw new RejectedRecordException(
+                        RejectReason.CORRUPT_VIDEO, "empty video file (0 bytes): " + source);
+            }
+            input = new CustomInput(channel, size);
+        }
         format = avformat_alloc_context();
         if (format == null) {
             throw new OutOfMemoryError("FFmpeg could not allocate a format context");
         }
         format.flags(format.flags() | AVFMT_FLAG_GENPTS);
-        if (bytes != null) {
-            memory = new MemoryInput(bytes);
-            format.pb(memory.context());
+        if (input != null) {
+            format.pb(input.context());
         }
-        int ret = avformat_open_input(format, file != null ? file.toString() : null, null, null);
+        Path named = from.named();
+        int ret = avformat_open_input(format, named != null ? named.toString() : null, null, null);
         if (ret < 0) {
             // avformat_open_input frees the context on failure
             format = null;
-            String container = probe(bytes != null ? bytes : head(file));
+            String container =
+                    probe(
+                            from.bytes() != null
+                                    ? from.bytes()
+                                    : head(named != null ? named : from.unnamed()));
             throw container == null
                     ? new RejectedRecordException(
                             RejectReason.UNSUPPORTED_VIDEO,
@@ -750,6 +798,26 @@ public final class VideoDecoder implements AutoCloseable {
             int[] score = {PROBE_MIN_SCORE};
             AVInputFormat found = av_probe_input_format2(probe, 1, score);
             return found == null || found.isNull() ? null : found.name().getString();
+        }
+    }
+
+    /** Opens {@code file} for {@link #openAsBytes}, as {@link #channel}. */
+    private void openChannel(Path file) throws RejectedRecordException {
+        try {
+            channel = FileChannel.open(file, StandardOpenOption.READ);
+        } catch (java.io.IOException e) {
+            throw new RejectedRecordException(
+                    RejectReason.CORRUPT_VIDEO, "cannot read video file " + file + ": " + e, e);
+        }
+    }
+
+    /** The size of {@link #channel}, in bytes. */
+    private long channelSize() throws RejectedRecordException {
+        try {
+            return channel.size();
+        } catch (java.io.IOException e) {
+            throw new RejectedRecordException(
+                    RejectReason.CORRUPT_VIDEO, "cannot read video file: " + source, e);
         }
     }
 
@@ -993,9 +1061,17 @@ public final class VideoDecoder implements AutoCloseable {
             avformat_close_input(format);
             format = null;
         }
-        if (memory != null) {
-            memory.close();
-            memory = null;
+        if (input != null) {
+            input.close();
+            input = null;
+        }
+        if (channel != null) {
+            try {
+                channel.close();
+            } catch (java.io.IOException e) {
+                // read-only: nothing was lost
+            }
+            channel = null;
         }
     }
 }

@@ -20,8 +20,10 @@ import java.util.Locale;
  * normalises and patchifies them with the sampled frames' rate ({@link
  * QwenVideoProcessor#sampledFps}). {@link #preprocess(Path)} does all of it; {@link #sample(byte[],
  * VideoRef)}, what the job's media stage runs per video, stops after the resize (normalisation and
- * patchification happen in the sink, as for images) and reads the video from memory. {@link
- * #sampleFrames(byte[][], VideoRef)} does the same for a video given as a list of frame images.
+ * patchification happen in the sink, as for images) and reads the video from memory; {@link
+ * #sample(Path, VideoRef)} does the same from a file read as if it were in memory (the fetch
+ * stage's spill file of a large video), and {@link #sampleFrames(byte[][], VideoRef)} for a video
+ * given as a list of frame images.
  *
  * <p>Not thread-safe (one per task thread, as the processor).
  */
@@ -117,20 +119,42 @@ public final class VideoPreprocessor {
      */
     public SampledVideo sample(byte[] bytes, VideoRef ref) throws RejectedRecordException {
         try (VideoDecoder decoder = VideoDecoder.open(bytes, ref.path, limits)) {
-            Sampled s = decodeSampled(decoder, ref.fps > 0 ? ref.fps : fps);
-            ResizedVideo resized = processorFor(ref, s.frames().size()).resize(s.frames());
-            SampledVideo out = new SampledVideo();
-            out.resizedRgb = resized.rgb();
-            out.frames = resized.frames();
-            out.gridT = resized.gridT();
-            out.gridH = resized.gridH();
-            out.gridW = resized.gridW();
-            out.frameIndices = s.indices();
-            out.videoFps = s.metadata().fps();
-            out.sampledFps = s.sampledFps();
-            out.secondPerGridT = config.temporalPatchSize / s.sampledFps();
-            return out;
+            return sample(decoder, ref);
         }
+    }
+
+    /**
+     * Does what {@link #sample(byte[], VideoRef)} does with the file's bytes, reading them from
+     * {@code file} as needed instead of from memory ({@link VideoDecoder#openAsBytes}): the same
+     * result, or the same rejection, as for those bytes in memory. For the fetch stage's spill
+     * files.
+     *
+     * @param file a local file holding the video's bytes, not modified (nor deleted)
+     * @param ref the video's path in the dataset (for messages) and overrides
+     * @return the resized uint8 frames with the grid and the sampling
+     * @throws RejectedRecordException as {@link #sample(byte[], VideoRef)}; CORRUPT_VIDEO also when
+     *     the file cannot be read
+     */
+    public SampledVideo sample(Path file, VideoRef ref) throws RejectedRecordException {
+        try (VideoDecoder decoder = VideoDecoder.openAsBytes(file, ref.path, limits)) {
+            return sample(decoder, ref);
+        }
+    }
+
+    private SampledVideo sample(VideoDecoder decoder, VideoRef ref) throws RejectedRecordException {
+        Sampled s = decodeSampled(decoder, ref.fps > 0 ? ref.fps : fps);
+        ResizedVideo resized = processorFor(ref, s.frames().size()).resize(s.frames());
+        SampledVideo out = new SampledVideo();
+        out.resizedRgb = resized.rgb();
+        out.frames = resized.frames();
+        out.gridT = resized.gridT();
+        out.gridH = resized.gridH();
+        out.gridW = resized.gridW();
+        out.frameIndices = s.indices();
+        out.videoFps = s.metadata().fps();
+        out.sampledFps = s.sampledFps();
+        out.secondPerGridT = config.temporalPatchSize / s.sampledFps();
+        return out;
     }
 
     /**

@@ -12,6 +12,7 @@ import dev.stoker.operators.model.PerSource;
 import dev.stoker.operators.model.PreprocessedRecord;
 import dev.stoker.operators.model.RecordRef;
 import dev.stoker.operators.model.RejectReason;
+import dev.stoker.operators.model.RejectedRecordException;
 import dev.stoker.operators.model.SampledVideo;
 import dev.stoker.operators.model.SftRecord;
 import dev.stoker.operators.model.VideoRef;
@@ -20,7 +21,11 @@ import dev.stoker.operators.preset.ModelPreset;
 import dev.stoker.operators.video.VideoLimits;
 import dev.stoker.operators.video.VideoPreprocessor;
 import dev.stoker.operators.video.VideoSettings;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.stream.Collectors;
@@ -29,6 +34,7 @@ import org.apache.flink.streaming.util.OneInputStreamOperatorTestHarness;
 import org.apache.flink.streaming.util.ProcessFunctionTestHarnesses;
 import org.apache.flink.types.Either;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
 
 class PreprocessMediaFunctionTest {
     private static final String IMAGES = "llava-style/images/";
@@ -191,6 +197,97 @@ class PreprocessMediaFunctionTest {
                         "video 1 of 1 3 frames 'frames/jpg_7/0000.jpg' .. 'frames/jpg_7/0002.jpg':"
                                 + " frame 2 of 3 'frames/jpg_7/0001.jpg': not a supported image");
         harness.close();
+    }
+
+    /**
+     * A video in a spill file ({@link FetchedRecord#videoFiles}) comes out as the same bytes in
+     * memory do, field for field, for a clip of each container of the golden set (MP4, QuickTime,
+     * Matroska with its counted frames, WebM), and its file is deleted; a damaged spilled video is
+     * the same dead letter as in memory, and every spill file of a dead-lettered record is deleted,
+     * also those of videos not reached.
+     */
+    @Test
+    void aSpilledVideoGivesTheSameSampleAsInMemoryAndItsFileIsDeleted(@TempDir Path spill)
+            throws Exception {
+        OneInputStreamOperatorTestHarness<Either<DeadLetter, FetchedRecord>, PreprocessedRecord>
+                harness =
+                        ProcessFunctionTestHarnesses.forProcessFunction(
+                                new PreprocessMediaFunction(
+                                        PerSource.uniform(ModelPreset.QWEN2_VL.visionConfig()),
+                                        VIDEO));
+        VideoPreprocessor preprocessor = VIDEO.newPreprocessor();
+        List<String> clips = goodClipPerContainer();
+        for (int i = 0; i < clips.size(); i++) {
+            VideoRef ref = new VideoRef(clips.get(i), 0, 0, 0);
+            byte[] bytes =
+                    Files.readAllBytes(GoldenSet.VIDEO.dir().resolve("clips").resolve(ref.path));
+            Path file = Files.write(spill.resolve("video-" + i), bytes);
+            FetchedRecord spilled = new FetchedRecord(record(ref(i + 1)), new byte[0][]);
+            spilled.record.videos = new VideoRef[] {ref};
+            spilled.videoBytes = new byte[1][];
+            spilled.videoFiles = new String[] {file.toString()};
+            harness.processElement(Either.Right(spilled), 0L);
+
+            SampledVideo inMemory = preprocessor.sample(bytes, ref);
+            List<PreprocessedRecord> out = harness.extractOutputValues();
+            assertThat(out).hasSize(i + 1);
+            assertThat(out.get(i).videos[0])
+                    .as(ref.path)
+                    .usingRecursiveComparison()
+                    .isEqualTo(inMemory);
+            assertThat(file).doesNotExist();
+        }
+
+        byte[] damaged = "<Error>AccessDenied</Error>".getBytes(StandardCharsets.US_ASCII);
+        String expected;
+        try {
+            preprocessor.sample(damaged, new VideoRef("clips/x.mp4", 0, 0, 0));
+            throw new AssertionError("a damaged video decoded");
+        } catch (RejectedRecordException e) {
+            expected = "video 1 of 2 'clips/x.mp4': " + e.getMessage();
+        }
+        Path bad = Files.write(spill.resolve("bad"), damaged);
+        Path notReached = Files.write(spill.resolve("not-reached"), damaged);
+        FetchedRecord record = new FetchedRecord(record(ref(100)), new byte[0][]);
+        record.record.videos =
+                new VideoRef[] {
+                    new VideoRef("clips/x.mp4", 0, 0, 0), new VideoRef(clips.get(0), 0, 0, 0)
+                };
+        record.videoBytes = new byte[2][];
+        record.videoFiles = new String[] {bad.toString(), notReached.toString()};
+        harness.processElement(Either.Right(record), 0L);
+        // a record whose image is rejected before its spilled video is reached
+        Path afterImage = Files.write(spill.resolve("after-image"), damaged);
+        FetchedRecord imageFirst = fetched(ref(101), "photos/hopper.jpg");
+        imageFirst.imageBytes[0] = damaged;
+        imageFirst.record.videos = new VideoRef[] {new VideoRef(clips.get(0), 0, 0, 0)};
+        imageFirst.videoBytes = new byte[1][];
+        imageFirst.videoFiles = new String[] {afterImage.toString()};
+        harness.processElement(Either.Right(imageFirst), 0L);
+
+        List<DeadLetter> dead =
+                harness.getSideOutput(DeadLetters.TAG).stream()
+                        .map(StreamRecord::getValue)
+                        .collect(Collectors.toList());
+        assertThat(dead).hasSize(2);
+        assertThat(dead.get(0).ref).isEqualTo(ref(100));
+        assertThat(dead.get(0).message).isEqualTo(expected);
+        assertThat(dead.get(1).ref).isEqualTo(ref(101));
+        assertThat(dead.get(1).reason).isEqualTo(RejectReason.UNSUPPORTED_IMAGE);
+        assertThat(spill).isEmptyDirectory();
+        harness.close();
+    }
+
+    /** The first clip the decoder reads of each file extension in the video golden set. */
+    private static List<String> goodClipPerContainer() {
+        Map<String, String> clips = new LinkedHashMap<>();
+        for (Map<String, Object> clip : GoldenSet.VIDEO.read("clips.arrow")) {
+            String name = (String) clip.get("clip");
+            if ((Boolean) clip.get("good")) {
+                clips.putIfAbsent(name.substring(name.lastIndexOf('.')), name);
+            }
+        }
+        return new ArrayList<>(clips.values());
     }
 
     /** The first clip of the video golden set that the decoder reads. */

@@ -7,6 +7,9 @@ import static org.bytedeco.ffmpeg.global.avutil.AVERROR_EOF;
 import static org.bytedeco.ffmpeg.global.avutil.av_free;
 import static org.bytedeco.ffmpeg.global.avutil.av_malloc;
 
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import org.bytedeco.ffmpeg.avformat.AVIOContext;
@@ -17,11 +20,13 @@ import org.bytedeco.javacpp.LongPointer;
 import org.bytedeco.javacpp.Pointer;
 
 /**
- * A video held in a byte array, served to FFmpeg through a custom {@code AVIOContext} (read and
- * seek, no write). The two native callbacks are created once per class loader and find their input
- * by the context's opaque pointer, so any number of inputs can be open at once.
+ * A video served to FFmpeg through a custom {@code AVIOContext} (read and seek, no write), from a
+ * byte array or from an open file channel: FFmpeg sees the same bytes, in the same reads, either
+ * way, and probes the container from the content alone (no file name), as PyAV does for a {@code
+ * BytesIO}. The two native callbacks are created once per class loader and find their input by the
+ * context's opaque pointer, so any number of inputs can be open at once.
  */
-final class MemoryInput implements AutoCloseable {
+final class CustomInput implements AutoCloseable {
     /** The I/O buffer FFmpeg reads through (FFmpeg's own default size). */
     private static final int BUFFER_SIZE = 1 << 15;
 
@@ -31,21 +36,50 @@ final class MemoryInput implements AutoCloseable {
     /** {@code AVERROR(EINVAL)} on Linux. */
     private static final int AVERROR_EINVAL = -22;
 
-    private static final Map<Long, MemoryInput> OPEN = new ConcurrentHashMap<>();
+    /** {@code AVERROR(EIO)} on Linux. */
+    private static final int AVERROR_EIO = -5;
+
+    private static final Map<Long, CustomInput> OPEN = new ConcurrentHashMap<>();
     private static final Read READ = new Read();
     private static final Seek SEEK = new Seek();
 
+    /** The bytes, for an input from memory; null for a file. */
     private final byte[] data;
+
+    /** The file, for an input from a file; null for memory. Not closed here. */
+    private final FileChannel file;
+
+    private final long size;
     private final LongPointer opaque;
     private AVIOContext context;
     private long position;
 
     /**
+     * An input from memory.
+     *
      * @param data the file's bytes (not copied; keep them unchanged while the input is open)
      * @throws OutOfMemoryError if FFmpeg cannot allocate the context
      */
-    MemoryInput(byte[] data) {
+    CustomInput(byte[] data) {
+        this(data, null, data.length);
+    }
+
+    /**
+     * An input from a file, read with positional reads (the channel's own position is not used).
+     *
+     * @param file the open file (not closed by {@link #close()}; keep it unchanged while the input
+     *     is open)
+     * @param size its size in bytes
+     * @throws OutOfMemoryError if FFmpeg cannot allocate the context
+     */
+    CustomInput(FileChannel file, long size) {
+        this(null, file, size);
+    }
+
+    private CustomInput(byte[] data, FileChannel file, long size) {
         this.data = data;
+        this.file = file;
+        this.size = size;
         this.opaque = new LongPointer(1);
         OPEN.put(opaque.address(), this);
         BytePointer buffer = new BytePointer(av_malloc(BUFFER_SIZE));
@@ -81,29 +115,48 @@ final class MemoryInput implements AutoCloseable {
     }
 
     private int read(BytePointer buf, int size) {
-        long left = data.length - position;
+        long left = this.size - position;
         if (left <= 0) {
             return AVERROR_EOF;
         }
         int n = (int) Math.min(size, left);
-        buf.position(0).put(data, (int) position, n);
+        if (data != null) {
+            buf.position(0).put(data, (int) position, n);
+        } else if (!readFile(buf, n)) {
+            return AVERROR_EIO;
+        }
         position += n;
         return n;
+    }
+
+    /** Reads {@code n} bytes at {@link #position} into {@code buf}; false on a read error. */
+    private boolean readFile(BytePointer buf, int n) {
+        ByteBuffer target = buf.position(0).limit(n).asBuffer();
+        try {
+            while (target.hasRemaining()) {
+                if (file.read(target, position + target.position()) < 0) {
+                    return false; // shorter than its size: changed while open
+                }
+            }
+            return true;
+        } catch (IOException e) {
+            return false;
+        }
     }
 
     private long seek(long offset, int whence) {
         int mode = whence & ~AVSEEK_FORCE;
         if (mode == AVSEEK_SIZE) {
-            return data.length;
+            return size;
         }
         long target =
                 switch (mode) {
                     case 0 -> offset; // SEEK_SET
                     case 1 -> position + offset; // SEEK_CUR
-                    case 2 -> data.length + offset; // SEEK_END
+                    case 2 -> size + offset; // SEEK_END
                     default -> -1;
                 };
-        if (target < 0 || target > data.length) {
+        if (target < 0 || target > size) {
             return AVERROR_EINVAL;
         }
         position = target;
@@ -113,7 +166,7 @@ final class MemoryInput implements AutoCloseable {
     private static final class Read extends Read_packet_Pointer_BytePointer_int {
         @Override
         public int call(Pointer opaque, BytePointer buf, int size) {
-            MemoryInput input = OPEN.get(opaque.address());
+            CustomInput input = OPEN.get(opaque.address());
             return input == null ? AVERROR_EOF : input.read(buf, size);
         }
     }
@@ -121,7 +174,7 @@ final class MemoryInput implements AutoCloseable {
     private static final class Seek extends Seek_Pointer_long_int {
         @Override
         public long call(Pointer opaque, long offset, int whence) {
-            MemoryInput input = OPEN.get(opaque.address());
+            CustomInput input = OPEN.get(opaque.address());
             return input == null ? AVERROR_EINVAL : input.seek(offset, whence);
         }
     }

@@ -1,0 +1,212 @@
+package dev.stoker.connectors.s3;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+import dev.stoker.connectors.fetch.FetchFunctionContext;
+import dev.stoker.connectors.fetch.S3ClientSettings;
+import dev.stoker.connectors.fetch.S3ImageFetchFunction;
+import dev.stoker.connectors.fetch.SpillSettings;
+import dev.stoker.connectors.fetch.TransientFailurePolicy;
+import dev.stoker.operators.metrics.MetricNames;
+import dev.stoker.operators.model.ChatMessage;
+import dev.stoker.operators.model.DeadLetter;
+import dev.stoker.operators.model.FetchedRecord;
+import dev.stoker.operators.model.ImageRef;
+import dev.stoker.operators.model.PerSource;
+import dev.stoker.operators.model.RecordRef;
+import dev.stoker.operators.model.RejectReason;
+import dev.stoker.operators.model.SftRecord;
+import dev.stoker.operators.model.VideoRef;
+import dev.stoker.testkit.FaultInjectingBlobStore;
+import dev.stoker.testkit.LocalS3Server;
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.List;
+import java.util.Random;
+import java.util.stream.Stream;
+import org.apache.flink.types.Either;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * {@link S3ImageFetchFunction} with videos over the spill threshold, against a real S3 server
+ * (S3Proxy on 127.0.0.1): the GET streams into a spill file with the object's bytes, a GET that
+ * fails midway leaves no file, and closing the function deletes its spill directory.
+ */
+class VideoSpillITCase {
+    private static final String BUCKET = "videos";
+    private static final String ROOT = "s3://" + BUCKET + "/data/";
+    private static final int THRESHOLD = 64 * 1024;
+
+    @RegisterExtension static final LocalS3Server S3 = new LocalS3Server();
+
+    @TempDir static Path data;
+
+    private static byte[] big;
+    private static byte[] small;
+
+    @TempDir Path spill;
+
+    @BeforeAll
+    static void upload() throws IOException {
+        Random random = new Random(36);
+        big = new byte[3 * THRESHOLD + 123];
+        random.nextBytes(big);
+        small = new byte[THRESHOLD];
+        random.nextBytes(small);
+        Files.createDirectories(data.resolve("data/clips"));
+        Files.write(data.resolve("data/clips/big.mp4"), big);
+        Files.write(data.resolve("data/clips/small.mp4"), small);
+        Files.write(data.resolve("data/a.jpg"), new byte[] {1, 2, 3});
+        S3.uploadDirectory(data, BUCKET, "");
+    }
+
+    private S3ImageFetchFunction function(long maxVideoBytes, int maxAttempts) {
+        S3ClientSettings settings =
+                S3ClientSettings.builder()
+                        .endpoint(S3.endpoint())
+                        .region("us-east-1")
+                        .pathStyleAccess(true)
+                        .credentials(LocalS3Server.ACCESS_KEY, LocalS3Server.SECRET_KEY)
+                        .maxConnections(8)
+                        .maxAttempts(maxAttempts)
+                        .attemptTimeout(Duration.ofSeconds(10))
+                        .requestTimeout(Duration.ofSeconds(20))
+                        .retryBaseDelay(Duration.ofMillis(10))
+                        .retryMaxDelay(Duration.ofMillis(100))
+                        .getsPerSecondPerPrefix(0)
+                        .hedgeAfter(Duration.ZERO)
+                        .build();
+        return new S3ImageFetchFunction(
+                PerSource.uniform(ROOT),
+                1000,
+                maxVideoBytes,
+                settings,
+                Duration.ofSeconds(30),
+                TransientFailurePolicy.DEAD_LETTER,
+                new SpillSettings(THRESHOLD, spill.toString()));
+    }
+
+    private static SftRecord record(String... videos) {
+        SftRecord record =
+                new SftRecord(
+                        new RecordRef("s3://videos/train.jsonl", 1, 0, "id-1"),
+                        new ChatMessage[0],
+                        new ImageRef[] {new ImageRef("a.jpg", 0, 0)});
+        record.videos =
+                Stream.of(videos).map(v -> new VideoRef(v, 0, 0, 0)).toArray(VideoRef[]::new);
+        return record;
+    }
+
+    /** Every file under the spill directory (the subtask's directory itself is not a file). */
+    private List<Path> spillFiles() throws IOException {
+        try (Stream<Path> files = Files.walk(spill)) {
+            return files.filter(Files::isRegularFile).toList();
+        }
+    }
+
+    @Test
+    void aVideoOverTheThresholdIsStreamedToASpillFileWithItsBytes() throws Exception {
+        FetchFunctionContext context = new FetchFunctionContext(1, 0);
+        S3ImageFetchFunction fetch = function(1 << 20, 3);
+        context.open(fetch);
+        Path directory;
+        try {
+            Either<DeadLetter, FetchedRecord> out =
+                    FetchFunctionContext.fetch(fetch, record("clips/big.mp4", "clips/small.mp4"));
+            assertThat(out.isRight()).as("%s", out).isTrue();
+            FetchedRecord fetched = out.right();
+            assertThat(fetched.imageBytes[0]).containsExactly(1, 2, 3);
+            // over the threshold: in a file of its own, not in memory
+            assertThat(fetched.videoBytes[0]).isNull();
+            Path file = Path.of(fetched.videoFiles[0]);
+            assertThat(file).hasBinaryContent(big);
+            directory = file.getParent();
+            assertThat(directory.getFileName().toString())
+                    .isEqualTo("stoker-video-spill-" + context.job + "-subtask-1-attempt-0");
+            assertThat(directory.getParent()).isEqualTo(spill.toAbsolutePath());
+            // at the threshold: in memory
+            assertThat(fetched.videoBytes[1]).isEqualTo(small);
+            assertThat(fetched.videoFiles[1]).isNull();
+            assertThat(spillFiles()).containsExactly(file);
+
+            assertThat(context.counter(MetricNames.Fetch.VIDEOS_FETCHED)).isEqualTo(2);
+            assertThat(context.counter(MetricNames.Fetch.VIDEO_BYTES_FETCHED))
+                    .isEqualTo(big.length + small.length);
+            assertThat(context.counter(MetricNames.Fetch.IMAGES_FETCHED)).isEqualTo(1);
+            assertThat(context.counter(MetricNames.Fetch.S3_GROUP, MetricNames.Fetch.BYTES_FETCHED))
+                    .isEqualTo(big.length + small.length + 3);
+        } finally {
+            fetch.close();
+        }
+        // the file of a record still in flight goes with the subtask's directory
+        assertThat(directory).doesNotExist();
+        assertThat(spill).isEmptyDirectory();
+    }
+
+    @Test
+    void aGetThatFailsMidwayLeavesNoFile() throws Exception {
+        FetchFunctionContext context = new FetchFunctionContext(0, 0);
+        S3ImageFetchFunction fetch = function(1 << 20, 2);
+        context.open(fetch);
+        try {
+            // every attempt breaks off after part of the body has gone to the file
+            S3.faults()
+                    .bodyAlways(
+                            BUCKET,
+                            "data/clips/big.mp4",
+                            FaultInjectingBlobStore.Body.resetAfter(THRESHOLD + 1000));
+            Either<DeadLetter, FetchedRecord> out =
+                    FetchFunctionContext.fetch(fetch, record("clips/small.mp4", "clips/big.mp4"));
+            assertThat(out.isLeft()).as("%s", out).isTrue();
+            assertThat(out.left().reason).isEqualTo(RejectReason.FETCH_FAILED);
+            assertThat(out.left().message).startsWith("video 2 of 2: ");
+            assertThat(spillFiles()).isEmpty();
+
+            // one broken attempt, then the retry: the file holds the object once, whole
+            S3.faults().clearAnswers();
+            S3.faults()
+                    .bodyNext(
+                            BUCKET,
+                            "data/clips/big.mp4",
+                            FaultInjectingBlobStore.Body.resetAfter(THRESHOLD + 1000));
+            out = FetchFunctionContext.fetch(fetch, record("clips/big.mp4"));
+            assertThat(out.isRight()).as("%s", out).isTrue();
+            assertThat(Path.of(out.right().videoFiles[0])).hasBinaryContent(big);
+            assertThat(spillFiles()).hasSize(1);
+        } finally {
+            S3.faults().clearAnswers();
+            fetch.close();
+        }
+        assertThat(spill).isEmptyDirectory();
+    }
+
+    @Test
+    void aVideoOverItsLimitIsRefusedFromItsHeadersWithoutAFile() throws Exception {
+        FetchFunctionContext context = new FetchFunctionContext(0, 0);
+        S3ImageFetchFunction fetch = function(2 * THRESHOLD, 3);
+        context.open(fetch);
+        try {
+            Either<DeadLetter, FetchedRecord> out =
+                    FetchFunctionContext.fetch(fetch, record("clips/big.mp4"));
+            assertThat(out.isLeft()).as("%s", out).isTrue();
+            assertThat(out.left().reason).isEqualTo(RejectReason.VIDEO_FILE_TOO_LARGE);
+            assertThat(out.left().message)
+                    .contains(
+                            "is "
+                                    + big.length
+                                    + " bytes, above the video limit of "
+                                    + 2 * THRESHOLD);
+            assertThat(spillFiles()).isEmpty();
+            // refused before its body was read
+            assertThat(context.counter(MetricNames.Fetch.S3_GROUP, MetricNames.Fetch.BYTES_FETCHED))
+                    .isEqualTo(3);
+        } finally {
+            fetch.close();
+        }
+    }
+}
