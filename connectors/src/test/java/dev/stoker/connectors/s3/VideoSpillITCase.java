@@ -62,6 +62,10 @@ class VideoSpillITCase {
         Files.write(data.resolve("data/clips/big.mp4"), big);
         Files.write(data.resolve("data/clips/small.mp4"), small);
         Files.write(data.resolve("data/a.jpg"), new byte[] {1, 2, 3});
+        Files.createDirectories(data.resolve("data/frames"));
+        for (int f = 0; f < 3; f++) {
+            Files.write(data.resolve("data/frames/" + f + ".jpg"), new byte[] {9, 8, (byte) f});
+        }
         S3.uploadDirectory(data, BUCKET, "");
     }
 
@@ -146,6 +150,52 @@ class VideoSpillITCase {
         // the file of a record still in flight goes with the subtask's directory
         assertThat(directory).doesNotExist();
         assertThat(spill).isEmptyDirectory();
+    }
+
+    /**
+     * A video given as frame images beside a spilled video file: each frame fetched as an image
+     * (counted as one), in order, into {@code videoFrames}; a missing frame makes the record a dead
+     * letter naming the video and the frame, and deletes the record's spill file.
+     */
+    @Test
+    void framesOfAVideoGivenAsFrameImagesAreFetchedAsImagesBesideASpilledVideo() throws Exception {
+        FetchFunctionContext context = new FetchFunctionContext(0, 0);
+        S3ImageFetchFunction fetch = function(1 << 20, 3);
+        context.open(fetch);
+        String[] frames = {"frames/2.jpg", "frames/0.jpg", "frames/1.jpg"};
+        try {
+            SftRecord record = record("clips/big.mp4");
+            record.videos = new VideoRef[] {record.videos[0], VideoRef.ofFrames(frames, 0, 0, 0)};
+            Either<DeadLetter, FetchedRecord> out = FetchFunctionContext.fetch(fetch, record);
+            assertThat(out.isRight()).as("%s", out).isTrue();
+            FetchedRecord fetched = out.right();
+            assertThat(Path.of(fetched.videoFiles[0])).hasBinaryContent(big);
+            assertThat(fetched.framesOf(0)).isNull();
+            assertThat(fetched.videoBytes[1]).isNull();
+            assertThat(fetched.videoFiles[1]).isNull();
+            byte[][] frameBytes = fetched.framesOf(1);
+            assertThat(frameBytes).hasNumberOfRows(3);
+            assertThat(frameBytes[0]).containsExactly(9, 8, 2);
+            assertThat(frameBytes[1]).containsExactly(9, 8, 0);
+            assertThat(frameBytes[2]).containsExactly(9, 8, 1);
+            assertThat(context.counter(MetricNames.Fetch.IMAGES_FETCHED)).isEqualTo(1 + 3);
+            assertThat(context.counter(MetricNames.Fetch.VIDEOS_FETCHED)).isEqualTo(1);
+            Files.delete(Path.of(fetched.videoFiles[0])); // the media stage's part
+
+            SftRecord missing = record("clips/big.mp4");
+            missing.videos =
+                    new VideoRef[] {
+                        missing.videos[0],
+                        VideoRef.ofFrames(new String[] {"frames/0.jpg", "frames/9.jpg"}, 0, 0, 0)
+                    };
+            out = FetchFunctionContext.fetch(fetch, missing);
+            assertThat(out.isLeft()).as("%s", out).isTrue();
+            assertThat(out.left().reason).isEqualTo(RejectReason.IMAGE_NOT_FOUND);
+            assertThat(out.left().message).startsWith("video 2 of 2, frame 2 of 2: ");
+            assertThat(spillFiles()).isEmpty();
+        } finally {
+            fetch.close();
+        }
     }
 
     @Test
