@@ -126,7 +126,7 @@ class VideoReference:
                 "fps": FPS,
             }
         )
-        video_processor.fetch_videos = partial(hfv.pyav_fetch, [])
+        video_processor.fetch_videos = partial(hfv.pyav_fetch, [], [])
         self.processor = preset.processor_class(
             # the image budget set on the image processor: a size given to the processor's call
             # would bound the videos of that call too

@@ -427,19 +427,10 @@ public final class VideoDecoder implements AutoCloseable {
         }
         seekToStart();
         Pass pass = new Pass(wanted, end, consumer);
-        while (!pass.finished) {
-            int ret = av_read_frame(format, packet);
-            if (ret == AVERROR_EOF) {
-                break;
-            }
-            if (ret < 0) {
-                throw corrupt("reading the container failed (" + error(ret) + ")", null);
-            }
+        while (!pass.finished && nextVideoPacket()) {
             try {
-                if (packet.stream_index() == streamIndex) {
-                    send(packet);
-                    receive(pass);
-                }
+                send(packet);
+                receive(pass);
             } finally {
                 av_packet_unref(packet);
             }
@@ -464,16 +455,9 @@ public final class VideoDecoder implements AutoCloseable {
         seekToStart();
         boolean decoding = false;
         int position = -1;
-        while (pass.planned < plan.frames().length) {
-            int ret = av_read_frame(format, packet);
-            if (ret == AVERROR_EOF) {
-                break;
-            }
-            if (ret < 0) {
-                throw corrupt("reading the container failed (" + error(ret) + ")", null);
-            }
+        while (pass.planned < plan.frames().length && nextVideoPacket()) {
             try {
-                if (packet.stream_index() != streamIndex || packet.size() <= 0) {
+                if (packet.size() <= 0) {
                     continue;
                 }
                 position++;
@@ -963,16 +947,9 @@ public final class VideoDecoder implements AutoCloseable {
         long[] pts = new long[256];
         boolean[] key = new boolean[256];
         int n = 0;
-        while (true) {
-            int ret = av_read_frame(format, packet);
-            if (ret == AVERROR_EOF) {
-                break;
-            }
-            if (ret < 0) {
-                throw corrupt("reading the packets failed (" + error(ret) + ")", null);
-            }
+        while (nextVideoPacket()) {
             try {
-                if (packet.stream_index() != streamIndex || packet.size() <= 0) {
+                if (packet.size() <= 0) {
                     continue;
                 }
                 if (n == limits.maxFrames()) {
@@ -995,6 +972,29 @@ public final class VideoDecoder implements AutoCloseable {
             }
         }
         return new PacketScan(Arrays.copyOf(pts, n), Arrays.copyOf(key, n));
+    }
+
+    /**
+     * Reads the container up to the next packet of the video stream, into {@link #packet} (the
+     * caller unrefs it); other streams' packets are dropped.
+     *
+     * @return false at the end of the file
+     * @throws RejectedRecordException CORRUPT_VIDEO on a read error other than end-of-file
+     */
+    private boolean nextVideoPacket() throws RejectedRecordException {
+        while (true) {
+            int ret = av_read_frame(format, packet);
+            if (ret == AVERROR_EOF) {
+                return false;
+            }
+            if (ret < 0) {
+                throw corrupt("reading the container failed (" + error(ret) + ")", null);
+            }
+            if (packet.stream_index() == streamIndex) {
+                return true;
+            }
+            av_packet_unref(packet);
+        }
     }
 
     private void seekToStart() throws RejectedRecordException {

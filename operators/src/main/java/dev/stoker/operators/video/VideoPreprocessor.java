@@ -144,16 +144,22 @@ public final class VideoPreprocessor {
     private SampledVideo sample(VideoDecoder decoder, VideoRef ref) throws RejectedRecordException {
         Sampled s = decodeSampled(decoder, ref.fps > 0 ? ref.fps : fps);
         ResizedVideo resized = processorFor(ref, s.frames().size()).resize(s.frames());
+        return sampled(resized, s.indices(), s.metadata().fps(), s.sampledFps());
+    }
+
+    /** The media stage's output for {@code resized}, sampled at {@code indices}. */
+    private SampledVideo sampled(
+            ResizedVideo resized, int[] indices, double videoFps, double sampledFps) {
         SampledVideo out = new SampledVideo();
         out.resizedRgb = resized.rgb();
         out.frames = resized.frames();
         out.gridT = resized.gridT();
         out.gridH = resized.gridH();
         out.gridW = resized.gridW();
-        out.frameIndices = s.indices();
-        out.videoFps = s.metadata().fps();
-        out.sampledFps = s.sampledFps();
-        out.secondPerGridT = config.temporalPatchSize / s.sampledFps();
+        out.frameIndices = indices;
+        out.videoFps = videoFps;
+        out.sampledFps = sampledFps;
+        out.secondPerGridT = config.temporalPatchSize / sampledFps;
         return out;
     }
 
@@ -252,18 +258,9 @@ public final class VideoPreprocessor {
         double rate =
                 ref.fps > 0 && Double.isFinite(ref.fps) ? ref.fps : QwenVideoProcessor.UNKNOWN_FPS;
         ResizedVideo resized = processorFor(ref, n).resize(decoded);
-        SampledVideo out = new SampledVideo();
-        out.resizedRgb = resized.rgb();
-        out.frames = resized.frames();
-        out.gridT = resized.gridT();
-        out.gridH = resized.gridH();
-        out.gridW = resized.gridW();
-        out.frameIndices = new int[n];
-        Arrays.setAll(out.frameIndices, i -> i);
-        out.videoFps = rate;
-        out.sampledFps = QwenVideoProcessor.sampledFps(n, n, rate);
-        out.secondPerGridT = config.temporalPatchSize / out.sampledFps;
-        return out;
+        int[] indices = new int[n];
+        Arrays.setAll(indices, i -> i);
+        return sampled(resized, indices, rate, QwenVideoProcessor.sampledFps(n, n, rate));
     }
 
     private static String frameName(int index, VideoRef ref) {
