@@ -78,8 +78,9 @@ class Batch:
       ``(V,)`` float32 seconds per temporal patch. Empty (V = 0) without videos.
     * ``sample_index``: ``(S,)`` int64, slot index of each sample's record in the run's
       deterministic order (``(mixture_start_step + epoch * steps_per_epoch) * W * B + position
-      in the epoch's shuffled order``); a back-filled sample repeats the index of the sample it
-      copies.
+      in the epoch's shuffled order``; for a stage from ``mixture_start_position > 0``,
+      docs/batch-protocol.md "Row and slot order"); a back-filled sample repeats the index of
+      the sample it copies.
     * ``source``: ``list[str]`` of length S, the name of the mixture source each sample's record
       belongs to (``"dataset"`` for a job run with ``stoker.dataset.path``), as in the dead
       letters.

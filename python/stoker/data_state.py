@@ -16,20 +16,28 @@ so ``torch.load(..., weights_only=True)`` reads it back)::
             "world_size": 2, "micro_batch_size": 4, "epochs": 1, "model_preset": "qwen2-vl",
             "packing_max_tokens": None,   # or the job's stoker.packing.max-tokens when packed
             "mixture_start_step": 0,      # the step the stage's mixture starts at
+            "mixture_start_position": 0,  # records of the mixture's order before that step
         },
     }
 
 The job is resumed for it with ``--stoker.resume-step <next_step - 1>`` (``python -m
 stoker.resume`` prints the command line). :func:`check_restore` compares a state with the
 job's current manifest. A state saved by a release before packing has no
-``packing_max_tokens`` in its sequence, and one before stages no ``mixture_start_step``;
-:func:`validate_state` reads them as ``None`` (those releases did not pack) and 0.
+``packing_max_tokens`` in its sequence, one before stages no ``mixture_start_step``, and one
+before elastic resumes no ``mixture_start_position``; :func:`validate_state` reads them as
+``None`` (those releases did not pack), 0 and 0.
 
 A new stage of the run (the next curriculum stage's mixture, ``--stoker.mixture.start-step S``)
 changes the sequence at step S: a state from the previous stage is accepted by a job whose
 ``mixture_start_step`` is exactly its ``next_step`` (and, when the manifest's ``plan_history``
 names the previous stage, whose previous stage is the state's sequence); the state saved
 afterwards has the new stage's sequence.
+
+A resume with another data-parallel world size or micro-batch size is such a stage too: the job
+starts it at the state's ``next_step`` with ``mixture_start_position`` = :func:`next_position`
+(the records of the mixture's order the trainer consumed), so the run goes on at the next record
+nobody trained on, in the planned order. At such a boundary any rank's state restores any rank of
+the new world size (all ranks' states of one checkpoint hold the same position).
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ __all__ = [
     "check_sequence",
     "find_states",
     "make_state",
+    "next_position",
     "sequence_of",
     "validate_state",
 ]
@@ -68,11 +77,12 @@ SEQUENCE_FIELDS = (
     "model_preset",
     "packing_max_tokens",
     "mixture_start_step",
+    "mixture_start_position",
 )
 
 #: Sequence fields added after the first release, with the value a state saved before lacks them
-#: stands for (it was unpacked, and its mixture started at step 0).
-_ADDED_FIELDS = {"packing_max_tokens": None, "mixture_start_step": 0}
+#: stands for (it was unpacked, and its mixture started at step 0 from the order's first record).
+_ADDED_FIELDS = {"packing_max_tokens": None, "mixture_start_step": 0, "mixture_start_position": 0}
 
 _KEYS = {"format", "next_step", "rank", "world_size", "job_name", "generation", "sequence"}
 
@@ -139,10 +149,36 @@ def validate_state(state: object) -> dict[str, Any]:
     packing = seq["packing_max_tokens"]
     if packing is not None and (isinstance(packing, bool) or not isinstance(packing, int)):
         raise DataStateError(f"data state packing_max_tokens={packing!r} is not an int or None")
-    start = seq["mixture_start_step"]
-    if isinstance(start, bool) or not isinstance(start, int) or start < 0:
-        raise DataStateError(f"data state mixture_start_step={start!r} is not an integer >= 0")
+    for key in ("mixture_start_step", "mixture_start_position"):
+        v = seq[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise DataStateError(f"data state {key}={v!r} is not an integer >= 0")
     return {**state, "sequence": dict(seq)}
+
+
+def next_position(state: Mapping[str, Any]) -> int:
+    """The records of the mixture's sample order a trainer with ``state`` has consumed (numbered
+    across epochs, ``epoch * num_records + position``): the stage's ``mixture_start_position``
+    plus the records (not padding slots) of its steps ``mixture_start_step .. next_step - 1``.
+
+    The plan's arithmetic (docs/batch-protocol.md, "Row and slot order"; ``BatchPlan.positionAt``
+    in the Java operators module is the definition): the stage's first epoch ``e0 = Q // N`` from
+    position ``Q % N`` fills ``ceil((N - Q % N) / (W*B))`` steps, every later one
+    ``ceil(N / (W*B))``, the last step of each padded.
+    """
+    seq = state["sequence"]
+    n, epochs = seq["num_records"], seq["epochs"]
+    per_step = seq["world_size"] * seq["micro_batch_size"]
+    q = seq["mixture_start_position"]
+    slots = max(0, state["next_step"] - seq["mixture_start_step"]) * per_step
+    if n == 0 or q >= epochs * n:
+        return q
+    head = n - q % n  # records left in the first epoch
+    head_slots = -(-head // per_step) * per_step
+    if slots <= head_slots:
+        return q + min(slots, head)
+    full, rest = divmod(slots - head_slots, -(-n // per_step) * per_step)
+    return min(epochs * n, q + head + full * n + min(rest, n))
 
 
 def check_sequence(state: Mapping[str, Any], manifest: Manifest, where: str) -> None:
@@ -171,6 +207,14 @@ def check_sequence(state: Mapping[str, Any], manifest: Manifest, where: str) -> 
         return
     start = manifest.mixture_start_step
     if start > 0 and start == state.get("next_step"):
+        position = manifest.mixture_start_position
+        if position != 0 and position != next_position(state):
+            raise DataStateError(
+                f"the job ({where}) starts a stage at step {start} from record {position} of the "
+                f"mixture's order, but the trainer's data state has consumed "
+                f"{next_position(state)}: resubmit the job with --stoker.mixture.start-position "
+                f"{next_position(state)} (python -m stoker.resume prints the command line)"
+            )
         earlier = [h for h in manifest.plan_history if h["mixture_start_step"] < start]
         if not earlier:
             return  # the job did not know the previous stage (a new job directory)
@@ -215,8 +259,11 @@ def check_restore(
     """Check that ``manifest`` (read from ``where``) continues ``state`` for DP rank ``rank`` of
     ``world_size``.
 
-    The rank and world size must be the state's; the job and sequence as in
-    :func:`check_sequence` (a new stage starting at the state's ``next_step`` continues it). A job resubmitted since (another generation than the state's) must
+    The rank and world size must be the state's, except where the job starts a new stage at the
+    state's ``next_step`` (another world size or micro-batch size at a resume, or a new mixture):
+    there any rank's state restores any rank of the job's world size. The job and sequence as in
+    :func:`check_sequence` (a new stage starting at the state's ``next_step`` continues it). A job
+    resubmitted since (another generation than the state's) must
     start exactly at the state's ``next_step`` (``first_step == next_step``); in the state's own
     generation (only the trainer restarted) ``first_step <= next_step`` (the reader then checks
     the rank's ``ack.json``).
@@ -225,15 +272,25 @@ def check_restore(
         DataStateError: naming the field, the checkpoint's and the job's value, and for a step
             mismatch the ``--stoker.resume-step`` to resubmit the job with.
     """
-    if state["rank"] != rank:
+    new_stage = 0 < manifest.mixture_start_step == state["next_step"]
+    if new_stage and world_size != manifest.world_size:
+        raise DataStateError(
+            f"world_size: job {manifest.world_size} ({where}), this trainer {world_size}: start "
+            "as many DP ranks as the job was resubmitted for"
+        )
+    if state["rank"] != rank and not new_stage:
         raise DataStateError(
             f"the data state is DP rank {state['rank']}'s, but this trainer is rank {rank}: "
             "restore each rank from its own data state"
         )
-    if state["world_size"] != world_size:
+    if state["world_size"] != world_size and not new_stage:
         raise DataStateError(
             f"world_size: checkpoint {state['world_size']}, this trainer {world_size}: the "
-            "data state was saved by a run with another number of DP ranks"
+            "data state was saved by a run with another number of DP ranks. To go on with "
+            f"{world_size} ranks, resubmit the job with --stoker.dp-world-size {world_size} "
+            "(python -m stoker.resume CKPT --savepoint P -- --stoker.dp-world-size "
+            f"{world_size} <options> prints the command line): it continues the epoch at the "
+            "next record the trainer has not consumed"
         )
     check_sequence(state, manifest, where)
     step = state["next_step"]

@@ -79,6 +79,7 @@ MANIFEST_FIELDS: tuple[str, ...] = (
     "image_std",
     "packing_max_tokens",
     "mixture_start_step",
+    "mixture_start_position",
     "plan_history",
 )
 
@@ -243,9 +244,9 @@ class Manifest:
         num_records: records per epoch N.
         epochs: passes over the dataset.
         steps_per_epoch: ``ceil(N / (W*B))``.
-        num_steps: steps of the whole run (``mixture_start_step + epochs * steps_per_epoch``);
-            steps count on across epochs and stages, so every rank's steps are ``0 .. num_steps -
-            1``.
+        num_steps: steps of the whole run (``mixture_start_step + epochs * steps_per_epoch``,
+            fewer for a stage from ``mixture_start_position > 0``); steps count on across epochs
+            and stages, so every rank's steps are ``0 .. num_steps - 1``.
         first_step: first step this generation produces (the job's resume step + 1).
         shuffle_seed: seed of the per-epoch shuffle, or ``None`` when the order is not shuffled.
         patch_dim: D, values per ``pixel_values`` row, or ``None`` if absent.
@@ -259,6 +260,11 @@ class Manifest:
             batches are not packed (``null``, or absent: a job of a release before packing).
         mixture_start_step: the step this stage's mixture starts at (``stoker.mixture.start-step``;
             its epochs count from there), 0 for the run's first mixture (and when absent).
+        mixture_start_position: Q, the records of the mixture's sample order (numbered across
+            epochs, ``epoch * num_records + position``) that came before ``mixture_start_step``
+            (``stoker.mixture.start-position``): 0 for a new mixture (and when absent); for a
+            stage that changed ``world_size`` or ``micro_batch_size`` at a resume, the records the
+            trainer had consumed.
         plan_history: the run's stages so far, oldest first, this one last: each a dict of
             ``mixture`` (the stage's spec or dataset path, or ``None``) and the sequence fields
             (:data:`stoker.data_state.SEQUENCE_FIELDS`) of that stage; empty when absent.
@@ -282,6 +288,7 @@ class Manifest:
     model_preset: str | None = None
     packing_max_tokens: int | None = None
     mixture_start_step: int = 0
+    mixture_start_position: int = 0
     plan_history: tuple[dict[str, Any], ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -324,6 +331,7 @@ class Manifest:
                 model_preset=_optional_str(raw, "model_preset"),
                 packing_max_tokens=_optional_positive_int(raw, "packing_max_tokens"),
                 mixture_start_step=int(raw.get("mixture_start_step", 0)),
+                mixture_start_position=int(raw.get("mixture_start_position", 0)),
                 plan_history=_plan_history(raw),
                 raw=raw,
             )
@@ -339,10 +347,12 @@ class Manifest:
             or m.num_steps < 0
             or m.first_step < 0
             or not 0 <= m.mixture_start_step <= m.first_step
+            or m.mixture_start_position < 0
         ):
             raise BatchFormatError(
                 f"{path}: need world_size >= 1, micro_batch_size >= 1, num_steps >= 0, "
-                f"first_step >= 0 and 0 <= mixture_start_step <= first_step: {raw}"
+                "first_step >= 0, 0 <= mixture_start_step <= first_step and "
+                f"mixture_start_position >= 0: {raw}"
             )
         return m
 
@@ -358,7 +368,8 @@ def _plan_history(raw: dict[str, Any]) -> tuple[dict[str, Any], ...]:
         for stage in history
     ):
         raise ValueError(f"plan_history is not a list of stages: {history!r}")
-    return tuple(history)
+    # a stage written before stages could start part-way through the order started at position 0
+    return tuple({"mixture_start_position": 0, **stage} for stage in history)
 
 
 def write_json_atomic(path: Path, obj: dict[str, Any]) -> None:

@@ -17,9 +17,17 @@ the options after ``--`` already set them; an option there that contradicts the 
 ``--stoker.packing.enabled true`` for a state of unpacked batches) is an error. The other
 options (dataset, tokenizer, output root...) must be the original run's. To change the mixture at
 the checkpoint (the next stage), pass the new spec and ``--stoker.mixture.start-step`` equal to
-the state's ``next_step``: then only the job's name and world size come from the state, and the
-command restores no savepoint (the new stage starts from nothing; the job refuses the previous
+the state's ``next_step``: then only the job's name and world size (unless given) come from the
+state, and the command restores no savepoint (the new stage starts from nothing; the job refuses the previous
 stage's savepoint, whose records in flight are the old mixture's).
+
+To go on with another number of DP ranks or another micro-batch size (after losing a node, or
+growing the run), pass the new ``--stoker.dp-world-size`` and/or ``--stoker.micro-batch-size``
+after ``--``: the command then starts a stage at the state's ``next_step`` with
+``--stoker.mixture.start-position`` = the records the trainer consumed
+(:func:`stoker.data_state.next_position`), so the epoch continues at the next record nobody
+trained on, and, as for a new mixture, restores no savepoint (its records in flight are planned
+for the old world size).
 
 A command line holding a character a terminal cannot show (a control character, a bidi
 override, a lone surrogate: in a job name or an option) is printed escaped
@@ -38,7 +46,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .data_state import DataStateError, find_states
+from .data_state import DataStateError, find_states, next_position
 from .printable import escape_unencodable_stdout, printable
 
 __all__ = ["main", "resume_command"]
@@ -107,14 +115,22 @@ def resume_command(
     seq = first["sequence"]
     options = list(options or [])
     given = _option_values(options)
-    implied = {
-        "stoker.job-name": first["job_name"],
-        "stoker.dp-world-size": str(first["world_size"]),
-    }
+    implied = {"stoker.job-name": first["job_name"]}
     # a new stage starting at the checkpoint's step has a sequence of its own
     new_stage = given.get("stoker.mixture.start-step", "").strip() == str(first["next_step"])
+    # another world size or micro-batch size: a stage of the same mixture from the next record
+    elastic = not new_stage and (
+        given.get("stoker.dp-world-size", str(first["world_size"])).strip()
+        != str(first["world_size"])
+        or given.get("stoker.micro-batch-size", str(seq["micro_batch_size"])).strip()
+        != str(seq["micro_batch_size"])
+    )
+    # a new stage may have another world size; an elastic one keeps what is not given
+    if not (new_stage or elastic) or "stoker.dp-world-size" not in given:
+        implied["stoker.dp-world-size"] = str(first["world_size"])
     if not new_stage:
-        implied["stoker.micro-batch-size"] = str(seq["micro_batch_size"])
+        if not elastic or "stoker.micro-batch-size" not in given:
+            implied["stoker.micro-batch-size"] = str(seq["micro_batch_size"])
         implied["stoker.epochs"] = str(seq["epochs"])
         if seq["shuffle_seed"] is None:
             implied["stoker.shuffle"] = "false"
@@ -125,8 +141,14 @@ def resume_command(
         if seq["packing_max_tokens"] is not None:
             implied["stoker.packing.enabled"] = "true"
             implied["stoker.packing.max-tokens"] = str(seq["packing_max_tokens"])
-        if seq["mixture_start_step"] != 0:
-            implied["stoker.mixture.start-step"] = str(seq["mixture_start_step"])
+        if elastic:
+            implied["stoker.mixture.start-step"] = str(first["next_step"])
+            implied["stoker.mixture.start-position"] = str(next_position(first))
+        else:
+            if seq["mixture_start_step"] != 0:
+                implied["stoker.mixture.start-step"] = str(seq["mixture_start_step"])
+            if seq["mixture_start_position"] != 0:
+                implied["stoker.mixture.start-position"] = str(seq["mixture_start_position"])
     if "stoker.resume-step" in given:
         raise DataStateError(
             "leave --stoker.resume-step out of the options: it comes from the data state"
@@ -153,7 +175,7 @@ def resume_command(
     return [
         flink,
         "run",
-        *([] if new_stage else ["-s", savepoint]),
+        *([] if new_stage or elastic else ["-s", savepoint]),
         jar,
         *options,
         *extra,

@@ -372,8 +372,10 @@ class StokerDataset(torch.utils.data.IterableDataset):
         """Continue from a :meth:`state_dict` (before iterating; replaces ``start_step``).
 
         Reads ``manifest.json`` again and checks it continues ``state`` (see
-        :func:`stoker.data_state.check_restore`): same rank and world size, same job and batch
-        sequence, and a job resubmitted since must start at the state's next step.
+        :func:`stoker.data_state.check_restore`): same rank and world size (any rank's state of
+        the checkpoint where the job starts a stage of another world size at the state's next
+        step), same job and batch sequence, and a job resubmitted since must start at the state's
+        next step.
 
         Raises:
             DataStateError: a mismatch; the message names both values (and the

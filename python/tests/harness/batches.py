@@ -373,6 +373,7 @@ def write_manifest(
     vision: dict[str, object] | None = None,
     packing_max_tokens: int | None = None,
     mixture_start_step: int = 0,
+    mixture_start_position: int = 0,
     plan_history: list[dict[str, object]] | None = None,
 ) -> None:
     """Like the sink: create gen-<generation>/, then publish manifest.json by atomic rename.
@@ -396,6 +397,7 @@ def write_manifest(
         "model_preset": model_preset,
         "packing_max_tokens": packing_max_tokens,
         "mixture_start_step": mixture_start_step,
+        "mixture_start_position": mixture_start_position,
     }
     tmp.write_text(
         json.dumps(
@@ -416,6 +418,7 @@ def write_manifest(
                 **(MANIFEST_VISION if vision is None else vision),
                 "packing_max_tokens": packing_max_tokens,
                 "mixture_start_step": mixture_start_step,
+                "mixture_start_position": mixture_start_position,
                 "plan_history": (
                     [{"mixture": None, **sequence}] if plan_history is None else plan_history
                 ),

@@ -301,6 +301,7 @@ def test_state_round_trips_through_a_torch_checkpoint_to_exactly_the_next_batche
             "model_preset": PRESET,
             "packing_max_tokens": None,
             "mixture_start_step": 0,
+            "mixture_start_position": 0,
         },
     }
     path = tmp_path / "ckpt.pt"
@@ -497,9 +498,14 @@ def test_resume_command_from_a_torch_checkpoint(shm_root, tmp_path):
         "--stoker.resume-step",
         "2",
     ]
-    clash = run_resume(path, "--savepoint", "sp", "--", "--stoker.dp-world-size", "4")
+    clash = run_resume(path, "--savepoint", "sp", "--", "--stoker.shuffle.seed", "4")
     assert clash.returncode == 2
-    assert "--stoker.dp-world-size 4 contradicts the data state" in clash.stderr
+    assert "--stoker.shuffle.seed 4 contradicts the data state" in clash.stderr
+    # another world size: a stage from the next record, without the savepoint
+    elastic = run_resume(path, "--savepoint", "sp", "--", "--stoker.dp-world-size", "4")
+    assert elastic.returncode == 0, elastic.stderr
+    assert "-s" not in elastic.stdout.split()
+    assert "--stoker.mixture.start-position 24 --stoker.resume-step 2" in elastic.stdout
     junk = tmp_path / "junk.pt"
     torch.save({"model": torch.ones(1)}, junk)
     missing = run_resume(junk, "--savepoint", "sp")

@@ -18,6 +18,7 @@ from stoker.data_state import (
     check_restore,
     find_states,
     make_state,
+    next_position,
     validate_state,
 )
 from stoker.resume import main, resume_command
@@ -293,5 +294,124 @@ def test_resume_command_keeps_a_stage_and_changes_the_mixture_only_when_told(shm
     assert cmd[cmd.index("--stoker.dp-world-size") + 1] == "2"
     assert cmd.count("--stoker.epochs") == 1 and cmd.count("--stoker.shuffle.seed") == 1
     assert cmd[-2:] == ["--stoker.resume-step", "5"]
-    with pytest.raises(DataStateError, match="--stoker.dp-world-size 4 contradicts"):
-        resume_command([state], "sp", options=[*change, "--stoker.dp-world-size", "4"])
+    # a new stage may also change the world size
+    cmd = resume_command([state], "sp", options=[*change, "--stoker.dp-world-size", "4"])
+    assert cmd.count("--stoker.dp-world-size") == 1
+    assert cmd[cmd.index("--stoker.dp-world-size") + 1] == "4"
+
+
+def _consumed_by_simulation(n, epochs, plans, next_step):
+    """Records of ``epochs`` x ``n`` consumed through step ``next_step - 1`` when ``plans`` (a
+    list of (start step, W, B)) take turns, each stage filling its steps from the next unread
+    record and padding the last step of every epoch: one step at a time, not the plan's formula."""
+    read, step = 0, 0
+    for i, (start, w, b) in enumerate(plans):
+        assert start == step
+        end = plans[i + 1][0] if i + 1 < len(plans) else next_step
+        while step < end and read < epochs * n:
+            epoch_end = (read // n + 1) * n
+            read = min(read + w * b, epoch_end)  # a step never crosses into the next epoch
+            step += 1
+        step = end
+    return read
+
+
+@pytest.mark.parametrize("n", [1, 7, 23, 24])
+def test_next_position_counts_the_records_before_the_next_step(n):
+    for cut in range(0, 10):
+        for next_step in range(cut, cut + 12):
+            first = {"mixture_start_step": 0, "mixture_start_position": 0}
+            seq1 = {"num_records": n, "epochs": 3, "world_size": 4, "micro_batch_size": 2, **first}
+            q = next_position({"sequence": seq1, "next_step": cut})
+            assert q == _consumed_by_simulation(n, 3, [(0, 4, 2)], cut)
+            seq2 = dict(seq1, world_size=3, micro_batch_size=3)
+            seq2.update(mixture_start_step=cut, mixture_start_position=q)
+            assert next_position({"sequence": seq2, "next_step": next_step}) == (
+                _consumed_by_simulation(n, 3, [(0, 4, 2), (cut, 3, 3)], next_step)
+            ), (n, cut, next_step)
+
+
+def test_a_stage_of_another_world_size_restores_any_rank_at_the_next_record(shm_root):
+    stage1 = manifest(shm_root, generation="g1")  # W=2, 6 steps of B=4: 48 records
+    state = make_state(stage1, 1, 3, "g1")  # trained on steps 0..2: 24 records
+    assert next_position(state) == 24
+    seq2 = dict(state["sequence"], world_size=3, mixture_start_step=3, mixture_start_position=24)
+    history = [{"mixture": "s.yaml", **state["sequence"]}, {"mixture": "s.yaml", **seq2}]
+    elastic = manifest(
+        shm_root,
+        generation="g2",
+        world_size=3,
+        first_step=3,
+        num_steps=5,
+        mixture_start_step=3,
+        mixture_start_position=24,
+        plan_history=history,
+    )
+    assert elastic.mixture_start_position == 24
+    for rank in range(3):  # rank 1's state restores every rank of the new world size
+        check_restore(state, elastic, rank, 3, "here")
+    with pytest.raises(DataStateError, match="world_size: job 3 .here., this trainer 2"):
+        check_restore(state, elastic, 1, 2, "here")
+    # the job goes on elsewhere than where this trainer stopped
+    with pytest.raises(
+        DataStateError,
+        match="from record 24 of the mixture's order, but the "
+        "trainer's data state has consumed 16.*start-position 16",
+    ):
+        check_restore(
+            dict(state, next_step=2),
+            manifest(
+                shm_root,
+                generation="g2",
+                world_size=3,
+                first_step=2,
+                num_steps=5,
+                mixture_start_step=2,
+                mixture_start_position=24,
+                plan_history=history,
+            ),
+            0,
+            3,
+            "here",
+        )
+    # without a stage at the checkpoint's step, another world size is refused, naming the way
+    with pytest.raises(DataStateError, match="resubmit the job with --stoker.dp-world-size 3"):
+        check_restore(state, stage1, 1, 3, "here")
+    # a state of the new stage carries its sequence, and a state saved before elastic stages
+    # existed started at position 0
+    after = make_state(elastic, 2, 4, "g2")["sequence"]
+    assert (after["world_size"], after["mixture_start_position"]) == (3, 24)
+    old = dict(
+        state,
+        sequence={k: v for k, v in state["sequence"].items() if k != "mixture_start_position"},
+    )
+    assert validate_state(old) == state
+
+
+def test_resume_command_with_another_world_size_starts_a_stage_at_the_next_record(shm_root):
+    state = make_state(manifest(shm_root, generation="g1"), 0, 3, "g1")
+    cmd = resume_command([state], "sp", options=["--stoker.dp-world-size", "3"])
+    assert cmd[:3] == ["flink", "run", "job/target/stoker-job.jar"]  # no savepoint
+    opts = dict(zip(cmd[3::2], cmd[4::2], strict=True))
+    assert opts["--stoker.dp-world-size"] == "3"
+    assert opts["--stoker.micro-batch-size"] == "4"
+    assert opts["--stoker.mixture.start-step"] == "3"
+    assert opts["--stoker.mixture.start-position"] == "24"
+    assert cmd[-2:] == ["--stoker.resume-step", "2"]
+    # a later resume inside that stage keeps its start step and position, from its savepoint
+    elastic = manifest(
+        shm_root,
+        generation="g2",
+        world_size=3,
+        micro_batch_size=8,
+        first_step=3,
+        num_steps=5,
+        mixture_start_step=3,
+        mixture_start_position=24,
+    )
+    later = make_state(elastic, 2, 4, "g2")
+    cmd = resume_command([later], "sp")
+    assert cmd[2:4] == ["-s", "sp"]
+    opts = dict(zip(cmd[5::2], cmd[6::2], strict=True))
+    assert opts["--stoker.mixture.start-position"] == "24"
+    assert opts["--stoker.micro-batch-size"] == "8"

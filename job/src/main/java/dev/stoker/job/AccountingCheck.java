@@ -32,8 +32,9 @@ final class AccountingCheck {
 
     /**
      * The invariant per mixture source for a whole run (from its plan's first step): each source's
-     * records read are {@code epochs * C_s} (its per-epoch count) and its samples + dead letters
-     * are its records read.
+     * records read are {@code epochs * C_s} (its per-epoch count; for a plan that starts part-way
+     * through epoch {@code e0}, the source's records in the rest of that epoch plus {@code (epochs
+     * - e0 - 1) * C_s}) and its samples + dead letters are its records read.
      *
      * @return one summary per source, e.g. {@code "ocr: planned=40, read=40, samples=39, dead
      *     letters=1"}, joined by {@code "; "}
@@ -41,9 +42,20 @@ final class AccountingCheck {
      */
     static String verifySources(JobExecutionResult result, BatchPlan plan, MixtureOrder order) {
         StringJoiner all = new StringJoiner("; ");
+        long[] firstEpoch = new long[order.numSources()];
+        for (int s = 0; s < order.numSources() && plan.firstEpochPosition() == 0; s++) {
+            firstEpoch[s] = order.countPerEpoch(s);
+        }
+        for (long p = plan.firstEpochPosition(); p > 0 && p < plan.numRecords(); p++) {
+            firstEpoch[order.pick(plan.firstEpoch(), p).source]++;
+        }
+        int fullEpochs = Math.max(0, plan.epochs() - plan.firstEpoch() - 1);
         for (int s = 0; s < order.numSources(); s++) {
             String name = order.name(s);
-            long planned = plan.epochs() * order.countPerEpoch(s);
+            long planned =
+                    plan.firstEpoch() < plan.epochs()
+                            ? firstEpoch[s] + fullEpochs * order.countPerEpoch(s)
+                            : 0;
             long read = count(result, Accounting.ofSource(Accounting.RECORDS_READ, name));
             long emitted = count(result, Accounting.ofSource(Accounting.SAMPLES_EMITTED, name));
             long dead = count(result, Accounting.ofSource(Accounting.DEAD_LETTERS, name));

@@ -16,6 +16,8 @@ import java.util.Map;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.IllegalConfigurationException;
 import org.apache.flink.configuration.ReadableConfig;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * Everything one submission of the job is built from, worked out once from the {@link
@@ -24,6 +26,8 @@ import org.apache.flink.configuration.ReadableConfig;
  * ({@link StokerJob#build}) are built from it and do not read the configuration again.
  */
 final class JobPlan {
+    private static final Logger LOG = LoggerFactory.getLogger(JobPlan.class);
+
     final String jobName;
     final MixturePlan mixture;
     final BatchPlan batches;
@@ -154,14 +158,10 @@ final class JobPlan {
             s3 = s3Settings(conf);
             StartupChecks.checkS3(conf, mixture, s3);
         }
-        BatchPlan batches =
-                new BatchPlan(
-                        mixture.order.recordsPerEpoch(),
-                        conf.get(StokerOptions.DP_WORLD_SIZE),
-                        conf.get(StokerOptions.MICRO_BATCH_SIZE),
-                        conf.get(StokerOptions.EPOCHS),
-                        conf.get(StokerOptions.MIXTURE_START_STEP));
         Generation generation = Generation.plan(conf, env);
+        List<Map<String, Object>> earlierStages =
+                Manifest.readPlanHistory(java.nio.file.Path.of(StokerConfig.jobDir(conf)));
+        BatchPlan batches = planBatches(conf, mixture, generation, earlierStages);
         if (batches.startStep() > generation.firstStep()) {
             throw new IllegalConfigurationException(
                     "--"
@@ -181,17 +181,19 @@ final class JobPlan {
                 && batches.startStep() == generation.firstStep()
                 && generation.fromSavepoint) {
             throw new IllegalConfigurationException(
-                    "--"
-                            + StokerOptions.MIXTURE_START_STEP.key()
-                            + " "
+                    "This submission starts a new stage at its first step "
                             + batches.startStep()
-                            + " starts a new stage at this submission's first step, but it restores a"
-                            + " savepoint: the records in flight there are the previous stage's."
-                            + " Submit the new stage without the savepoint (flink run without -s);"
-                            + " it starts from nothing");
+                            + " (--"
+                            + StokerOptions.MIXTURE_START_STEP.key()
+                            + ", or a "
+                            + StokerOptions.DP_WORLD_SIZE.key()
+                            + " or "
+                            + StokerOptions.MICRO_BATCH_SIZE.key()
+                            + " other than the previous stage's), but it restores a savepoint: the"
+                            + " records in flight there are planned for the previous stage's"
+                            + " batches. Submit the new stage without the savepoint (flink run"
+                            + " without -s); it starts from nothing");
         }
-        List<Map<String, Object>> earlierStages =
-                Manifest.readPlanHistory(java.nio.file.Path.of(StokerConfig.jobDir(conf)));
         checkContinues(earlierStages, batches, generation, mixture);
         Integer packingMaxTokens =
                 conf.get(StokerOptions.PACKING_ENABLED)
@@ -239,9 +241,143 @@ final class JobPlan {
     }
 
     /**
+     * The batch plan of this submission ({@link BatchPlan}: the mixture's records per epoch, {@code
+     * stoker.dp-world-size}, {@code stoker.micro-batch-size}, {@code stoker.epochs}, and the
+     * stage's start step and start position), where the stage is
+     *
+     * <ul>
+     *   <li>the one {@code stoker.mixture.start-step} (and {@code stoker.mixture.start-position})
+     *       state, when set;
+     *   <li>otherwise, when the job directory's plan history names a stage of the same mixture
+     *       (fingerprint) for the step before this submission's first: that stage when its world
+     *       size and micro-batch size are this submission's, or else a new stage from the first
+     *       step that goes on at the record after the last one the trainer consumed ({@link
+     *       BatchPlan#positionAt}: an elastic resume);
+     *   <li>otherwise one from step 0 and position 0.
+     * </ul>
+     *
+     * @throws IllegalConfigurationException a {@code stoker.mixture.start-position} other than the
+     *     one the history gives for a new world size or micro-batch size, or past the run's records
+     */
+    private static BatchPlan planBatches(
+            Configuration conf,
+            MixturePlan mixture,
+            Generation generation,
+            List<Map<String, Object>> history) {
+        long records = mixture.order.recordsPerEpoch();
+        int worldSize = conf.get(StokerOptions.DP_WORLD_SIZE);
+        int microBatchSize = conf.get(StokerOptions.MICRO_BATCH_SIZE);
+        int epochs = conf.get(StokerOptions.EPOCHS);
+        long first = generation.firstStep();
+        Map<String, Object> previous = stageBefore(history, first);
+        boolean sameMixture =
+                previous != null
+                        && mixture.fingerprint.equals(previous.get(Manifest.DATASET_FINGERPRINT));
+        Long consumed = null; // the record after the trainer's last, for a new W or B
+        if (sameMixture
+                && (worldSize != number(previous, Manifest.WORLD_SIZE)
+                        || microBatchSize != number(previous, Manifest.MICRO_BATCH_SIZE))) {
+            consumed = planOf(previous).positionAt(first);
+        }
+        long start = conf.get(StokerOptions.MIXTURE_START_STEP);
+        long position = conf.get(StokerOptions.MIXTURE_START_POSITION);
+        if (!conf.contains(StokerOptions.MIXTURE_START_STEP)) {
+            if (consumed != null) {
+                start = first;
+                position =
+                        conf.contains(StokerOptions.MIXTURE_START_POSITION) ? position : consumed;
+            } else if (sameMixture) {
+                start = number(previous, Manifest.MIXTURE_START_STEP);
+                position =
+                        conf.contains(StokerOptions.MIXTURE_START_POSITION)
+                                ? position
+                                : number(previous, Manifest.MIXTURE_START_POSITION);
+            }
+        }
+        if (consumed != null && start == first && position != 0 && position != consumed) {
+            throw new IllegalConfigurationException(
+                    "--"
+                            + StokerOptions.MIXTURE_START_POSITION.key()
+                            + " "
+                            + position
+                            + " is not where the trainer stopped: through step "
+                            + (first - 1)
+                            + " the previous stage ("
+                            + number(previous, Manifest.WORLD_SIZE)
+                            + " ranks x "
+                            + number(previous, Manifest.MICRO_BATCH_SIZE)
+                            + " samples, the job directory's manifest.json) gave it the records"
+                            + " before position "
+                            + consumed
+                            + " of the mixture's order. Pass --"
+                            + StokerOptions.MIXTURE_START_POSITION.key()
+                            + " "
+                            + consumed
+                            + " or leave it out");
+        }
+        if (position > epochs * records) {
+            throw new IllegalConfigurationException(
+                    "--"
+                            + StokerOptions.MIXTURE_START_POSITION.key()
+                            + " "
+                            + position
+                            + " is past the run's "
+                            + epochs * records
+                            + " records ("
+                            + epochs
+                            + " epoch(s) of "
+                            + records
+                            + ")");
+        }
+        BatchPlan plan = new BatchPlan(records, worldSize, microBatchSize, epochs, start, position);
+        if (consumed != null && start == first) {
+            LOG.info(
+                    "Resuming at step {} with {} ranks x {} samples per step (the previous stage:"
+                            + " {} x {}): a new stage goes on at epoch {}, position {} of the"
+                            + " mixture's order ({} records consumed): {}",
+                    first,
+                    worldSize,
+                    microBatchSize,
+                    number(previous, Manifest.WORLD_SIZE),
+                    number(previous, Manifest.MICRO_BATCH_SIZE),
+                    plan.firstEpoch(),
+                    plan.firstEpochPosition(),
+                    position,
+                    plan);
+        }
+        return plan;
+    }
+
+    /** The stage of {@code history} that produced step {@code first - 1}, or {@code null}. */
+    private static Map<String, Object> stageBefore(List<Map<String, Object>> history, long first) {
+        Map<String, Object> previous = null;
+        for (Map<String, Object> stage : history) {
+            if (number(stage, Manifest.MIXTURE_START_STEP) < first) {
+                previous = stage;
+            }
+        }
+        return previous;
+    }
+
+    /** The batch plan a {@link Manifest#PLAN_HISTORY} entry describes. */
+    private static BatchPlan planOf(Map<String, Object> stage) {
+        return new BatchPlan(
+                number(stage, Manifest.NUM_RECORDS),
+                (int) number(stage, Manifest.WORLD_SIZE),
+                (int) number(stage, Manifest.MICRO_BATCH_SIZE),
+                (int) number(stage, Manifest.EPOCHS),
+                number(stage, Manifest.MIXTURE_START_STEP),
+                number(stage, Manifest.MIXTURE_START_POSITION));
+    }
+
+    private static long number(Map<String, Object> stage, String field) {
+        return ((Number) stage.get(field)).longValue();
+    }
+
+    /**
      * Refuses an implicit change of the mixture at a resume: when this submission continues a stage
      * (its start step is before its first step), the stage the previous manifest's history has for
-     * the step before must be this one (same start step and fingerprint).
+     * the step before must be this one (same start step, start position and fingerprint).
      *
      * @throws IllegalConfigurationException naming that stage and what to pass instead
      */
@@ -254,17 +390,14 @@ final class JobPlan {
         if (first == 0 || batches.startStep() == first) {
             return;
         }
-        Map<String, Object> previous = null;
-        for (Map<String, Object> stage : history) {
-            if (((Number) stage.get(Manifest.MIXTURE_START_STEP)).longValue() < first) {
-                previous = stage;
-            }
-        }
+        Map<String, Object> previous = stageBefore(history, first);
         if (previous == null) {
             return;
         }
-        long start = ((Number) previous.get(Manifest.MIXTURE_START_STEP)).longValue();
+        long start = number(previous, Manifest.MIXTURE_START_STEP);
+        long position = number(previous, Manifest.MIXTURE_START_POSITION);
         if (start != batches.startStep()
+                || position != batches.startPosition()
                 || !mixture.fingerprint.equals(previous.get(Manifest.DATASET_FINGERPRINT))) {
             throw new IllegalConfigurationException(
                     "Step "
@@ -275,16 +408,26 @@ final class JobPlan {
                             + previous.get(Manifest.DATASET_FINGERPRINT)
                             + ") starting at step "
                             + start
+                            + (position == 0 ? "" : " from position " + position)
                             + " (the job directory's manifest.json), but this submission's is "
                             + mixture.spec.location
                             + " ("
                             + mixture.fingerprint
                             + ") starting at step "
                             + batches.startStep()
+                            + (batches.startPosition() == 0
+                                    ? ""
+                                    : " from position " + batches.startPosition())
                             + ". To continue that stage pass its spec and --"
                             + StokerOptions.MIXTURE_START_STEP.key()
                             + " "
                             + start
+                            + (position == 0
+                                    ? ""
+                                    : " --"
+                                            + StokerOptions.MIXTURE_START_POSITION.key()
+                                            + " "
+                                            + position)
                             + "; to change the mixture at this resume pass --"
                             + StokerOptions.MIXTURE_START_STEP.key()
                             + " "

@@ -86,6 +86,12 @@ final class StokerConfig {
                             + " must be >= 0, got "
                             + conf.get(StokerOptions.MIXTURE_START_STEP));
         }
+        if (conf.get(StokerOptions.MIXTURE_START_POSITION) < 0) {
+            throw new IllegalConfigurationException(
+                    StokerOptions.MIXTURE_START_POSITION.key()
+                            + " must be >= 0, got "
+                            + conf.get(StokerOptions.MIXTURE_START_POSITION));
+        }
         positive(conf, StokerOptions.LISTING_THREADS);
         positive(conf, StokerOptions.FETCH_CAPACITY);
         positive(conf, StokerOptions.FETCH_THREADS);

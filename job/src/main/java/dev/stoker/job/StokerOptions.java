@@ -61,11 +61,34 @@ public final class StokerOptions {
                                     + " first mixture. Changing the mixture at a resume needs it: resubmit"
                                     + " without the previous stage's savepoint (its records in flight are the"
                                     + " old mixture's) with the new spec, this option and stoker.resume-step"
-                                    + " start-step - 1; every later resume of the stage (from its own"
-                                    + " savepoints) passes the same value. The manifest records it"
-                                    + " (mixture_start_step) and the stages so far (plan_history), and a"
-                                    + " trainer's data state from the previous stage is accepted only at"
-                                    + " exactly this step. docs/data-guide.md#changing-the-mixture-at-a-resume.");
+                                    + " start-step - 1; a later resume of the stage (from its own"
+                                    + " savepoints) passes the same value or leaves it out (the job then"
+                                    + " continues the stage the job directory's plan_history names for the"
+                                    + " same spec, world size and micro-batch size). A resume that changes"
+                                    + " stoker.dp-world-size or stoker.micro-batch-size starts a stage"
+                                    + " here by itself (see stoker.mixture.start-position). The manifest"
+                                    + " records it (mixture_start_step) and the stages so far"
+                                    + " (plan_history), and a trainer's data state from the previous stage"
+                                    + " is accepted only at exactly this step."
+                                    + " docs/data-guide.md#changing-the-mixture-at-a-resume.");
+
+    public static final ConfigOption<Long> MIXTURE_START_POSITION =
+            ConfigOptions.key("stoker.mixture.start-position")
+                    .longType()
+                    .defaultValue(0L)
+                    .withDescription(
+                            "The records of the mixture's sample order (numbered across epochs:"
+                                    + " epoch x records per epoch + position) that came before"
+                                    + " stoker.mixture.start-step: the stage starts there instead of at"
+                                    + " epoch 0. 0: a new mixture. A resume that changes"
+                                    + " stoker.dp-world-size or stoker.micro-batch-size (with"
+                                    + " stoker.resume-step S, without the savepoint) works it out from the"
+                                    + " job directory's plan_history (the records the trainer consumed"
+                                    + " through step S) and starts a stage at S + 1; set it (python -m"
+                                    + " stoker.resume does, from the trainer's data state) to resume where"
+                                    + " that history is gone, or to continue such a stage. The manifest"
+                                    + " records it (mixture_start_position)."
+                                    + " docs/data-guide.md#another-world-size-or-micro-batch-size-at-a-resume.");
 
     public static final ConfigOption<String> IMAGE_ROOT =
             ConfigOptions.key("stoker.image.root")

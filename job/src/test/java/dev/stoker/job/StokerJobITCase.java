@@ -17,6 +17,7 @@ import java.util.Map;
 import java.util.Set;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.IllegalConfigurationException;
+import org.apache.flink.configuration.StateRecoveryOptions;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
@@ -341,6 +342,117 @@ class StokerJobITCase {
                                 + (start + 5)
                                 + " is after the first step this submission produces ("
                                 + (start + 2));
+    }
+
+    /**
+     * An elastic resume: a run at W=4, B=2 that the trainer left after step 2 goes on (without its
+     * savepoint, with {@code stoker.resume-step} and nothing else new) at W=2, B=4, and after step
+     * 6 at W=3, B=3. Each resume starts a stage at its first step from the record after the last
+     * one trained on; together the three runs hold every record of both epochs exactly once, at the
+     * position of the mixture's order an uninterrupted run has it (sample or dead letter), the
+     * manifest keeps the three stages, a start position other than the trainer's is refused, and so
+     * is restoring a savepoint into the new stage.
+     */
+    @Test
+    void anotherWorldSizeAtAResumeGoesOnAtTheNextRecordNotTrainedOn() throws Exception {
+        Path dataset = SharedData.dataDir().resolve("llava-style"); // 38 records, some rejected
+        Configuration conf = new Configuration();
+        conf.set(StokerOptions.SHUFFLE, true);
+        conf.set(StokerOptions.SHUFFLE_SEED, 11L);
+        conf.set(StokerOptions.EPOCHS, 2);
+        Path root = CLUSTER.freshOutputRoot();
+        JobRun.Result w4 = JobRun.run(dataset, root, 4, 2, conf); // the uninterrupted run
+        // each run's dead letters on their own: the slot indices of the runs' plans overlap
+        Path deadLetters = w4.jobDir().resolve("dead-letters");
+        JobRun.deleteOutputRoot(deadLetters);
+        Configuration at2 = new Configuration(conf);
+        at2.set(StokerOptions.RESUME_STEP, 2L);
+        JobRun.Result w2 = JobRun.run(dataset, root, 2, 4, at2);
+        JobRun.deleteOutputRoot(deadLetters);
+        Configuration at6 = new Configuration(conf);
+        at6.set(StokerOptions.RESUME_STEP, 6L);
+        JobRun.Result w3 = JobRun.run(dataset, root, 3, 3, at6);
+        long n = w4.plan().numRecords();
+        assertThat(w2.plan().startStep()).isEqualTo(3);
+        assertThat(w2.plan().startPosition()).isEqualTo(24); // steps 0..2 of 8 samples
+        assertThat(w3.plan().startPosition()).isEqualTo(n + 16); // steps 5, 6: epoch 1's first 16
+        w2.assertAccounted();
+        w3.assertAccounted();
+
+        Map<Long, String> expected = byMixturePosition(w4, 0, w4.plan().numSteps());
+        Map<Long, String> elastic = new HashMap<>(byMixturePosition(w4, 0, 3));
+        for (Map.Entry<Long, String> e : byMixturePosition(w2, 3, 7).entrySet()) {
+            assertThat(elastic.put(e.getKey(), e.getValue()))
+                    .as("position %d", e.getKey())
+                    .isNull();
+        }
+        for (Map.Entry<Long, String> e :
+                byMixturePosition(w3, 7, w3.plan().numSteps()).entrySet()) {
+            assertThat(elastic.put(e.getKey(), e.getValue()))
+                    .as("position %d", e.getKey())
+                    .isNull();
+        }
+        assertThat(expected).hasSize((int) (2 * n));
+        assertThat(elastic).isEqualTo(expected);
+
+        JsonNode history =
+                JSON.readTree(w3.jobDir().resolve("manifest.json").toFile()).get("plan_history");
+        assertThat(history).hasSize(3);
+        assertThat(history.get(1).get("world_size").asInt()).isEqualTo(2);
+        assertThat(history.get(1).get("mixture_start_step").asLong()).isEqualTo(3);
+        assertThat(history.get(2).get("mixture_start_step").asLong()).isEqualTo(7);
+        assertThat(history.get(2).get("mixture_start_position").asLong()).isEqualTo(n + 16);
+
+        Configuration wrong = JobConfigs.config(dataset.toString(), root, 2, 2);
+        wrong.addAll(conf);
+        wrong.set(StokerOptions.RESUME_STEP, 8L);
+        wrong.set(StokerOptions.MIXTURE_START_POSITION, 5L);
+        assertThatThrownBy(
+                        () ->
+                                StokerJob.build(
+                                        StreamExecutionEnvironment.getExecutionEnvironment(),
+                                        wrong))
+                .isInstanceOf(IllegalConfigurationException.class)
+                .hasMessageContaining("--stoker.mixture.start-position 5 is not where the trainer");
+        Configuration withSavepoint = JobConfigs.config(dataset.toString(), root, 2, 2);
+        withSavepoint.addAll(conf);
+        withSavepoint.set(StokerOptions.RESUME_STEP, 8L);
+        withSavepoint.set(
+                StateRecoveryOptions.SAVEPOINT_PATH, root.resolve("sp").toUri().toString());
+        assertThatThrownBy(
+                        () ->
+                                StokerJob.build(
+                                        StreamExecutionEnvironment.getExecutionEnvironment(),
+                                        withSavepoint))
+                .isInstanceOf(IllegalConfigurationException.class)
+                .hasMessageContaining("but it restores a savepoint");
+    }
+
+    /**
+     * Position in the mixture's order ({@code epoch * N + position}) -> the record there, as {@code
+     * "sample <location>"} or {@code "dead letter <file>:<line>"}, of the run's steps {@code from
+     * .. to - 1}.
+     */
+    private static Map<Long, String> byMixturePosition(JobRun.Result run, long from, long to) {
+        Map<Long, String> out = new HashMap<>();
+        long n = run.plan().numRecords();
+        for (JobRun.Sample s : run.samples()) {
+            if (s.step() >= from && s.step() < to) {
+                long i = s.sampleIndex();
+                out.put(
+                        run.plan().epochOf(i) * n + run.plan().positionOf(i),
+                        "sample " + s.location());
+            }
+        }
+        for (JsonNode dl : run.deadLetters()) {
+            long i = dl.get("sample_index").asLong();
+            if (run.plan().stepOf(i) >= from && run.plan().stepOf(i) < to) {
+                out.put(
+                        run.plan().epochOf(i) * n + run.plan().positionOf(i),
+                        "dead letter " + dl.get("file").asText() + ":" + dl.get("line").asLong());
+            }
+        }
+        return out;
     }
 
     private static boolean contains(long[] ids, long[] part) {

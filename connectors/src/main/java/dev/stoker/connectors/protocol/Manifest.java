@@ -24,12 +24,13 @@ import java.util.Optional;
  * state is checked against, and the vision settings the pixels were made with (patch geometry,
  * {@code rescale_factor}, {@code image_mean}/{@code image_std}), which a reader needs to turn
  * {@code pixel_values} back into pictures, or uint8 ones into model inputs, the packed row size
- * when batches are packed, and the run's stages so far: the step this stage's mixture starts at and
- * each stage's mixture and sequence fields (docs/batch-protocol.md). The field names are listed
- * under {@code "manifest"} in {@code schema/batch-schema.json}.
+ * when batches are packed, and the run's stages so far: the step this stage's mixture starts at,
+ * the position in the mixture's sample order it starts from, and each stage's mixture and sequence
+ * fields (docs/batch-protocol.md). The field names are listed under {@code "manifest"} in {@code
+ * schema/batch-schema.json}.
  */
 public final class Manifest implements Serializable {
-    private static final long serialVersionUID = 4L;
+    private static final long serialVersionUID = 5L;
     private static final ObjectMapper JSON = Json.mapper();
     private static final JavaType STAGE =
             JSON.getTypeFactory().constructMapType(LinkedHashMap.class, String.class, Object.class);
@@ -59,6 +60,7 @@ public final class Manifest implements Serializable {
     public static final String IMAGE_STD = "image_std";
     public static final String PACKING_MAX_TOKENS = "packing_max_tokens";
     public static final String MIXTURE_START_STEP = "mixture_start_step";
+    public static final String MIXTURE_START_POSITION = "mixture_start_position";
     public static final String PLAN_HISTORY = "plan_history";
 
     /** Key of a {@link #PLAN_HISTORY} entry naming the stage's mixture spec (or dataset path). */
@@ -80,7 +82,8 @@ public final class Manifest implements Serializable {
                     EPOCHS,
                     MODEL_PRESET,
                     PACKING_MAX_TOKENS,
-                    MIXTURE_START_STEP);
+                    MIXTURE_START_STEP,
+                    MIXTURE_START_POSITION);
 
     /** Every field, in the order they are written. */
     public static final List<String> FIELDS =
@@ -107,6 +110,7 @@ public final class Manifest implements Serializable {
                     IMAGE_STD,
                     PACKING_MAX_TOKENS,
                     MIXTURE_START_STEP,
+                    MIXTURE_START_POSITION,
                     PLAN_HISTORY);
 
     private final LinkedHashMap<String, Object> fields = new LinkedHashMap<>();
@@ -161,6 +165,7 @@ public final class Manifest implements Serializable {
         fields.put(IMAGE_STD, vision.imageStd.clone());
         fields.put(PACKING_MAX_TOKENS, packingMaxTokens);
         fields.put(MIXTURE_START_STEP, plan.startStep());
+        fields.put(MIXTURE_START_POSITION, plan.startPosition());
         List<Map<String, Object>> history = new ArrayList<>();
         for (Map<String, Object> stage : earlierStages) {
             if (((Number) stage.get(MIXTURE_START_STEP)).longValue() < plan.startStep()) {
@@ -223,7 +228,9 @@ public final class Manifest implements Serializable {
         if (node.path(PLAN_HISTORY).isArray()) {
             for (JsonNode stage : node.get(PLAN_HISTORY)) {
                 if (stage.path(MIXTURE_START_STEP).canConvertToLong()) {
-                    stages.add(JSON.convertValue(stage, STAGE));
+                    Map<String, Object> entry = JSON.convertValue(stage, STAGE);
+                    entry.putIfAbsent(MIXTURE_START_POSITION, 0L); // written before elastic stages
+                    stages.add(entry);
                 }
             }
             return stages;
@@ -234,6 +241,7 @@ public final class Manifest implements Serializable {
             stage.put(field, JSON.convertValue(node.get(field), Object.class));
         }
         stage.put(MIXTURE_START_STEP, node.path(MIXTURE_START_STEP).asLong(0));
+        stage.put(MIXTURE_START_POSITION, node.path(MIXTURE_START_POSITION).asLong(0));
         stages.add(stage);
         return stages;
     }

@@ -3,8 +3,11 @@ package dev.stoker.operators.batch;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
+import java.util.ArrayList;
 import java.util.HashSet;
+import java.util.List;
 import java.util.Set;
+import java.util.stream.LongStream;
 import org.junit.jupiter.api.Test;
 
 class BatchPlanTest {
@@ -102,5 +105,72 @@ class BatchPlanTest {
                 .isInstanceOf(IllegalArgumentException.class);
         assertThatThrownBy(() -> new BatchPlan(10, 2, 3, 0))
                 .isInstanceOf(IllegalArgumentException.class);
+    }
+
+    /**
+     * A resume with another world size and micro-batch size (W=4 B=2, then W=2 B=4, then W=3 B=3)
+     * reads every record of every epoch exactly once and in the order of the mixture: the (epoch,
+     * position) pairs of the three plans' non-padding slots, each from its start step, follow one
+     * another as {@code 0 .. epochs * N - 1}.
+     */
+    @Test
+    void aStageOfAnotherWorldSizeGoesOnAtTheNextUnconsumedPosition() {
+        for (long n : new long[] {1, 7, 23, 24, 40}) {
+            for (long cut1 = 0; cut1 < 12; cut1++) {
+                for (long cut2 = cut1 + 1; cut2 < cut1 + 8; cut2++) {
+                    BatchPlan a = new BatchPlan(n, 4, 2, 3);
+                    long s1 = Math.min(cut1, a.numSteps());
+                    BatchPlan b = new BatchPlan(n, 2, 4, 3, s1, a.positionAt(s1));
+                    long s2 = Math.max(s1, Math.min(cut2, b.numSteps()));
+                    BatchPlan c = new BatchPlan(n, 3, 3, 3, s2, b.positionAt(s2));
+                    List<Long> order = new ArrayList<>();
+                    collect(a, 0, s1, order);
+                    collect(b, s1, s2, order);
+                    collect(c, s2, c.numSteps(), order);
+                    assertThat(order)
+                            .as("N=%d, W=4 to step %d, W=2 to step %d, then W=3", n, s1, s2)
+                            .isEqualTo(LongStream.range(0, 3 * n).boxed().toList());
+                    assertThat(b.recordsFrom(s1) + a.positionAt(s1)).isEqualTo(3 * n);
+                    assertThat(c.positionAt(c.numSteps())).isEqualTo(3 * n);
+                }
+            }
+        }
+    }
+
+    @Test
+    void aStageFromMidEpochHasAShortFirstEpochThenFullOnes() {
+        BatchPlan plan = new BatchPlan(10, 2, 2, 2, 3, 7); // epoch 0 from position 7, 4 per step
+        assertThat(plan.firstEpoch()).isZero();
+        assertThat(plan.firstEpochPosition()).isEqualTo(7);
+        assertThat(plan.numSteps()).isEqualTo(3 + 1 + 3); // 3 records in one step, then 10 in 3
+        long first = 3 * 4;
+        assertThat(plan.positionOf(first)).isEqualTo(7);
+        assertThat(plan.isPadding(first + 2)).isFalse();
+        assertThat(plan.isPadding(first + 3)).isTrue(); // position 10
+        assertThat(plan.epochOf(first + 4)).isEqualTo(1);
+        assertThat(plan.positionOf(first + 4)).isZero();
+        assertThat(plan.recordsFrom(0)).isEqualTo(13);
+        assertThat(plan.recordsFrom(4)).isEqualTo(10);
+        assertThat(plan.positionAt(3)).isEqualTo(7);
+        assertThat(plan.positionAt(4)).isEqualTo(10);
+        assertThat(plan.positionAt(5)).isEqualTo(14);
+        assertThat(plan.toString()).contains("at epoch 0 position 7");
+        BatchPlan done = new BatchPlan(10, 2, 2, 2, 9, 20);
+        assertThat(done.numSteps()).isEqualTo(9);
+        assertThat(done.recordsFrom(0)).isZero();
+        assertThatThrownBy(() -> new BatchPlan(10, 2, 2, 2, 9, 21))
+                .isInstanceOf(IllegalArgumentException.class);
+        assertThatThrownBy(() -> plan.positionAt(2)).isInstanceOf(IllegalArgumentException.class);
+    }
+
+    /**
+     * Appends {@code epoch * N + position} of each non-padding slot of steps {@code from .. to-1}.
+     */
+    private static void collect(BatchPlan plan, long from, long to, List<Long> out) {
+        for (long i = from * plan.globalBatchSize(); i < to * plan.globalBatchSize(); i++) {
+            if (!plan.isPadding(i)) {
+                out.add(plan.epochOf(i) * plan.numRecords() + plan.positionOf(i));
+            }
+        }
     }
 }
