@@ -66,7 +66,8 @@ final class JobRun {
 
     /**
      * What one run wrote from its first step on ({@code firstStep}: 0, or the step after {@link
-     * StokerOptions#RESUME_STEP}); {@code counts} is the job's accounting summary.
+     * StokerOptions#RESUME_STEP}); {@code counts} is the job's accounting summary; {@code packed}:
+     * the batches are packed (their samples then have no grids, tokens or ids here).
      */
     record Result(
             Path jobDir,
@@ -75,7 +76,8 @@ final class JobRun {
             String counts,
             List<Sample> samples,
             List<JsonNode> deadLetters,
-            List<Batch> batches) {
+            List<Batch> batches,
+            boolean packed) {
         /** Sample index -> batched sample. */
         Map<Long, Sample> samplesByIndex() {
             Map<Long, Sample> out = new HashMap<>();
@@ -90,9 +92,11 @@ final class JobRun {
         void assertAccounted() {
             List<Long> all = new ArrayList<>();
             for (Sample s : samples) {
-                assertThat(plan.rankOf(s.sampleIndex()))
-                        .as("rank of sample %d", s.sampleIndex())
-                        .isEqualTo(s.rank());
+                if (!packed) { // packing spreads a step's samples over the ranks by size
+                    assertThat(plan.rankOf(s.sampleIndex()))
+                            .as("rank of sample %d", s.sampleIndex())
+                            .isEqualTo(s.rank());
+                }
                 assertThat(plan.stepOf(s.sampleIndex()))
                         .as("step of sample %d", s.sampleIndex())
                         .isEqualTo(s.step());
@@ -203,7 +207,8 @@ final class JobRun {
                                         dl.get("sample_index").asLong()
                                                 >= planned.firstStep * plan.globalBatchSize())
                         .toList(),
-                batches);
+                batches,
+                conf.get(StokerOptions.PACKING_ENABLED));
     }
 
     /** The current generation's directory, named by the job directory's manifest. */
@@ -290,8 +295,12 @@ final class JobRun {
                 ArrowFileReader reader = new ArrowFileReader(FileChannel.open(file), allocator)) {
             while (reader.loadNextBatch()) {
                 VectorSchemaRoot root = reader.getVectorSchemaRoot();
-                BigIntVector index = (BigIntVector) root.getVector("sample_index");
                 rows += root.getRowCount();
+                if (root.getSchema().getCustomMetadata().containsKey("stoker.packing_max_tokens")) {
+                    readPackedSamples(root, rank, step, out);
+                    continue;
+                }
+                BigIntVector index = (BigIntVector) root.getVector("sample_index");
                 for (String slot :
                         root.getSchema()
                                 .getCustomMetadata()
@@ -344,6 +353,35 @@ final class JobRun {
             }
         }
         return new Batch(rank, step, rows, backfilled);
+    }
+
+    /**
+     * The samples of a packed batch (several per row, lists in row order): index, source, location
+     * and line only; grids, tokens and ids are left empty.
+     */
+    private static void readPackedSamples(
+            VectorSchemaRoot root, int rank, long step, List<Sample> out) {
+        for (int r = 0; r < root.getRowCount(); r++) {
+            List<?> indices = (List<?>) root.getVector("sample_index").getObject(r);
+            List<?> sources = (List<?>) root.getVector("source").getObject(r);
+            List<?> locations = (List<?>) root.getVector("location").getObject(r);
+            for (int k = 0; k < indices.size(); k++) {
+                String location = locations.get(k).toString();
+                Matcher m = LOCATION_LINE.matcher(location);
+                assertThat(m.find()).as("location %s ends with :line", location).isTrue();
+                out.add(
+                        new Sample(
+                                ((Number) indices.get(k)).longValue(),
+                                sources.get(k).toString(),
+                                location,
+                                Long.parseLong(m.group(1)),
+                                rank,
+                                step,
+                                List.of(),
+                                0,
+                                new long[0]));
+            }
+        }
     }
 
     private static List<JsonNode> readDeadLetters(Path dir) throws IOException {

@@ -351,12 +351,15 @@ class StokerJobITCase {
      * one trained on; together the three runs hold every record of both epochs exactly once, at the
      * position of the mixture's order an uninterrupted run has it (sample or dead letter), the
      * manifest keeps the three stages, a start position other than the trainer's is refused, and so
-     * is restoring a savepoint into the new stage.
+     * is restoring a savepoint into the new stage. Unpacked and packed.
      */
-    @Test
-    void anotherWorldSizeAtAResumeGoesOnAtTheNextRecordNotTrainedOn() throws Exception {
+    @ParameterizedTest(name = "packed={0}")
+    @ValueSource(booleans = {false, true})
+    void anotherWorldSizeAtAResumeGoesOnAtTheNextRecordNotTrainedOn(boolean packed)
+            throws Exception {
         Path dataset = SharedData.dataDir().resolve("llava-style"); // 38 records, some rejected
         Configuration conf = new Configuration();
+        conf.set(StokerOptions.PACKING_ENABLED, packed);
         conf.set(StokerOptions.SHUFFLE, true);
         conf.set(StokerOptions.SHUFFLE_SEED, 11L);
         conf.set(StokerOptions.EPOCHS, 2);
@@ -395,8 +398,9 @@ class StokerJobITCase {
         assertThat(expected).hasSize((int) (2 * n));
         assertThat(elastic).isEqualTo(expected);
 
-        JsonNode history =
-                JSON.readTree(w3.jobDir().resolve("manifest.json").toFile()).get("plan_history");
+        JsonNode manifest = JSON.readTree(w3.jobDir().resolve("manifest.json").toFile());
+        assertThat(manifest.get("packing_max_tokens").isNull()).isEqualTo(!packed);
+        JsonNode history = manifest.get("plan_history");
         assertThat(history).hasSize(3);
         assertThat(history.get(1).get("world_size").asInt()).isEqualTo(2);
         assertThat(history.get(1).get("mixture_start_step").asLong()).isEqualTo(3);
