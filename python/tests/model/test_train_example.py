@@ -1,5 +1,6 @@
-"""examples/train_qwen_vl.py, killed and resumed against a real job, trains on exactly the batches
-of an uninterrupted run.
+"""examples/train_qwen_vl.py (a plain loop) and examples/train_qwen_vl_hf.py (the Hugging Face
+``Trainer`` through ``stoker.hf.StokerTrainer``), each killed and resumed against a real job,
+train on exactly the batches of an uninterrupted run.
 
 The real job (embedded Flink, the jar ``./stoker test`` built) writes the shared LLaVA-style
 dataset for W = 2 DP ranks, B = 2 rows (10 steps), with a prefetch depth of 2; the example
@@ -23,8 +24,10 @@ the same losses (the model and optimizer come back exactly); the steps trained a
 checkpoint and lost with the kill are trained again on the same batches. The reference for batch
 identity is the uninterrupted run's own record: the sequence is a function of the dataset, seed,
 W and B only (README, "Dataflow"). Every process the test starts is stopped at the end, also on
-failure; the logs and records of the last run are kept in ``.stoker/logs/train-example/``. Runs in
-the model venv (torch, transformers).
+failure; the logs and records of the last run are kept in ``.stoker/logs/train-example/<kind>/``.
+Runs in the model venv (torch, transformers, accelerate). The Trainer's checkpoints are
+``checkpoint-<N>`` per optimizer step N (after Stoker steps 3 and 7), and its resume restores each
+rank's data state from the folder, with ``ignore_data_skip``: no batch is skipped twice.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +52,7 @@ from harness.jobs import job_command
 from harness.paths import DATASET, REPO_ROOT
 
 EXAMPLE = REPO_ROOT / "examples" / "train_qwen_vl.py"
+EXAMPLE_HF = REPO_ROOT / "examples" / "train_qwen_vl_hf.py"
 W, B = 2, 2
 NUM_STEPS = 10  # ceil(38 records / (W * B))
 GRAD_ACCUM, CHECKPOINT_EVERY = 2, 2  # checkpoints after steps 3, 7 and 9 (the end)
@@ -130,8 +135,48 @@ def _job(out_root: Path, job_name: str, base: Path, rest_port: int) -> tuple[lis
     return cmd[:cut], cmd[cut:]
 
 
+@dataclass(frozen=True)
+class Example:
+    """One of the example trainers: where its checkpoints go and what it keeps there.
+
+    ``loop``: examples/train_qwen_vl.py, ``<ckpt>/step-<S>/data-rank-<r>.pt`` and ``latest``;
+    ``hf``: examples/train_qwen_vl_hf.py (the Hugging Face Trainer, stoker.hf.StokerTrainer),
+    ``<ckpt>/checkpoint-<N>/stoker-data-state-rank-<r>.json``, N the optimizer step."""
+
+    kind: str
+
+    @property
+    def script(self) -> Path:
+        return EXAMPLE if self.kind == "loop" else EXAMPLE_HF
+
+    def options(self, ckpt: Path) -> list[str]:
+        if self.kind == "loop":
+            return ["--checkpoint-dir", str(ckpt), "--checkpoint-every", str(CHECKPOINT_EVERY)]
+        return ["--output-dir", str(ckpt), "--save-steps", str(CHECKPOINT_EVERY)]
+
+    def checkpoint(self, ckpt: Path, step: int) -> Path:
+        """The folder of the checkpoint taken after Stoker step ``step``."""
+        if self.kind == "loop":
+            return ckpt / f"step-{step:010d}"
+        return ckpt / f"checkpoint-{(step + 1) // GRAD_ACCUM}"
+
+    def is_latest(self, ckpt: Path, step: int) -> bool:
+        """Whether the checkpoint after ``step`` is complete and the last one."""
+        if self.kind == "loop":
+            latest = ckpt / "latest"
+            return latest.exists() and latest.read_text().strip() == f"step-{step:010d}"
+        folder = self.checkpoint(ckpt, step)
+        done = [p for p in ckpt.glob("checkpoint-*") if (p / "trainer_state.json").exists()]
+        last = max(done, key=lambda p: int(p.name.split("-")[1]), default=None)
+        return len(self.states(folder)) == W and last == folder
+
+    def states(self, folder: Path) -> list[Path]:
+        pattern = "data-rank-*.pt" if self.kind == "loop" else "stoker-data-state-rank-*.json"
+        return sorted(folder.glob(pattern))
+
+
 def _trainers(
-    procs: Processes, job_dir: Path, base: Path, name: str, *extra: str
+    procs: Processes, example: Example, job_dir: Path, base: Path, name: str, *extra: str
 ) -> list[subprocess.Popen[bytes]]:
     """Both ranks of the example, with the variables torchrun sets, on the CPU, one thread each."""
     port = str(_free_port())
@@ -152,17 +197,14 @@ def _trainers(
         )
         cmd = [
             sys.executable,
-            str(EXAMPLE),
+            str(example.script),
             "--root",
             str(job_dir),
             "--model",
             "tiny",
             "--grad-accum",
             str(GRAD_ACCUM),
-            "--checkpoint-dir",
-            str(base / f"{name}-ckpt"),
-            "--checkpoint-every",
-            str(CHECKPOINT_EVERY),
+            *example.options(base / f"{name}-ckpt"),
             "--record",
             str(base / f"{name}.jsonl"),
             "--data-timeout-s",
@@ -243,7 +285,10 @@ def _assert_same_training(got: list[dict[str, Any]], want: list[dict[str, Any]],
             assert g["loss"] == pytest.approx(w["loss"], rel=1e-6), (what, g["step"])
 
 
-def test_killed_and_resumed_trainer_trains_on_the_uninterrupted_runs_batches() -> None:
+@pytest.mark.parametrize("example", [Example("loop"), Example("hf")], ids=lambda e: e.kind)
+def test_killed_and_resumed_trainer_trains_on_the_uninterrupted_runs_batches(
+    example: Example,
+) -> None:
     t_start = time.monotonic()
     base = Path(tempfile.mkdtemp(prefix="stoker-train-example-", dir="/dev/shm"))
     procs = Processes()
@@ -253,7 +298,7 @@ def test_killed_and_resumed_trainer_trains_on_the_uninterrupted_runs_batches() -
         ref_port = _free_port()
         java, ref_options = _job(base, "ref", base, ref_port)
         ref_job = procs.start([*java, *ref_options], base / "ref-job.log")
-        ref_trainers = _trainers(procs, base / "ref", base, "ref")
+        ref_trainers = _trainers(procs, example, base / "ref", base, "ref")
         for r, t in enumerate(ref_trainers):
             _finish(t, f"the uninterrupted trainer's rank {r}", base)
         _finish(ref_job, "the uninterrupted run's job", base)
@@ -267,20 +312,19 @@ def test_killed_and_resumed_trainer_trains_on_the_uninterrupted_runs_batches() -
         job_dir, ckpt, record = base / "run", base / "run-ckpt", base / "run.jsonl"
         java, options = _job(base, "run", base, port)
         job = procs.start([*java, *options], base / "run-job.log")
-        trainers = _trainers(procs, job_dir, base, "run")
+        trainers = _trainers(procs, example, job_dir, base, "run")
         logs = [base / "run-job.log", base / "run-rank-0.log", base / "run-rank-1.log"]
-        checkpoint = f"step-{KILL_AFTER_CHECKPOINT:010d}"
+        checkpoint = example.checkpoint(ckpt, KILL_AFTER_CHECKPOINT)
 
         def past_checkpoint() -> bool:
-            latest = ckpt / "latest"
-            if not latest.exists() or latest.read_text().strip() != checkpoint:
+            if not example.is_latest(ckpt, KILL_AFTER_CHECKPOINT):
                 return False
             return any(rec["step"] > KILL_AFTER_CHECKPOINT for rec in _records(record))
 
         _wait(f"checkpoint {checkpoint} and a step after it", past_checkpoint, logs=logs)
         for t in trainers:
             Processes.kill(t)
-        assert (ckpt / "latest").read_text().strip() == checkpoint, "killed too late"
+        assert example.is_latest(ckpt, KILL_AFTER_CHECKPOINT), "killed too late"
         lost = [r for r in _records(record) if r["step"] > KILL_AFTER_CHECKPOINT]
         assert max(r["step"] for r in lost) < NUM_STEPS - 1, "killed after the end"
         first_generation = _generation(job_dir)
@@ -291,7 +335,7 @@ def test_killed_and_resumed_trainer_trains_on_the_uninterrupted_runs_batches() -
         assert job.wait(timeout=60) == 0, "the job stopped with a savepoint exited non-zero"
 
         # the resume command from the trainer checkpoint's data states
-        states = sorted(str(p) for p in (ckpt / checkpoint).glob("data-rank-*.pt"))
+        states = [str(p) for p in example.states(checkpoint)]
         assert len(states) == W
         printed = subprocess.run(
             [sys.executable, "-m", "stoker.resume", *states, "--savepoint", savepoint, "--"]
@@ -315,7 +359,7 @@ def test_killed_and_resumed_trainer_trains_on_the_uninterrupted_runs_batches() -
             lambda: _generation(job_dir) not in (None, first_generation),
             logs=[base / "run-job-2.log"],
         )
-        for r, t in enumerate(_trainers(procs, job_dir, base, "run", "--resume")):
+        for r, t in enumerate(_trainers(procs, example, job_dir, base, "run", "--resume")):
             _finish(t, f"the resumed trainer's rank {r}", base)
         _finish(job2, "the resumed job", base)
         t_end = time.monotonic()
@@ -333,7 +377,9 @@ def test_killed_and_resumed_trainer_trains_on_the_uninterrupted_runs_batches() -
             for rec in _by_rank(lost)[r]:  # trained again, on the same batch, from the checkpoint
                 _assert_same_training([rec], [replayed[rec["step"]]], f"rank {r} lost step")
         assert after[0]["step"] == KILL_AFTER_CHECKPOINT + 1
-        assert (ckpt / "latest").read_text().strip() == f"step-{NUM_STEPS - 1:010d}"
+        assert example.is_latest(ckpt, NUM_STEPS - 1)  # both save at the end too
+        if example.kind == "hf":  # saved with the Trainer's optimizer step 2: steps 0..3 done
+            assert [json.loads(Path(p).read_text())["next_step"] for p in states] == [4] * W
         print(
             f"uninterrupted run {t_ref - t_start:.0f} s; killed at steps "
             f"{sorted({r['step'] for r in lost})}, resumed from {checkpoint}; "
@@ -342,8 +388,9 @@ def test_killed_and_resumed_trainer_trains_on_the_uninterrupted_runs_batches() -
     finally:
         procs.stop_all()
         signal.signal(signal.SIGTERM, on_sigterm)
-        shutil.rmtree(LOGS, ignore_errors=True)
-        LOGS.mkdir(parents=True)
+        logs_dir = LOGS / example.kind
+        shutil.rmtree(logs_dir, ignore_errors=True)
+        logs_dir.mkdir(parents=True)
         for path in [*base.glob("*.log"), *base.glob("*.jsonl")]:
-            shutil.copy(path, LOGS)
+            shutil.copy(path, logs_dir)
         shutil.rmtree(base, ignore_errors=True)
