@@ -23,7 +23,14 @@ files and ``stoker-data-state-rank-<r>.json`` per rank. Resume after the trainer
     torchrun ... examples/train_qwen_vl_hf.py <same arguments> --resume
 
 ``--record FILE`` appends one JSON line per batch trained on, as ``examples/train_qwen_vl.py``
-does (``python/tests/model/test_train_example.py`` kills and resumes both against a real job).
+does, with each sample's ``location`` and the ``backfilled`` rows besides
+(``python/tests/model/test_train_example.py`` kills and resumes both against a real job, and this
+one also with another number of ranks).
+
+Another number of ranks after a restart (a node lost): ``python -m stoker.resume ... --
+--stoker.dp-world-size <W'> <options>`` prints a command without ``-s`` that goes on at the next
+record not trained on; start W' processes with ``--resume``: each restores its own data state, or
+rank 0's where the checkpoint has none for it.
 """
 
 from __future__ import annotations
@@ -75,6 +82,8 @@ class RecordingTrainer(StokerTrainer):  # type: ignore[misc]
                 "generation": inputs.generation,
                 "rows": int(inputs["input_ids"].shape[0]),
                 "sample_index": inputs.sample_index.tolist(),
+                "location": list(inputs.location),
+                "backfilled": list(inputs.backfilled_slots),
                 "sha256": batch_sha256(inputs),
                 "loss": float(loss) if n else None,
                 "tokens": n,

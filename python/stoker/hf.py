@@ -91,7 +91,8 @@ class StokerTrainerMixin:
     state: Any
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        data = kwargs.get("train_dataset")
+        # Trainer(model, args, data_collator, train_dataset, ...): by keyword or by position
+        data = kwargs.get("train_dataset", args[3] if len(args) > 3 else None)
         if not isinstance(data, StokerDataset):
             raise TypeError(
                 f"train_dataset must be a stoker.torch.StokerDataset, got {type(data).__name__}"

@@ -10,7 +10,7 @@ gloo, launched with the variables torchrun sets), 2 batches per optimizer step, 
 
 1. An uninterrupted run: job and trainer to the end; the trainer's record of every batch
    trained on (step, rank, sample indices, sha256 of the batch's tensors, loss) is the
-   reference.
+   reference (run once per example for the module: both Trainer tests compare with it).
 2. The same run, whose trainer processes are killed with SIGKILL once the checkpoint at step 3
    is written and a rank trained on a later step; the job is stopped with a savepoint (REST
    ``POST /jobs/<id>/stop``) while it idles at its prefetch bound; ``python -m stoker.resume``
@@ -28,6 +28,9 @@ failure; the logs and records of the last run are kept in ``.stoker/logs/train-e
 Runs in the model venv (torch, transformers, accelerate). The Trainer's checkpoints are
 ``checkpoint-<N>`` per optimizer step N (after Stoker steps 3 and 7), and its resume restores each
 rank's data state from the folder, with ``ignore_data_skip``: no batch is skipped twice.
+
+3. The Trainer killed the same way and resumed at another world size (one rank of B = 4, as after
+   losing a node): the records trained on before and after are the uninterrupted run's, each once.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -176,17 +180,24 @@ class Example:
 
 
 def _trainers(
-    procs: Processes, example: Example, job_dir: Path, base: Path, name: str, *extra: str
+    procs: Processes,
+    example: Example,
+    job_dir: Path,
+    base: Path,
+    name: str,
+    *extra: str,
+    world_size: int = W,
 ) -> list[subprocess.Popen[bytes]]:
-    """Both ranks of the example, with the variables torchrun sets, on the CPU, one thread each."""
+    """The example's ranks (both, or ``world_size``), with the variables torchrun sets, on the
+    CPU, one thread each."""
     port = str(_free_port())
     out = []
-    for rank in range(W):
+    for rank in range(world_size):
         env = dict(
             os.environ,
             RANK=str(rank),
             LOCAL_RANK=str(rank),
-            WORLD_SIZE=str(W),
+            WORLD_SIZE=str(world_size),
             MASTER_ADDR="127.0.0.1",
             MASTER_PORT=port,
             OMP_NUM_THREADS="1",
@@ -285,9 +296,44 @@ def _assert_same_training(got: list[dict[str, Any]], want: list[dict[str, Any]],
             assert g["loss"] == pytest.approx(w["loss"], rel=1e-6), (what, g["step"])
 
 
+@pytest.fixture(scope="module")
+def uninterrupted() -> Iterator[Callable[[Example], list[dict[str, Any]]]]:
+    """The uninterrupted run of an example (job and both ranks to the end): its record of every
+    batch trained on. Run once per example kind for the module, as the tests that compare with
+    it share it; its logs are kept in ``.stoker/logs/train-example/<kind>-uninterrupted/``."""
+    base = Path(tempfile.mkdtemp(prefix="stoker-train-ref-", dir="/dev/shm"))
+    procs = Processes()
+    on_sigterm = signal.signal(signal.SIGTERM, _terminated)
+    runs: dict[str, list[dict[str, Any]]] = {}
+
+    def run(example: Example) -> list[dict[str, Any]]:
+        if example.kind not in runs:
+            name = f"{example.kind}-ref"
+            java, options = _job(base, name, base, _free_port())
+            job = procs.start([*java, *options], base / f"{name}-job.log")
+            for r, t in enumerate(_trainers(procs, example, base / name, base, name)):
+                _finish(t, f"the uninterrupted {example.kind} trainer's rank {r}", base)
+            _finish(job, f"the uninterrupted {example.kind} run's job", base)
+            runs[example.kind] = _records(base / f"{name}.jsonl")
+        return runs[example.kind]
+
+    try:
+        yield run
+    finally:
+        procs.stop_all()
+        signal.signal(signal.SIGTERM, on_sigterm)
+        for kind in runs:
+            logs_dir = LOGS / f"{kind}-uninterrupted"
+            shutil.rmtree(logs_dir, ignore_errors=True)
+            logs_dir.mkdir(parents=True)
+            for path in [*base.glob(f"{kind}-ref*.log"), *base.glob(f"{kind}-ref.jsonl")]:
+                shutil.copy(path, logs_dir)
+        shutil.rmtree(base, ignore_errors=True)
+
+
 @pytest.mark.parametrize("example", [Example("loop"), Example("hf")], ids=lambda e: e.kind)
 def test_killed_and_resumed_trainer_trains_on_the_uninterrupted_runs_batches(
-    example: Example,
+    example: Example, uninterrupted: Callable[[Example], list[dict[str, Any]]]
 ) -> None:
     t_start = time.monotonic()
     base = Path(tempfile.mkdtemp(prefix="stoker-train-example-", dir="/dev/shm"))
@@ -295,14 +341,7 @@ def test_killed_and_resumed_trainer_trains_on_the_uninterrupted_runs_batches(
     on_sigterm = signal.signal(signal.SIGTERM, _terminated)
     try:
         # 1. the uninterrupted run
-        ref_port = _free_port()
-        java, ref_options = _job(base, "ref", base, ref_port)
-        ref_job = procs.start([*java, *ref_options], base / "ref-job.log")
-        ref_trainers = _trainers(procs, example, base / "ref", base, "ref")
-        for r, t in enumerate(ref_trainers):
-            _finish(t, f"the uninterrupted trainer's rank {r}", base)
-        _finish(ref_job, "the uninterrupted run's job", base)
-        reference = _by_rank(_records(base / "ref.jsonl"))
+        reference = _by_rank(uninterrupted(example))
         for r in range(W):
             assert [rec["step"] for rec in reference[r]] == list(range(NUM_STEPS)), r
         t_ref = time.monotonic()
@@ -381,7 +420,7 @@ def test_killed_and_resumed_trainer_trains_on_the_uninterrupted_runs_batches(
         if example.kind == "hf":  # saved with the Trainer's optimizer step 2: steps 0..3 done
             assert [json.loads(Path(p).read_text())["next_step"] for p in states] == [4] * W
         print(
-            f"uninterrupted run {t_ref - t_start:.0f} s; killed at steps "
+            f"uninterrupted run {t_ref - t_start:.0f} s (0 if another test ran it); killed at steps "
             f"{sorted({r['step'] for r in lost})}, resumed from {checkpoint}; "
             f"interrupted run {t_end - t_ref:.0f} s"
         )
@@ -389,6 +428,106 @@ def test_killed_and_resumed_trainer_trains_on_the_uninterrupted_runs_batches(
         procs.stop_all()
         signal.signal(signal.SIGTERM, on_sigterm)
         logs_dir = LOGS / example.kind
+        shutil.rmtree(logs_dir, ignore_errors=True)
+        logs_dir.mkdir(parents=True)
+        for path in [*base.glob("*.log"), *base.glob("*.jsonl")]:
+            shutil.copy(path, logs_dir)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _trained_samples(records: list[dict[str, Any]]) -> dict[int, str]:
+    """Slot index -> location of every sample trained on (back-filled copies left out)."""
+    out: dict[int, str] = {}
+    for rec in records:
+        for row, (index, location) in enumerate(
+            zip(rec["sample_index"], rec["location"], strict=True)
+        ):
+            if row not in rec["backfilled"]:
+                assert index not in out, f"sample {index} trained on twice"
+                out[index] = location
+    return out
+
+
+def test_hf_trainer_resumed_with_another_world_size_trains_on_each_record_once(
+    uninterrupted: Callable[[Example], list[dict[str, Any]]],
+) -> None:
+    """The Trainer at W=2, B=2, killed after its checkpoint at step 3 (16 records trained on), goes
+    on as one rank of B=4: ``python -m stoker.resume ... -- --stoker.dp-world-size 1
+    --stoker.micro-batch-size 4`` prints a command without the savepoint that starts a stage at
+    step 4 from record 16; the single rank restores rank 0's data state. The records trained on
+    up to the checkpoint and after the resume are the uninterrupted run's, each once, at the same
+    positions (W*B is 4 in both, so a slot index is the same position of the order)."""
+    example = Example("hf")
+    base = Path(tempfile.mkdtemp(prefix="stoker-train-elastic-", dir="/dev/shm"))
+    procs = Processes()
+    on_sigterm = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        reference = _trained_samples(uninterrupted(example))
+
+        port = _free_port()
+        job_dir, ckpt, record = base / "run", base / "run-ckpt", base / "run.jsonl"
+        java, options = _job(base, "run", base, port)
+        job = procs.start([*java, *options], base / "run-job.log")
+        trainers = _trainers(procs, example, job_dir, base, "run")
+        _wait(
+            "checkpoint-2 and a step after it",
+            lambda: (
+                example.is_latest(ckpt, KILL_AFTER_CHECKPOINT)
+                and any(rec["step"] > KILL_AFTER_CHECKPOINT for rec in _records(record))
+            ),
+            logs=[base / "run-job.log", base / "run-rank-0.log", base / "run-rank-1.log"],
+        )
+        for t in trainers:
+            Processes.kill(t)
+        first_generation = _generation(job_dir)
+        savepoint = _stop_with_savepoint(port, base / "savepoints")
+        assert job.wait(timeout=60) == 0
+        states = [str(p) for p in example.states(example.checkpoint(ckpt, KILL_AFTER_CHECKPOINT))]
+        resize = {"--stoker.dp-world-size": "1", "--stoker.micro-batch-size": str(W * B)}
+        kept = [
+            part
+            for i, part in enumerate(options)
+            if part not in resize and (i == 0 or options[i - 1] not in resize)
+        ]
+        printed = subprocess.run(
+            [sys.executable, "-m", "stoker.resume", *states, "--savepoint", savepoint, "--"]
+            + kept
+            + [part for pair in resize.items() for part in pair],
+            capture_output=True,
+            text=True,
+            check=False,
+            env=dict(os.environ, PYTHONPATH=str(REPO_ROOT / "python")),
+        )
+        assert printed.returncode == 0, printed.stderr
+        resume_cmd = shlex.split(printed.stdout)
+        assert resume_cmd[:3] == ["flink", "run", "job/target/stoker-job.jar"], resume_cmd
+        start = resume_cmd.index("--stoker.mixture.start-position")
+        assert resume_cmd[start + 1] == str((KILL_AFTER_CHECKPOINT + 1) * W * B)
+        job2 = procs.start([*java, *resume_cmd[3:]], base / "run-job-2.log")
+        _wait(
+            "the resumed job's new generation",
+            lambda: _generation(job_dir) not in (None, first_generation),
+            logs=[base / "run-job-2.log"],
+        )
+        (one,) = _trainers(procs, example, job_dir, base, "run", "--resume", world_size=1)
+        _finish(one, "the resumed trainer", base)
+        _finish(job2, "the resumed job", base)
+
+        records = _records(record)
+        before = [
+            r
+            for r in records
+            if r["generation"] == first_generation and r["step"] <= KILL_AFTER_CHECKPOINT
+        ]
+        after = [r for r in records if r["generation"] != first_generation]
+        assert {r["rank"] for r in after} == {0} and after[0]["step"] == KILL_AFTER_CHECKPOINT + 1
+        assert all(r["rows"] <= W * B for r in after)
+        trained = _trained_samples(before + after)
+        assert trained == reference
+    finally:
+        procs.stop_all()
+        signal.signal(signal.SIGTERM, on_sigterm)
+        logs_dir = LOGS / "hf-elastic"
         shutil.rmtree(logs_dir, ignore_errors=True)
         logs_dir.mkdir(parents=True)
         for path in [*base.glob("*.log"), *base.glob("*.jsonl")]:
