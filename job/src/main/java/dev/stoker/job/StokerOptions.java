@@ -151,7 +151,8 @@ public final class StokerOptions {
                     .enumType(PixelDtype.class)
                     .defaultValue(PixelDtype.FLOAT32)
                     .withDescription(
-                            "Element type of pixel_values in the batch files: FLOAT32 (the sink normalises),"
+                            "Element type of pixel_values in the batch files: FLOAT32 (the sink normalises;"
+                                    + " the default, for CPU trainers),"
                                     + " BFLOAT16 (half the bytes; each float32 rounded to nearest even, stored as"
                                     + " uint16 bits with metadata stoker.pixel_dtype=bfloat16, which the Python"
                                     + " reader returns as torch.bfloat16), or UINT8 (a quarter of the bytes: the"
@@ -159,7 +160,9 @@ public final class StokerOptions {
                                     + " stoker.pixel_dtype=uint8; the Python reader's to_torch(device) and"
                                     + " StokerDataset(device=...) normalise them on the trainer's device to the"
                                     + " FLOAT32 values bit for bit, or to BFLOAT16's with"
-                                    + " pixel_dtype=torch.bfloat16; docs/batch-protocol.md).");
+                                    + " pixel_dtype=torch.bfloat16; the value for GPU trainers, which the Kubernetes"
+                                    + " layout sets: half the sink's CPU per batch, 3.6x smaller batch files;"
+                                    + " docs/trainer-guide.md).");
 
     public static final ConfigOption<Boolean> PACKING_ENABLED =
             ConfigOptions.key("stoker.packing.enabled")

@@ -8,6 +8,8 @@ import com.fasterxml.jackson.databind.ObjectMapper;
 import dev.stoker.operators.tokenize.ChatTokenizer;
 import dev.stoker.testkit.ExpectedFaultFilter;
 import java.io.IOException;
+import java.net.InetAddress;
+import java.net.ServerSocket;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
@@ -351,7 +353,9 @@ class StokerJobITCase {
      * one trained on; together the three runs hold every record of both epochs exactly once, at the
      * position of the mixture's order an uninterrupted run has it (sample or dead letter), the
      * manifest keeps the three stages, a start position other than the trainer's is refused, and so
-     * is restoring a savepoint into the new stage. Unpacked and packed.
+     * is restoring a savepoint into the new stage. Unpacked on one node; packed with another number
+     * of GPU nodes at each resume (2 nodes of 2 ranks, then 1 of 2, then 3 of 1: a sink and an ack
+     * server per node).
      */
     @ParameterizedTest(name = "packed={0}")
     @ValueSource(booleans = {false, true})
@@ -364,15 +368,16 @@ class StokerJobITCase {
         conf.set(StokerOptions.SHUFFLE_SEED, 11L);
         conf.set(StokerOptions.EPOCHS, 2);
         Path root = CLUSTER.freshOutputRoot();
-        JobRun.Result w4 = JobRun.run(dataset, root, 4, 2, conf); // the uninterrupted run
+        // the uninterrupted run
+        JobRun.Result w4 = JobRun.run(dataset, root, 4, 2, onNodes(conf, packed ? 2 : 1));
         // each run's dead letters on their own: the slot indices of the runs' plans overlap
         Path deadLetters = w4.jobDir().resolve("dead-letters");
         JobRun.deleteOutputRoot(deadLetters);
-        Configuration at2 = new Configuration(conf);
+        Configuration at2 = onNodes(conf, 1);
         at2.set(StokerOptions.RESUME_STEP, 2L);
         JobRun.Result w2 = JobRun.run(dataset, root, 2, 4, at2);
         JobRun.deleteOutputRoot(deadLetters);
-        Configuration at6 = new Configuration(conf);
+        Configuration at6 = onNodes(conf, packed ? 3 : 1);
         at6.set(StokerOptions.RESUME_STEP, 6L);
         JobRun.Result w3 = JobRun.run(dataset, root, 3, 3, at6);
         long n = w4.plan().numRecords();
@@ -430,6 +435,26 @@ class StokerJobITCase {
                                         withSavepoint))
                 .isInstanceOf(IllegalConfigurationException.class)
                 .hasMessageContaining("but it restores a savepoint");
+    }
+
+    /**
+     * {@code conf} for {@code nodes} GPU nodes: a sink per node, each serving its node's acks on a
+     * free loopback port (the MiniCluster's nodes share one output root).
+     */
+    private static Configuration onNodes(Configuration conf, int nodes) throws IOException {
+        Configuration out = new Configuration(conf);
+        if (nodes > 1) {
+            List<String> addresses = new ArrayList<>();
+            for (int n = 0; n < nodes; n++) {
+                try (ServerSocket socket =
+                        new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
+                    addresses.add("127.0.0.1:" + socket.getLocalPort());
+                }
+            }
+            out.set(StokerOptions.TOPOLOGY_NODES, nodes);
+            out.set(StokerOptions.TOPOLOGY_ACK_ADDRESSES, addresses);
+        }
+        return out;
     }
 
     /**
