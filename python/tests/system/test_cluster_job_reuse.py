@@ -188,6 +188,7 @@ def _check_readme_metrics(cluster: Cluster, jid: str) -> None:
     the vertex the table names."""
     documented, vertices = _readme_metric_ids()
     assert set(documented) == {
+        "jsonl-source",
         "arrow-shm-sink",
         "fetch-images",
         "preprocess-images",

@@ -7,10 +7,12 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeSet;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.function.Supplier;
 import org.apache.flink.api.common.typeinfo.TypeInformation;
 import org.apache.flink.api.connector.source.Boundedness;
 import org.apache.flink.api.connector.source.Source;
+import org.apache.flink.api.connector.source.SourceEvent;
 import org.apache.flink.api.connector.source.SourceOutput;
 import org.apache.flink.api.connector.source.SourceReader;
 import org.apache.flink.api.connector.source.SourceReaderContext;
@@ -103,7 +105,12 @@ public final class ShuffledJsonlSource
     public SplitEnumerator<StepSplit, StepEnumeratorState> createEnumerator(
             SplitEnumeratorContext<StepSplit> context) {
         return new StepEnumerator(
-                context, gate, gate.firstStep(), plan.numSteps(), new TreeSet<>());
+                context,
+                gate,
+                gate.firstStep(),
+                plan.numSteps(),
+                plan.globalBatchSize(),
+                new TreeSet<>());
     }
 
     @Override
@@ -114,7 +121,12 @@ public final class ShuffledJsonlSource
             return createEnumerator(context);
         }
         return new StepEnumerator(
-                context, gate, state.nextStep, plan.numSteps(), state.returnedSteps);
+                context,
+                gate,
+                state.nextStep,
+                plan.numSteps(),
+                plan.globalBatchSize(),
+                state.returnedSteps);
     }
 
     @Override
@@ -137,7 +149,8 @@ public final class ShuffledJsonlSource
                                 new RecordLineReader(
                                         names(), listings, maxLineBytes, fileCacheBytes)),
                 context,
-                gate.generation());
+                gate.generation(),
+                plan.globalBatchSize());
     }
 
     private List<String> names() {
@@ -157,7 +170,9 @@ public final class ShuffledJsonlSource
     static final class SplitProgress {
         final String generation;
         final long step;
-        int elementsEmitted;
+
+        /** Written by the task thread only; read by the {@code pendingRecords} gauge too. */
+        volatile int elementsEmitted;
 
         SplitProgress(StepSplit split) {
             this.generation = split.generation;
@@ -166,17 +181,47 @@ public final class ShuffledJsonlSource
         }
     }
 
+    /**
+     * Reads the splits the enumerator hands it, {@link StepEnumerator#SPLITS_HELD} at a time, and
+     * reports as {@code pendingRecords} (FLIP-33) the records of its splits not yet emitted plus
+     * its {@link Backlog} share of the allowed steps no reader holds yet.
+     */
     private static final class Reader
             extends SingleThreadMultiplexSourceReaderBase<
                     JsonlLine, JsonlLine, StepSplit, SplitProgress> {
         private final String generation;
+        private final long recordsPerStep;
+
+        /** The splits held, by split id (the task thread adds and removes them). */
+        private final Map<String, SplitProgress> held = new ConcurrentHashMap<>();
+
+        /** The last {@link Backlog} share from the enumerator. */
+        private volatile long backlogShare;
 
         Reader(
                 Supplier<SplitReader<JsonlLine, StepSplit>> splitReader,
                 SourceReaderContext context,
-                String generation) {
+                String generation,
+                long recordsPerStep) {
             super(splitReader, new Emitter(), context.getConfiguration(), context);
             this.generation = generation;
+            this.recordsPerStep = recordsPerStep;
+            context.metricGroup().setPendingRecordsGauge(this::pendingRecords);
+        }
+
+        private long pendingRecords() {
+            long records = backlogShare;
+            for (SplitProgress split : held.values()) {
+                records += recordsPerStep - split.elementsEmitted;
+            }
+            return records;
+        }
+
+        @Override
+        public void handleSourceEvents(SourceEvent event) {
+            if (event instanceof Backlog backlog) {
+                backlogShare = backlog.records;
+            }
         }
 
         @Override
@@ -198,12 +243,15 @@ public final class ShuffledJsonlSource
 
         @Override
         protected void onSplitFinished(Map<String, SplitProgress> finished) {
+            held.keySet().removeAll(finished.keySet());
             context.sendSplitRequest();
         }
 
         @Override
         protected SplitProgress initializedState(StepSplit split) {
-            return new SplitProgress(split);
+            SplitProgress progress = new SplitProgress(split);
+            held.put(split.splitId(), progress);
+            return progress;
         }
 
         @Override

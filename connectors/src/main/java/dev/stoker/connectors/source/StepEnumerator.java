@@ -28,7 +28,10 @@ import org.slf4j.LoggerFactory;
  * AckFeed#pollPeriodMs} ms (on its worker thread, through {@link SplitEnumeratorContext#callAsync})
  * and hands out a step only when it is within the bound; a request beyond it waits until an ack
  * opens the gate. Metrics (enumerator group): {@code prefetchAllowedStep}, the highest step the
- * gate allows now, and {@code ackedStep}, the lowest step acknowledged by every rank.
+ * gate allows now, {@code ackedStep}, the lowest step acknowledged by every rank, and the standard
+ * {@code unassignedSplits}: the steps the gate allows that no reader holds yet. Their records are
+ * spread over the readers ({@link Backlog} events), each of which reports its share in its {@code
+ * pendingRecords}.
  */
 final class StepEnumerator implements SplitEnumerator<StepSplit, StepEnumeratorState> {
     /**
@@ -45,6 +48,7 @@ final class StepEnumerator implements SplitEnumerator<StepSplit, StepEnumeratorS
     private final AckFeed feed;
     private final String generation;
     private final long endStep;
+    private final long recordsPerStep;
     private final SortedSet<Long> returned;
 
     /** The reader that got the last step: ties go to the readers after it. */
@@ -61,11 +65,15 @@ final class StepEnumerator implements SplitEnumerator<StepSplit, StepEnumeratorS
     /** The lowest step every rank has acknowledged, from the last poll. */
     private long ackedStep;
 
+    /** Per reader, the {@link Backlog} share last sent to it. */
+    private final Map<Integer, Long> backlogSent = new HashMap<>();
+
     StepEnumerator(
             SplitEnumeratorContext<StepSplit> context,
             PrefetchGate gate,
             long nextStep,
             long endStep,
+            long recordsPerStep,
             SortedSet<Long> returned) {
         this.context = context;
         this.gate = gate;
@@ -75,6 +83,7 @@ final class StepEnumerator implements SplitEnumerator<StepSplit, StepEnumeratorS
         this.ackedStep = gate.firstStep() - 1;
         this.nextStep = nextStep;
         this.endStep = endStep;
+        this.recordsPerStep = recordsPerStep;
         this.returned = new TreeSet<>(returned);
     }
 
@@ -88,6 +97,7 @@ final class StepEnumerator implements SplitEnumerator<StepSplit, StepEnumeratorS
                 returned.size());
         context.metricGroup().gauge(MetricNames.Source.PREFETCH_ALLOWED_STEP, () -> allowedStep);
         context.metricGroup().gauge(MetricNames.Source.ACKED_STEP, () -> ackedStep);
+        context.metricGroup().setUnassignedSplitsGauge(this::unassignedAllowedSteps);
         if (gate.isBounded()) {
             context.callAsync(feed::poll, this::onAcks, 0, feed.pollPeriodMs());
         }
@@ -108,6 +118,28 @@ final class StepEnumerator implements SplitEnumerator<StepSplit, StepEnumeratorS
         if (allowed > allowedStep) {
             allowedStep = allowed;
             answer();
+        }
+    }
+
+    /** The steps the gate allows that no reader holds yet. */
+    private long unassignedAllowedSteps() {
+        long last = Math.min(allowedStep, endStep - 1);
+        return Math.max(0, last - nextStep + 1) + returned.headSet(last + 1).size();
+    }
+
+    /**
+     * Sends each registered reader whose share changed its share of the records of {@link
+     * #unassignedAllowedSteps}: an even split, the remainder to the lowest subtasks.
+     */
+    private void sendBacklog() {
+        long records = unassignedAllowedSteps() * recordsPerStep;
+        int readers = context.currentParallelism();
+        for (int reader : context.registeredReaders().keySet()) {
+            long share = records / readers + (reader < records % readers ? 1 : 0);
+            Long sent = backlogSent.put(reader, share);
+            if (sent == null || sent != share) {
+                context.sendEventToSourceReader(reader, new Backlog(share));
+            }
         }
     }
 
@@ -133,9 +165,14 @@ final class StepEnumerator implements SplitEnumerator<StepSplit, StepEnumeratorS
      * first (ties in turn), or signals the end once no step is left and no reader holds a split.
      * While the gate opens one step at a time (the trainer is the bottleneck), the steps so
      * alternate over the readers, and over the parallel chains after them, instead of all going to
-     * one.
+     * one. Then tells the readers their shares of what the gate allows and is left unassigned.
      */
     private void answer() {
+        assign();
+        sendBacklog();
+    }
+
+    private void assign() {
         while (true) {
             long step = returned.isEmpty() ? nextStep : returned.first();
             if (step >= endStep || step > allowedStep) {
@@ -192,7 +229,9 @@ final class StepEnumerator implements SplitEnumerator<StepSplit, StepEnumeratorS
 
     @Override
     public void addReader(int subtaskId) {
-        // Readers ask for splits themselves.
+        // Readers ask for splits themselves; a (re)started one learns its share of the backlog.
+        backlogSent.remove(subtaskId);
+        sendBacklog();
     }
 
     @Override

@@ -5,16 +5,21 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 import dev.stoker.operators.batch.BatchPlan;
 import dev.stoker.operators.batch.MixtureOrder;
+import dev.stoker.operators.metrics.MetricNames;
 import dev.stoker.operators.model.JsonlLine;
 import java.nio.file.Path;
 import java.util.List;
 import java.util.TreeSet;
 import org.apache.flink.api.connector.source.SourceReader;
 import org.apache.flink.api.connector.source.SplitEnumerator;
+import org.apache.flink.configuration.Configuration;
 import org.apache.flink.connector.testutils.source.reader.TestingReaderContext;
 import org.apache.flink.connector.testutils.source.reader.TestingReaderOutput;
 import org.apache.flink.connector.testutils.source.reader.TestingSplitEnumeratorContext;
 import org.apache.flink.core.io.InputStatus;
+import org.apache.flink.metrics.Gauge;
+import org.apache.flink.metrics.testutils.MetricListener;
+import org.apache.flink.runtime.metrics.groups.InternalSourceReaderMetricGroup;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -86,6 +91,43 @@ class ShuffledJsonlSourceTest {
                 .extracting(l -> l.ref.sampleIndex)
                 .as("step 1's slots after the 2 it had emitted; nothing of g1's step 0")
                 .containsExactly(6L, 7L);
+    }
+
+    /**
+     * A reader's {@code pendingRecords}: the slots of its splits not yet emitted plus its share of
+     * the enumerator's backlog; what it has emitted no longer counts.
+     */
+    @Test
+    void aReaderReportsItsSplitsNotYetEmittedAndItsBacklogShareAsPendingRecords() throws Exception {
+        ShuffledJsonlSource source = source(SourceTestData.unboundedGate("g2", 0), 5);
+        MetricListener metrics = new MetricListener();
+        TestingReaderContext context =
+                new TestingReaderContext(
+                        new Configuration(),
+                        InternalSourceReaderMetricGroup.mock(metrics.getMetricGroup()));
+        TestingReaderOutput<JsonlLine> output = new TestingReaderOutput<>();
+        try (SourceReader<JsonlLine, StepSplit> reader = source.createReader(context)) {
+            assertThat(MetricNames.Source.PENDING_RECORDS)
+                    .as("Flink's standard name, which its autoscaler reads")
+                    .isEqualTo(org.apache.flink.runtime.metrics.MetricNames.PENDING_RECORDS);
+            Gauge<Long> pending =
+                    metrics.<Long>getGauge(MetricNames.Source.PENDING_RECORDS).orElseThrow();
+            reader.start();
+            assertThat(pending.getValue()).isZero();
+            // step 0 whole, step 1 with 1 of its 4 slots emitted before a failover
+            reader.addSplits(List.of(new StepSplit("g2", 0, 0), new StepSplit("g2", 1, 1)));
+            assertThat(pending.getValue()).isEqualTo(7);
+            reader.handleSourceEvents(new Backlog(8));
+            assertThat(pending.getValue()).isEqualTo(15);
+            reader.notifyNoMoreSplits();
+            InputStatus status;
+            do {
+                reader.isAvailable().get();
+                status = reader.pollNext(output);
+            } while (status != InputStatus.END_OF_INPUT);
+            assertThat(output.getEmittedRecords()).hasSize(7);
+            assertThat(pending.getValue()).as("the backlog share is left").isEqualTo(8);
+        }
     }
 
     /** The steps a reader is given for two requests after a restore from {@code state}. */

@@ -9,6 +9,7 @@ import org.apache.flink.connector.testutils.source.reader.TestingSplitEnumerator
 import org.junit.jupiter.api.Test;
 
 class StepEnumeratorTest {
+    private static final long RECORDS_PER_STEP = 4;
     private final TestingSplitEnumeratorContext<StepSplit> context =
             new TestingSplitEnumeratorContext<>(2);
 
@@ -55,6 +56,7 @@ class StepEnumeratorTest {
                         new PrefetchGate(acks, "g1", depth, 0),
                         0,
                         endStep,
+                        RECORDS_PER_STEP,
                         new TreeSet<>());
         e.start();
         return e;
@@ -163,7 +165,12 @@ class StepEnumeratorTest {
         context.registerReader(0, "localhost");
         StepEnumerator e =
                 new StepEnumerator(
-                        context, new PrefetchGate(acks, "g1", 1, 0), 0, 10, new TreeSet<>());
+                        context,
+                        new PrefetchGate(acks, "g1", 1, 0),
+                        0,
+                        10,
+                        RECORDS_PER_STEP,
+                        new TreeSet<>());
         e.start();
         // reader 1's requests arrive, but it is not registered (it failed, or is restarting)
         ask(e, 1, 2);
@@ -176,6 +183,47 @@ class StepEnumeratorTest {
         SetAcks.consumed = new long[] {1, 1};
         pollAcks();
         assertThat(steps(1)).containsExactly(2L);
+    }
+
+    /** The {@link Backlog} shares sent to {@code reader}, in order. */
+    private List<Long> backlogs(int reader) {
+        return context.getSentEvents().getOrDefault(reader, List.of()).stream()
+                .map(event -> ((Backlog) event).records)
+                .toList();
+    }
+
+    /**
+     * The readers' {@code pendingRecords} shares: the records of the steps the gate allows and no
+     * reader holds, split evenly, sent when they change, and again to a reader that registers
+     * (anew). Steps given back by a failed reader count again; the end of the run caps the gate.
+     */
+    @Test
+    void readersLearnTheirShareOfTheAllowedStepsNoReaderHolds() {
+        StepEnumerator e = enumerator(6, 3);
+        e.addReader(1); // the last of the two registers
+        // steps 0 .. 2 allowed, none held: 12 records
+        assertThat(backlogs(0)).containsExactly(6L);
+        assertThat(backlogs(1)).containsExactly(6L);
+        ask(e, 0, 2); // steps 0, then 1 to reader 0: step 2 left
+        assertThat(backlogs(0)).containsExactly(6L, 4L, 2L);
+        assertThat(backlogs(1)).containsExactly(6L, 4L, 2L);
+        ask(e, 1, 1); // step 2 to reader 1: none left
+        assertThat(backlogs(0)).containsExactly(6L, 4L, 2L, 0L);
+        SetAcks.consumed = new long[] {1, 1}; // the gate allows steps 3 and 4 too
+        pollAcks();
+        assertThat(backlogs(0)).containsExactly(6L, 4L, 2L, 0L, 4L);
+        ask(e, 1, 1); // step 3 to reader 1: step 4 left
+        assertThat(backlogs(0)).containsExactly(6L, 4L, 2L, 0L, 4L, 2L);
+        assertThat(backlogs(1)).containsExactly(6L, 4L, 2L, 0L, 4L, 2L);
+        // reader 1 fails holding steps 2 and 3: they count again, with step 4 12 records
+        e.addSplitsBack(List.of(new StepSplit("g1", 2, 0), new StepSplit("g1", 3, 0)), 1);
+        assertThat(backlogs(0)).endsWith(2L, 6L);
+        e.addReader(1); // it comes back: it hears its share again
+        assertThat(backlogs(1)).endsWith(2L, 6L, 6L);
+        SetAcks.consumed = new long[] {9, 9}; // beyond the end: steps 2 .. 5 are left
+        pollAcks();
+        assertThat(backlogs(0)).endsWith(6L, 8L);
+        assertThat(backlogs(1)).endsWith(6L, 8L);
     }
 
     @Test

@@ -18,13 +18,22 @@ package dev.stoker.operators.metrics;
 public final class MetricNames {
     private MetricNames() {}
 
-    /** The source's split enumerator (the prefetch gate), on the source vertex. */
+    /**
+     * The source: its split enumerator (the prefetch gate) and its readers, on the source vertex.
+     */
     public static final class Source {
         /** Gauge: the last step the source may read (the prefetch gate, stoker.prefetch-depth). */
         public static final String PREFETCH_ALLOWED_STEP = "prefetchAllowedStep";
 
         /** Gauge: the last step every trainer rank acknowledged (first step - 1 before any). */
         public static final String ACKED_STEP = "ackedStep";
+
+        /**
+         * Gauge per reader: records of the steps the prefetch gate allows that the reader has not
+         * emitted, with its share of those no reader holds yet. Flink's standard (FLIP-33) name,
+         * registered through {@code SourceReaderMetricGroup#setPendingRecordsGauge}.
+         */
+        public static final String PENDING_RECORDS = "pendingRecords";
 
         private Source() {}
     }
