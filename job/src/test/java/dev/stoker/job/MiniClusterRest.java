@@ -10,7 +10,7 @@ import java.time.Duration;
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.runtime.minicluster.MiniCluster;
 
-/** Test helper: GETs of a MiniCluster's REST API (the web UI's), as JSON. */
+/** Test helper: GETs and PUTs of a MiniCluster's REST API (the web UI's), as JSON. */
 final class MiniClusterRest {
     private static final ObjectMapper JSON = new ObjectMapper();
 
@@ -25,6 +25,27 @@ final class MiniClusterRest {
                                 HttpRequest.newBuilder(base.resolve(path)).build(),
                                 HttpResponse.BodyHandlers.ofString());
         return JSON.readTree(response.body());
+    }
+
+    /**
+     * PUT {@code body} to {@code path}, as the web UI does (e.g. a job's resource requirements).
+     *
+     * @throws AssertionError if the answer is not 2xx
+     */
+    static void put(MiniCluster cluster, String path, JsonNode body) throws Exception {
+        URI base = cluster.getRestAddress().get();
+        HttpResponse<String> response =
+                HttpClient.newHttpClient()
+                        .send(
+                                HttpRequest.newBuilder(base.resolve(path))
+                                        .header("Content-Type", "application/json")
+                                        .PUT(HttpRequest.BodyPublishers.ofString(body.toString()))
+                                        .build(),
+                                HttpResponse.BodyHandlers.ofString());
+        if (response.statusCode() / 100 != 2) {
+            throw new AssertionError(
+                    "PUT " + path + ": HTTP " + response.statusCode() + " " + response.body());
+        }
     }
 
     /**
