@@ -21,7 +21,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -315,3 +315,25 @@ class Trainer:
             "end_unix": end,
             "pid": os.getpid(),
         }
+
+
+#: A gap between two batches counts as a stall when the contender's CPU stayed below this share of
+#: its cores meanwhile: a loader short of CPU is slow, one idling without delivering is broken.
+STALL_IDLE_BELOW = 0.25
+
+
+def find_stalls(
+    arrivals: list[float], utilization: Callable[[float, float], float], stall_s: float
+) -> list[dict[str, float]]:
+    """The stalls of a run: each gap of more than ``stall_s`` seconds between two consecutive
+    batch arrivals (Unix times) during which ``utilization(t0, t1)`` (the contender's CPU seconds
+    per second and core; NaN when not sampled) stayed below :data:`STALL_IDLE_BELOW`, as
+    ``{"from_unix", "gap_s", "cpu_utilization"}``. The wait for the first batch is not a gap:
+    start-up is reported apart, as the time to first batch."""
+    stalls = []
+    for t0, t1 in zip(arrivals, arrivals[1:], strict=False):
+        if t1 - t0 > stall_s:
+            cpu = utilization(t0, t1)
+            if not cpu >= STALL_IDLE_BELOW:  # NaN (too few samples) counts as idle
+                stalls.append({"from_unix": t0, "gap_s": t1 - t0, "cpu_utilization": cpu})
+    return stalls

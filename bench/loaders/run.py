@@ -24,6 +24,7 @@ import argparse
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -41,7 +42,9 @@ from bench.loaders.common import (
     PREFIX,
     REPO,
     SHARED,
+    STALL_IDLE_BELOW,
     Config,
+    find_stalls,
     make_dataset,
 )
 
@@ -221,8 +224,21 @@ class TreeSampler:
         return sum(v - self.start.get(pid, 0) for pid, v in self.cpu.items())
 
 
+def keep_logs(cfg: Config, logs_dir: Path) -> list[str]:
+    """Copies the run's job and Flink logs (``<result>.job.log``, ``<result>.flink.log``: Stoker
+    writes them, the Python contenders none) into ``logs_dir``; their names there."""
+    logs_dir.mkdir(parents=True, exist_ok=True)
+    kept = []
+    for suffix in (".job.log", ".flink.log"):
+        log_file = Path(cfg.result).with_suffix(suffix)
+        if log_file.exists():
+            shutil.copy(log_file, logs_dir / log_file.name)
+            kept.append(log_file.name)
+    return kept
+
+
 def run_contender(
-    name: str, cfg: Config, cores: int, workdir: Path, steady_from: float
+    name: str, cfg: Config, cores: int, workdir: Path, steady_from: float, stall_s: float
 ) -> dict[str, Any]:
     module, _ = CONTENDERS[name]
     path = workdir / f"{name}.config.json"
@@ -239,13 +255,25 @@ def run_contender(
         sampler.sample()
         time.sleep(sampler.interval_s)
     wall = time.time() - launch
+    logs = keep_logs(cfg, workdir / "logs")
     if proc.returncode != 0:
-        raise RuntimeError(f"{name} failed (exit {proc.returncode})")
+        raise RuntimeError(f"{name} failed (exit {proc.returncode}); logs: {logs}")
     result = json.loads(Path(cfg.result).read_text())
     summary = summarize(result, launch, steady_from)
     window_from, window_to = summary.pop("steady_window_unix")
+    stalls = find_stalls(
+        result["arrivals_unix"], lambda t0, t1: sampler.utilization(t0, t1, cores), stall_s
+    )
+    for st in stalls:
+        log(
+            f"  STALL: {name} delivered no batch for {st['gap_s']:.1f} s from "
+            f"{time.strftime('%H:%M:%S', time.gmtime(st['from_unix']))} UTC with its CPU at "
+            f"{100 * st['cpu_utilization']:.0f}%; logs: {logs}"
+        )
     return dict(
         summary,
+        stalls=stalls,
+        logs=logs,
         peak_memory_gib=sampler.peak_bytes / 2**30,
         peak_rss_gib=sampler.peak_rss_bytes / 2**30,
         peak_pss_gib=sampler.peak_pss_bytes / 2**30,
@@ -258,7 +286,8 @@ def run_contender(
 
 def mean_of_rounds(results: list[dict[str, Any]]) -> dict[str, Any]:
     """One contender's pass-1 row from its rounds: the mean of each float measurement, the
-    maximum of each peak memory, and each round's samples/s in ``samples_per_s_rounds``."""
+    maximum of each peak memory, each round's samples/s in ``samples_per_s_rounds``, and every
+    round's stalls and log files."""
     row = {
         k: float(np.mean([r[k] for r in results])) if isinstance(v, float) else v
         for k, v in results[0].items()
@@ -266,6 +295,10 @@ def mean_of_rounds(results: list[dict[str, Any]]) -> dict[str, Any]:
     for k in PEAKS:
         row[k] = max(r[k] for r in results)
     row["samples_per_s_rounds"] = [r["samples_per_s"] for r in results]
+    row["stalls"] = [
+        dict(st, run=f"pass1 round {k + 1}") for k, r in enumerate(results) for st in r["stalls"]
+    ]
+    row["logs"] = [name for r in results for name in r["logs"]]
     return row
 
 
@@ -345,11 +378,11 @@ def parity(names: list[str], workdir: Path) -> list[dict[str, Any]]:
     image processor, called directly): ids, labels and grids exactly, pixels within the
     tolerance docs/parity.md states for the contender's processor (:data:`PIXEL_TOL`)."""
     ref_name = reference(names)
-    ref = np.load(workdir / f"pass1-{ref_name}.result.json.parity.npz")
+    ref = np.load(workdir / f"pass1-round1-{ref_name}.result.json.parity.npz")
     lines = sorted({k.split("/")[0] for k in ref.files}, key=int)
     rows = []
     for name in names:
-        other = np.load(workdir / f"pass1-{name}.result.json.parity.npz")
+        other = np.load(workdir / f"pass1-round1-{name}.result.json.parity.npz")
         exact, mean_px, max_px, missing = True, 0.0, 0.0, 0
         for line in lines:
             if f"{line}/pixel_values" not in other.files:
@@ -401,6 +434,32 @@ def ratio_lines(rows: list[dict[str, Any]]) -> list[str]:
                 f"from the first batch; peak PSS {r['peak_pss_gib'] / best['peak_pss_gib']:.2f}x."
             )
     return out
+
+
+def stall_lines(rows: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
+    """The results' "Stalls" paragraph: each stall (run, when, how long, CPU) or that there was
+    none, and where the runs' logs are."""
+    lines = [
+        "",
+        f"Stalls (a gap of more than {meta['stall_s']:.0f} s between two batches with the "
+        f"contender's CPU below {STALL_IDLE_BELOW:.0%}; any stall fails the benchmark): ",
+    ]
+    stalls = [(r["contender"], st) for r in rows for st in r["stalls"]]
+    if not stalls:
+        lines[-1] += "none."
+    for name, st in stalls:
+        lines.append(
+            f"* **{name}**, {st['run']}: no batch for {st['gap_s']:.1f} s from "
+            f"{time.strftime('%H:%M:%S', time.gmtime(st['from_unix']))} UTC, CPU "
+            f"{100 * st['cpu_utilization']:.0f}%"
+        )
+    lines += [
+        "",
+        "Each Stoker run's job and Flink logs (and the standalone cluster's) are kept in "
+        "`bench/results/loaders-logs/` (not committed), named after the run "
+        "(`pass1-round<k>-<contender>`, `pass2-<contender>`).",
+    ]
+    return lines
 
 
 def write_results(out: Path, rows: list[dict[str, Any]], checks: list[dict[str, Any]], meta: dict):
@@ -467,6 +526,7 @@ def write_results(out: Path, rows: list[dict[str, Any]], checks: list[dict[str, 
             f"({100 * r['wait_time_ratio_at_80pct_from_first_batch']:.1f}%) |"
         )
     lines += ratio_lines(rows)
+    lines += stall_lines(rows, meta)
     lines += [
         "",
         "Peak RSS: the highest sum of the RSS of the contender's processes (shared pages counted "
@@ -547,6 +607,13 @@ def main() -> int:
         default=0.5,
         help="the steady state starts at the batch that completes this fraction of a pass (0.5)",
     )
+    p.add_argument(
+        "--stall-s",
+        type=float,
+        default=20.0,
+        help="a gap of more than this many seconds between batches with the contender's CPU "
+        f"below {STALL_IDLE_BELOW:.0%} fails the benchmark as a stall (20)",
+    )
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     args = p.parse_args()
     if args.rounds < 1:
@@ -561,6 +628,7 @@ def main() -> int:
         p.error(f"unknown contenders {sorted(unknown)}; known: {', '.join(CONTENDERS)}")
     pass2 = args.pass2_samples or args.samples // 2
     workdir = STATE / "bench-loaders"
+    shutil.rmtree(workdir / "logs", ignore_errors=True)  # the logs of this run only
     workdir.mkdir(parents=True, exist_ok=True)
     (STATE / "logs").mkdir(parents=True, exist_ok=True)
     log(f"dataset: {args.samples} records, one image object each")
@@ -597,8 +665,10 @@ def main() -> int:
         for k in range(args.rounds):
             for name in names if k % 2 == 0 else names[::-1]:
                 log(f"pass 1 (capacity), round {k + 1} of {args.rounds}: {name}")
-                cfg = config(name, args.samples, 0.0, "pass1")
-                rounds[name].append(run_contender(name, cfg, args.cores, workdir, args.steady_from))
+                cfg = config(name, args.samples, 0.0, f"pass1-round{k + 1}")
+                rounds[name].append(
+                    run_contender(name, cfg, args.cores, workdir, args.steady_from, args.stall_s)
+                )
                 log(f"  {json.dumps(rounds[name][-1])}")
         rows = {name: dict(contender=name, **mean_of_rounds(rs)) for name, rs in rounds.items()}
         best = max(r["samples_per_s"] for r in rows.values())
@@ -611,7 +681,12 @@ def main() -> int:
                 args.cores,
                 workdir,
                 args.steady_from,
+                args.stall_s,
             )
+            rows[name]["stalls"] = rows[name]["stalls"] + [
+                dict(st, run="pass2") for st in r["stalls"]
+            ]
+            rows[name]["logs"] = rows[name]["logs"] + r["logs"]
             rows[name]["wait_time_ratio_at_80pct"] = r["wait_time_ratio"]
             rows[name]["wait_time_ratio_at_80pct_from_first_batch"] = r[
                 "wait_time_ratio_from_first_batch"
@@ -624,8 +699,17 @@ def main() -> int:
     finally:
         if "stoker-cluster" in names:
             cluster("stop")
+            if (CLUSTER_DIR / "log").exists():
+                shutil.copytree(
+                    CLUSTER_DIR / "log", workdir / "logs" / "cluster", dirs_exist_ok=True
+                )
         s3.terminate()
         s3.wait()
+        kept = args.out / "loaders-logs"
+        shutil.rmtree(kept, ignore_errors=True)
+        if (workdir / "logs").exists():
+            shutil.copytree(workdir / "logs", kept)
+            log(f"every contender's job and Flink logs: {kept}")
     checks = parity(names, workdir)
     log(f"compute ceiling (image stage alone, {args.cores} threads)")
     ceiling = compute_ceiling(args.cores)
@@ -641,13 +725,17 @@ def main() -> int:
         "cores": args.cores,
         "latency_ms": args.latency_ms,
         "jitter_ms": args.jitter_ms,
+        "stall_s": args.stall_s,
         "max_pixels": MAX_PIXELS,
         "step_time_s": step_time,
         "compute_ceiling_images_per_s": ceiling,
     }
     write_results(args.out, list(rows.values()), checks, meta)
     print((args.out / "loaders.md").read_text())
-    return 0 if all(c["ok"] for c in checks) else 1
+    stalled = [r["contender"] for r in rows.values() if r["stalls"]]
+    if stalled:
+        log(f"FAILED: stalls in {', '.join(stalled)} (bench/results/loaders.md, 'Stalls')")
+    return 0 if all(c["ok"] for c in checks) and not stalled else 1
 
 
 if __name__ == "__main__":

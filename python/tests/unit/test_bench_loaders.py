@@ -68,3 +68,17 @@ def test_micro_batches_keep_order_and_size() -> None:
     samples = [_sample(i, 3, 2) for i in range(1, 11)]
     batches = list(common.micro_batches(iter(samples), 4))
     assert [b["lines"] for b in batches] == [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10]]
+
+
+def test_a_gap_with_idle_cores_is_a_stall_and_a_busy_or_short_one_is_not() -> None:
+    arrivals = [100.0, 101.0, 131.0, 132.0, 160.0, 161.0]
+    busy = {(132.0, 160.0)}  # the contender computed through the second long gap
+
+    def utilization(t0: float, t1: float) -> float:
+        return 0.9 if (t0, t1) in busy else (float("nan") if t0 == 131.0 else 0.1)
+
+    stalls = common.find_stalls(arrivals, utilization, stall_s=20)
+    assert stalls == [{"from_unix": 101.0, "gap_s": 30.0, "cpu_utilization": 0.1}]
+    # a gap that was not sampled counts as idle
+    assert len(common.find_stalls([0.0, 25.0], lambda a, b: float("nan"), 20)) == 1
+    assert common.find_stalls(arrivals, utilization, stall_s=40) == []
