@@ -51,6 +51,7 @@ __all__ = [
     "SEQUENCE_FIELDS",
     "STATE_FORMAT",
     "DataStateError",
+    "as_rank",
     "check_restore",
     "check_sequence",
     "find_states",
@@ -154,6 +155,26 @@ def validate_state(state: object) -> dict[str, Any]:
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise DataStateError(f"data state {key}={v!r} is not an integer >= 0")
     return {**state, "sequence": dict(seq)}
+
+
+def as_rank(state: Mapping[str, Any], rank: int) -> dict[str, Any]:
+    """Another DP rank's data state of the same trainer checkpoint, as rank ``rank``'s: ``state``
+    with its ``rank`` replaced.
+
+    For trainers whose ranks all checkpoint after the same step (torchtitan, Megatron-LM), the
+    states one checkpoint holds differ only in ``rank`` (the ``generation`` too, in the rare case
+    that the job was resubmitted while the ranks read that step; :func:`check_restore` then
+    names the ``--stoker.resume-step`` to resubmit it with), so one rank's state restores each.
+
+    Raises:
+        DataStateError: ``rank`` is outside the state's world size (at another world size,
+            :func:`check_restore` takes any rank's state as it is).
+    """
+    if not 0 <= rank < state["world_size"]:
+        raise DataStateError(
+            f"rank {rank} is outside the data state's world size {state['world_size']}"
+        )
+    return {**state, "rank": int(rank)}
 
 
 def next_position(state: Mapping[str, Any]) -> int:

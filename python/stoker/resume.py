@@ -8,7 +8,10 @@
 prints ``flink run -s PATH JAR <options> --stoker.resume-step S``, where ``S = next_step - 1``
 of the data state(s) (:mod:`stoker.data_state`) in the checkpoint file(s): a JSON file holding the
 state, or a ``torch.save`` checkpoint (read with ``torch.load(..., weights_only=True)``; needs
-torch) with it anywhere inside (or at ``--key``, dot-separated). Several states (one per rank, in
+torch) with it anywhere inside (or at ``--key``, dot-separated), or a torch distributed
+checkpoint folder (DCP, e.g. torchtitan's ``step-<N>``; needs torch), whose non-tensor entries
+are read (a JSON object in a string as that object, the form :mod:`stoker.torchtitan` saves it
+in, at ``dataloader.stoker_data_state``). Several states (one per rank, in
 one or more files) must agree on the step and the job. The job's name, world size, micro-batch
 size, epochs, shuffle seed, model preset and packing (``stoker.packing.enabled`` and
 ``stoker.packing.max-tokens`` for a state of packed batches) and the step its stage's mixture
@@ -52,7 +55,43 @@ from .printable import escape_unencodable_stdout, printable
 __all__ = ["main", "resume_command"]
 
 
+def _load_dcp(path: Path) -> object:
+    """The non-tensor entries of the torch distributed checkpoint (DCP) folder ``path`` (e.g.
+    torchtitan's ``step-<N>``), by their dot-separated key; a string holding a JSON object (the
+    form :mod:`stoker.torchtitan` saves the data state in) read as that object."""
+    try:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.metadata import BytesStorageMetadata
+    except ImportError:
+        raise DataStateError(
+            f"{path} is a folder: reading a distributed checkpoint needs torch, which is not "
+            "installed"
+        ) from None
+    reader = dcp.FileSystemReader(str(path))
+    try:
+        metadata = reader.read_metadata()
+    except Exception as e:  # noqa: BLE001 - a folder without (or with a bad) .metadata
+        raise DataStateError(
+            f"{path}: a folder, but not a torch distributed checkpoint: {e}"
+        ) from e
+    entries: dict[str, Any] = {
+        key: None
+        for key, md in metadata.state_dict_metadata.items()
+        if isinstance(md, BytesStorageMetadata)
+    }
+    dcp.load(entries, storage_reader=reader, no_dist=True)
+    for key, value in entries.items():
+        if isinstance(value, str) and value.startswith("{"):
+            try:
+                entries[key] = json.loads(value)
+            except json.JSONDecodeError:
+                pass
+    return entries
+
+
 def _load(path: Path) -> object:
+    if path.is_dir():
+        return _load_dcp(path)
     raw = path.read_bytes()
     try:
         return json.loads(raw)
@@ -190,7 +229,12 @@ def main(argv: list[str] | None = None) -> int:
         description="Print the flink run command that resumes a Stoker job at a trainer "
         "checkpoint's data state (StokerDataset.state_dict()).",
     )
-    ap.add_argument("checkpoints", nargs="+", type=Path, help="JSON or torch.save checkpoint files")
+    ap.add_argument(
+        "checkpoints",
+        nargs="+",
+        type=Path,
+        help="JSON or torch.save checkpoint files, or torch distributed checkpoint folders",
+    )
     ap.add_argument("--savepoint", required=True, help="the job's savepoint path (flink run -s)")
     ap.add_argument("--jar", default="job/target/stoker-job.jar", help="the job jar")
     ap.add_argument("--flink", default="flink", help="the flink CLI to name")

@@ -40,103 +40,32 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from harness.jobs import job_command
-from harness.paths import DATASET, REPO_ROOT
+from harness import train_runs as tr
+from harness.paths import REPO_ROOT
+from harness.train_runs import (
+    CHECKPOINT_EVERY,
+    GRAD_ACCUM,
+    KILL_AFTER_CHECKPOINT,
+    NUM_STEPS,
+    TIMEOUT_S,
+    B,
+    W,
+)
 
 EXAMPLE = REPO_ROOT / "examples" / "train_qwen_vl.py"
 EXAMPLE_HF = REPO_ROOT / "examples" / "train_qwen_vl_hf.py"
-W, B = 2, 2
-NUM_STEPS = 10  # ceil(38 records / (W * B))
-GRAD_ACCUM, CHECKPOINT_EVERY = 2, 2  # checkpoints after steps 3, 7 and 9 (the end)
-KILL_AFTER_CHECKPOINT = 3
-MAX_PIXELS = 12544  # 16 merged image tokens at most: a CPU step of the tiny model is short
-TIMEOUT_S = 240
 #: The last run's logs and records (jobs, trainer ranks), kept after the test.
 LOGS = REPO_ROOT / ".stoker" / "logs" / "train-example"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _terminated(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")  # so that the test's finally stops its processes
-
-
-class Processes:
-    """Every process the test starts, each in its own session so that a kill reaches its
-    children too; :meth:`stop_all` ends those still running (also when pytest gets SIGTERM)."""
-
-    def __init__(self) -> None:
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    def start(self, cmd: list[str], log: Path, env: dict[str, str] | None = None) -> Any:
-        with log.open("ab") as out:
-            proc = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
-        self.procs.append(proc)
-        return proc
-
-    @staticmethod
-    def kill(proc: subprocess.Popen[bytes]) -> None:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-    def stop_all(self) -> None:
-        for proc in self.procs:
-            self.kill(proc)
-
-
-def _wait(what: str, condition: Any, timeout_s: float = TIMEOUT_S, logs: list[Path] = ()) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = condition()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s}s waiting for {what}\n{_tails(logs)}")
-        time.sleep(0.02)
-
-
-MAIN_CLASS = "dev.stoker.job.StokerJob"
-
-
-def _job(out_root: Path, job_name: str, base: Path, rest_port: int) -> tuple[list[str], list[str]]:
-    """The real job's command line split after its main class: (the JVM's part, the job's
-    ``--key value`` options)."""
-    cmd = job_command(
-        out_root,
-        job_name,
-        "--stoker.image.max-pixels",
-        str(MAX_PIXELS),
-        "--stoker.prefetch-depth",
-        "2",
-        "--rest.port",
-        str(rest_port),
-        "--execution.checkpointing.dir",
-        (base / "checkpoints").as_uri(),
-        dataset=DATASET,
-        world_size=W,
-        micro_batch_size=B,
-    )
-    cut = cmd.index(MAIN_CLASS) + 1
-    return cmd[:cut], cmd[cut:]
 
 
 @dataclass(frozen=True)
@@ -180,7 +109,7 @@ class Example:
 
 
 def _trainers(
-    procs: Processes,
+    procs: tr.Processes,
     example: Example,
     job_dir: Path,
     base: Path,
@@ -190,7 +119,7 @@ def _trainers(
 ) -> list[subprocess.Popen[bytes]]:
     """The example's ranks (both, or ``world_size``), with the variables torchrun sets, on the
     CPU, one thread each."""
-    port = str(_free_port())
+    port = str(tr.free_port())
     out = []
     for rank in range(world_size):
         env = dict(
@@ -226,95 +155,25 @@ def _trainers(
     return out
 
 
-def _tails(logs: Any) -> str:
-    return "\n".join(f"--- {p}:\n{p.read_text()[-3000:]}" for p in sorted(logs) if p.exists())
-
-
-def _finish(proc: subprocess.Popen[bytes], what: str, base: Path) -> None:
-    """Wait for ``proc`` to exit 0; else fail with the tails of every log in ``base``."""
-    try:
-        rc = proc.wait(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"{what} did not end within {TIMEOUT_S}s:\n{_tails(base.glob('*.log'))}")
-    assert rc == 0, f"{what} exited {rc}:\n{_tails(base.glob('*.log'))}"
-
-
-def _records(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
-
-
-def _rest(port: int, path: str, body: dict[str, Any] | None = None) -> Any:
-    req = urllib.request.Request(
-        f"http://127.0.0.1:{port}{path}",
-        data=None if body is None else json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-        method="GET" if body is None else "POST",
-    )
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        return json.loads(resp.read())
-
-
-def _stop_with_savepoint(port: int, target: Path) -> str:
-    """``POST /jobs/<id>/stop`` (no drain) on the only job; the savepoint's path."""
-    (job,) = _rest(port, "/jobs/overview")["jobs"]
-    trigger = _rest(port, f"/jobs/{job['jid']}/stop", {"targetDirectory": target.as_uri()})
-    url = f"/jobs/{job['jid']}/savepoints/{trigger['request-id']}"
-    status = _wait(
-        "the savepoint",
-        lambda: (s := _rest(port, url))["status"]["id"] != "IN_PROGRESS" and s,
-        timeout_s=120,
-    )
-    assert "location" in status["operation"], f"the savepoint failed: {status}"
-    return str(status["operation"]["location"])
-
-
-def _generation(job_dir: Path) -> str | None:
-    try:
-        return str(json.loads((job_dir / "manifest.json").read_text())["generation"])
-    except (OSError, ValueError, KeyError):
-        return None
-
-
-def _by_rank(records: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
-    out: dict[int, list[dict[str, Any]]] = {r: [] for r in range(W)}
-    for rec in records:
-        out[rec["rank"]].append(rec)
-    return out
-
-
-def _batch(rec: dict[str, Any]) -> tuple[Any, ...]:
-    return (rec["step"], rec["rank"], rec["rows"], tuple(rec["sample_index"]), rec["sha256"])
-
-
-def _assert_same_training(got: list[dict[str, Any]], want: list[dict[str, Any]], what: str) -> None:
-    assert [_batch(r) for r in got] == [_batch(r) for r in want], what
-    for g, w in zip(got, want, strict=True):
-        assert g["tokens"] == w["tokens"], (what, g["step"])
-        if w["loss"] is not None:
-            assert g["loss"] == pytest.approx(w["loss"], rel=1e-6), (what, g["step"])
-
-
 @pytest.fixture(scope="module")
 def uninterrupted() -> Iterator[Callable[[Example], list[dict[str, Any]]]]:
     """The uninterrupted run of an example (job and both ranks to the end): its record of every
     batch trained on. Run once per example kind for the module, as the tests that compare with
     it share it; its logs are kept in ``.stoker/logs/train-example/<kind>-uninterrupted/``."""
     base = Path(tempfile.mkdtemp(prefix="stoker-train-ref-", dir="/dev/shm"))
-    procs = Processes()
-    on_sigterm = signal.signal(signal.SIGTERM, _terminated)
+    procs = tr.Processes()
+    on_sigterm = signal.signal(signal.SIGTERM, tr.terminated)
     runs: dict[str, list[dict[str, Any]]] = {}
 
     def run(example: Example) -> list[dict[str, Any]]:
         if example.kind not in runs:
             name = f"{example.kind}-ref"
-            java, options = _job(base, name, base, _free_port())
+            java, options = tr.job_parts(base, name, base, tr.free_port())
             job = procs.start([*java, *options], base / f"{name}-job.log")
             for r, t in enumerate(_trainers(procs, example, base / name, base, name)):
-                _finish(t, f"the uninterrupted {example.kind} trainer's rank {r}", base)
-            _finish(job, f"the uninterrupted {example.kind} run's job", base)
-            runs[example.kind] = _records(base / f"{name}.jsonl")
+                tr.finish(t, f"the uninterrupted {example.kind} trainer's rank {r}", base)
+            tr.finish(job, f"the uninterrupted {example.kind} run's job", base)
+            runs[example.kind] = tr.records(base / f"{name}.jsonl")
         return runs[example.kind]
 
     try:
@@ -337,19 +196,19 @@ def test_killed_and_resumed_trainer_trains_on_the_uninterrupted_runs_batches(
 ) -> None:
     t_start = time.monotonic()
     base = Path(tempfile.mkdtemp(prefix="stoker-train-example-", dir="/dev/shm"))
-    procs = Processes()
-    on_sigterm = signal.signal(signal.SIGTERM, _terminated)
+    procs = tr.Processes()
+    on_sigterm = signal.signal(signal.SIGTERM, tr.terminated)
     try:
         # 1. the uninterrupted run
-        reference = _by_rank(uninterrupted(example))
+        reference = tr.by_rank(uninterrupted(example))
         for r in range(W):
             assert [rec["step"] for rec in reference[r]] == list(range(NUM_STEPS)), r
         t_ref = time.monotonic()
 
         # 2. the run that is killed after its checkpoint at step KILL_AFTER_CHECKPOINT
-        port = _free_port()
+        port = tr.free_port()
         job_dir, ckpt, record = base / "run", base / "run-ckpt", base / "run.jsonl"
-        java, options = _job(base, "run", base, port)
+        java, options = tr.job_parts(base, "run", base, port)
         job = procs.start([*java, *options], base / "run-job.log")
         trainers = _trainers(procs, example, job_dir, base, "run")
         logs = [base / "run-job.log", base / "run-rank-0.log", base / "run-rank-1.log"]
@@ -358,17 +217,17 @@ def test_killed_and_resumed_trainer_trains_on_the_uninterrupted_runs_batches(
         def past_checkpoint() -> bool:
             if not example.is_latest(ckpt, KILL_AFTER_CHECKPOINT):
                 return False
-            return any(rec["step"] > KILL_AFTER_CHECKPOINT for rec in _records(record))
+            return any(rec["step"] > KILL_AFTER_CHECKPOINT for rec in tr.records(record))
 
-        _wait(f"checkpoint {checkpoint} and a step after it", past_checkpoint, logs=logs)
+        tr.wait(f"checkpoint {checkpoint} and a step after it", past_checkpoint, logs=logs)
         for t in trainers:
-            Processes.kill(t)
+            tr.Processes.kill(t)
         assert example.is_latest(ckpt, KILL_AFTER_CHECKPOINT), "killed too late"
-        lost = [r for r in _records(record) if r["step"] > KILL_AFTER_CHECKPOINT]
+        lost = [r for r in tr.records(record) if r["step"] > KILL_AFTER_CHECKPOINT]
         assert max(r["step"] for r in lost) < NUM_STEPS - 1, "killed after the end"
-        first_generation = _generation(job_dir)
+        first_generation = tr.generation(job_dir)
 
-        savepoint = _stop_with_savepoint(port, base / "savepoints")
+        savepoint = tr.stop_with_savepoint(port, base / "savepoints")
         # the stopped run ends cleanly: a run stopped with a savepoint before its last step is
         # not an accounting failure (StokerJob.main logs its counts and exits 0)
         assert job.wait(timeout=60) == 0, "the job stopped with a savepoint exited non-zero"
@@ -393,28 +252,28 @@ def test_killed_and_resumed_trainer_trains_on_the_uninterrupted_runs_batches(
             [*java, *resumed_options, "--execution.state-recovery.path", savepoint],
             base / "run-job-2.log",
         )
-        _wait(
+        tr.wait(
             "the resumed job's new generation",
-            lambda: _generation(job_dir) not in (None, first_generation),
+            lambda: tr.generation(job_dir) not in (None, first_generation),
             logs=[base / "run-job-2.log"],
         )
         for r, t in enumerate(_trainers(procs, example, job_dir, base, "run", "--resume")):
-            _finish(t, f"the resumed trainer's rank {r}", base)
-        _finish(job2, "the resumed job", base)
+            tr.finish(t, f"the resumed trainer's rank {r}", base)
+        tr.finish(job2, "the resumed job", base)
         t_end = time.monotonic()
 
-        after = [r for r in _records(record) if r["generation"] != first_generation]
+        after = [r for r in tr.records(record) if r["generation"] != first_generation]
         before = [
             r
-            for r in _records(record)
+            for r in tr.records(record)
             if r["generation"] == first_generation and r["step"] <= KILL_AFTER_CHECKPOINT
         ]
         for r in range(W):
-            trained = _by_rank(before)[r] + _by_rank(after)[r]
-            _assert_same_training(trained, reference[r], f"rank {r}")
-            replayed = {rec["step"]: rec for rec in _by_rank(after)[r]}
-            for rec in _by_rank(lost)[r]:  # trained again, on the same batch, from the checkpoint
-                _assert_same_training([rec], [replayed[rec["step"]]], f"rank {r} lost step")
+            trained = tr.by_rank(before)[r] + tr.by_rank(after)[r]
+            tr.assert_same_training(trained, reference[r], f"rank {r}")
+            replayed = {rec["step"]: rec for rec in tr.by_rank(after)[r]}
+            for rec in tr.by_rank(lost)[r]:  # trained again, on the same batch, from the checkpoint
+                tr.assert_same_training([rec], [replayed[rec["step"]]], f"rank {r} lost step")
         assert after[0]["step"] == KILL_AFTER_CHECKPOINT + 1
         assert example.is_latest(ckpt, NUM_STEPS - 1)  # both save at the end too
         if example.kind == "hf":  # saved with the Trainer's optimizer step 2: steps 0..3 done
@@ -435,19 +294,6 @@ def test_killed_and_resumed_trainer_trains_on_the_uninterrupted_runs_batches(
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _trained_samples(records: list[dict[str, Any]]) -> dict[int, str]:
-    """Slot index -> location of every sample trained on (back-filled copies left out)."""
-    out: dict[int, str] = {}
-    for rec in records:
-        for row, (index, location) in enumerate(
-            zip(rec["sample_index"], rec["location"], strict=True)
-        ):
-            if row not in rec["backfilled"]:
-                assert index not in out, f"sample {index} trained on twice"
-                out[index] = location
-    return out
-
-
 def test_hf_trainer_resumed_with_another_world_size_trains_on_each_record_once(
     uninterrupted: Callable[[Example], list[dict[str, Any]]],
 ) -> None:
@@ -459,28 +305,28 @@ def test_hf_trainer_resumed_with_another_world_size_trains_on_each_record_once(
     positions (W*B is 4 in both, so a slot index is the same position of the order)."""
     example = Example("hf")
     base = Path(tempfile.mkdtemp(prefix="stoker-train-elastic-", dir="/dev/shm"))
-    procs = Processes()
-    on_sigterm = signal.signal(signal.SIGTERM, _terminated)
+    procs = tr.Processes()
+    on_sigterm = signal.signal(signal.SIGTERM, tr.terminated)
     try:
-        reference = _trained_samples(uninterrupted(example))
+        reference = tr.trained_samples(uninterrupted(example))
 
-        port = _free_port()
+        port = tr.free_port()
         job_dir, ckpt, record = base / "run", base / "run-ckpt", base / "run.jsonl"
-        java, options = _job(base, "run", base, port)
+        java, options = tr.job_parts(base, "run", base, port)
         job = procs.start([*java, *options], base / "run-job.log")
         trainers = _trainers(procs, example, job_dir, base, "run")
-        _wait(
+        tr.wait(
             "checkpoint-2 and a step after it",
             lambda: (
                 example.is_latest(ckpt, KILL_AFTER_CHECKPOINT)
-                and any(rec["step"] > KILL_AFTER_CHECKPOINT for rec in _records(record))
+                and any(rec["step"] > KILL_AFTER_CHECKPOINT for rec in tr.records(record))
             ),
             logs=[base / "run-job.log", base / "run-rank-0.log", base / "run-rank-1.log"],
         )
         for t in trainers:
-            Processes.kill(t)
-        first_generation = _generation(job_dir)
-        savepoint = _stop_with_savepoint(port, base / "savepoints")
+            tr.Processes.kill(t)
+        first_generation = tr.generation(job_dir)
+        savepoint = tr.stop_with_savepoint(port, base / "savepoints")
         assert job.wait(timeout=60) == 0
         states = [str(p) for p in example.states(example.checkpoint(ckpt, KILL_AFTER_CHECKPOINT))]
         resize = {"--stoker.dp-world-size": "1", "--stoker.micro-batch-size": str(W * B)}
@@ -504,16 +350,16 @@ def test_hf_trainer_resumed_with_another_world_size_trains_on_each_record_once(
         start = resume_cmd.index("--stoker.mixture.start-position")
         assert resume_cmd[start + 1] == str((KILL_AFTER_CHECKPOINT + 1) * W * B)
         job2 = procs.start([*java, *resume_cmd[3:]], base / "run-job-2.log")
-        _wait(
+        tr.wait(
             "the resumed job's new generation",
-            lambda: _generation(job_dir) not in (None, first_generation),
+            lambda: tr.generation(job_dir) not in (None, first_generation),
             logs=[base / "run-job-2.log"],
         )
         (one,) = _trainers(procs, example, job_dir, base, "run", "--resume", world_size=1)
-        _finish(one, "the resumed trainer", base)
-        _finish(job2, "the resumed job", base)
+        tr.finish(one, "the resumed trainer", base)
+        tr.finish(job2, "the resumed job", base)
 
-        records = _records(record)
+        records = tr.records(record)
         before = [
             r
             for r in records
@@ -522,7 +368,7 @@ def test_hf_trainer_resumed_with_another_world_size_trains_on_each_record_once(
         after = [r for r in records if r["generation"] != first_generation]
         assert {r["rank"] for r in after} == {0} and after[0]["step"] == KILL_AFTER_CHECKPOINT + 1
         assert all(r["rows"] <= W * B for r in after)
-        trained = _trained_samples(before + after)
+        trained = tr.trained_samples(before + after)
         assert trained == reference
     finally:
         procs.stop_all()

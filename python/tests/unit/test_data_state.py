@@ -15,6 +15,7 @@ from stoker import Manifest
 from stoker.data_state import (
     STATE_FORMAT,
     DataStateError,
+    as_rank,
     check_restore,
     find_states,
     make_state,
@@ -74,6 +75,19 @@ def test_check_restore_names_both_values(shm_root):
     seq = dict(state["sequence"], shuffle_seed=9)
     with pytest.raises(DataStateError, match="shuffle_seed: checkpoint 9, job 0"):
         check_restore(dict(state, sequence=seq), m, 1, 2, "here")
+
+
+def test_as_rank_makes_one_ranks_state_restore_another_rank_of_the_same_checkpoint(shm_root):
+    m = manifest(shm_root)
+    state = make_state(m, rank=0, next_step=3, generation=m.generation)
+    with pytest.raises(DataStateError, match="DP rank 0's, but this trainer is rank 1"):
+        check_restore(state, m, 1, 2, "here")
+    rank1 = as_rank(state, 1)
+    assert rank1 == make_state(m, rank=1, next_step=3, generation=m.generation)
+    check_restore(rank1, m, 1, 2, "here")
+    assert state["rank"] == 0  # a copy
+    with pytest.raises(DataStateError, match="rank 2 is outside the data state's world size 2"):
+        as_rank(state, 2)
 
 
 @pytest.mark.parametrize(
