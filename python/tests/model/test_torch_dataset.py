@@ -198,7 +198,12 @@ def test_to_torch_of_a_packed_batch_shares_the_mapping_and_gives_the_varlen_kwar
 def test_num_workers_fails_at_once_saying_why_and_what_to_do(shm_root):
     job(shm_root)
     ds = StokerDataset(shm_root, rank=0, world_size=W, timeout_s=10)
-    loader = DataLoader(ds, batch_size=None, num_workers=1)
+    # a spawned worker: a forked one can deadlock on a lock another thread of this process held
+    # (megatron-core and torchtitan, imported by other modules of the tier, start threads), and
+    # a timeout turns a worker that never answers into a failure with another message
+    loader = DataLoader(
+        ds, batch_size=None, num_workers=1, multiprocessing_context="spawn", timeout=120
+    )
     with pytest.raises(RuntimeError) as err:
         next(iter(loader))
     message = str(err.value)
