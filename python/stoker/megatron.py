@@ -137,24 +137,6 @@ def train_iters(num_steps: int, num_microbatches: int) -> int:
     return math.ceil(num_steps / num_microbatches)
 
 
-def _placeholder(step: int, rank: int, generation: str) -> StokerBatch:
-    """One token 0 labelled -100 and no samples: a forward and backward that add nothing."""
-    batch = StokerBatch()
-    token = torch.zeros((1, 1), dtype=torch.long)
-    batch.update(
-        input_ids=token,
-        labels=torch.full_like(token, -100),
-        attention_mask=torch.ones_like(token),
-        mm_token_type_ids=torch.zeros_like(token),
-    )
-    batch.step, batch.rank, batch.generation = step, rank, generation
-    batch.sample_index = torch.zeros(0, dtype=torch.long)
-    batch.source, batch.location, batch.backfilled_slots = [], [], ()
-    batch.packing_max_tokens = None
-    batch.sample_spans = torch.zeros((0, 3), dtype=torch.long)
-    return batch
-
-
 class StokerDataIterator:
     """The batches of one DP rank as Megatron's external data iterator (wrapped by Megatron in a
     ``RerunDataIterator``); see the module's description.
@@ -193,7 +175,7 @@ class StokerDataIterator:
         if batch is not None:
             if batch["input_ids"].shape[0] > 0:
                 return batch
-            filler = _placeholder(batch.step, batch.rank, batch.generation)
+            filler = StokerBatch.placeholder(batch.step, batch.rank, batch.generation)
             filler.__dict__.update(batch.__dict__)  # the step's provenance (no samples)
         else:
             m = self.dataset.manifest
@@ -202,7 +184,7 @@ class StokerDataIterator:
             if self.dataset.next_step < m.num_steps or step >= last:
                 raise StopIteration
             self._filled += 1
-            filler = _placeholder(step, self.dataset.rank, m.generation)
+            filler = StokerBatch.placeholder(step, self.dataset.rank, m.generation)
         device = self.dataset.device
         return filler if device is None else filler.to(device)
 

@@ -152,6 +152,29 @@ class StokerBatch(dict[str, Any]):
         keep[list(self.backfilled_slots)] = False
         return keep
 
+    @classmethod
+    def placeholder(cls, step: int, rank: int, generation: str) -> StokerBatch:
+        """A batch of one token 0 labelled -100 and no samples: ``input_ids`` and ``labels``
+        ``(1, 1)`` int64, ``attention_mask`` 1 and ``mm_token_type_ids`` 0 (both ``(1, 1)``
+        int64), no images; its forward and backward add nothing to the gradient. What a rank
+        trains on where it must join a step but has no samples: a 0-row batch, or the fill of a
+        framework's last optimizer step past the job's steps (:mod:`stoker.megatron`,
+        :mod:`stoker.torchtitan`)."""
+        batch = cls()
+        token = torch.zeros((1, 1), dtype=torch.long)
+        batch.update(
+            input_ids=token,
+            labels=torch.full_like(token, -100),
+            attention_mask=torch.ones_like(token),
+            mm_token_type_ids=torch.zeros_like(token),
+        )
+        batch.step, batch.rank, batch.generation = step, rank, generation
+        batch.sample_index = torch.zeros(0, dtype=torch.long)
+        batch.source, batch.location, batch.backfilled_slots = [], [], ()
+        batch.packing_max_tokens = None
+        batch.sample_spans = torch.zeros((0, 3), dtype=torch.long)
+        return batch
+
     def _with(self, tensors: dict[str, Any]) -> StokerBatch:
         out = copy.copy(self)
         out.update(tensors)

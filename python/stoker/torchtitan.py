@@ -252,7 +252,7 @@ class StokerDataLoader(BaseDataLoader):
             for step in range(
                 m.num_steps, -(-m.num_steps // self._accumulation) * self._accumulation
             ):
-                yield self._filler(step)
+                yield self._titan_batch(StokerBatch.placeholder(step, self.rank, m.generation))
 
     def state_dict(self) -> dict[str, Any]:
         """``{STATE_KEY: json}``: the rank's data state (:meth:`StokerDataset.state_dict`) as a
@@ -295,29 +295,15 @@ class StokerDataLoader(BaseDataLoader):
         self.dataset.load_state_dict(state)
         self._reported_step = self.dataset.next_step
 
-    def _filler(self, step: int) -> tuple[StokerBatch, torch.Tensor]:
-        """A placeholder batch past the job's steps (``step`` >= ``num_steps``): one token 0
-        labelled -100, no samples; it fills the run's last optimizer step."""
-        inputs = StokerBatch()
-        placeholder = torch.zeros((1, 1), dtype=torch.long)
-        inputs.update(input=placeholder, attention_mask=torch.ones_like(placeholder))
-        inputs.step, inputs.rank = step, self.rank
-        inputs.generation = self.dataset.manifest.generation
-        inputs.sample_index = torch.zeros(0, dtype=torch.long)
-        inputs.source, inputs.location, inputs.backfilled_slots = [], [], ()
-        inputs.packing_max_tokens = None
-        inputs.sample_spans = torch.zeros((0, 3), dtype=torch.long)
-        return inputs, torch.full_like(placeholder, -100)
-
     @staticmethod
     def _titan_batch(batch: StokerBatch) -> tuple[StokerBatch, torch.Tensor]:
         """``batch`` as torchtitan's ``(input_dict, labels)`` (see the module's description)."""
+        if batch["input_ids"].shape[0] == 0:  # a 0-row step: the placeholder, its provenance
+            placeholder = StokerBatch.placeholder(batch.step, batch.rank, batch.generation)
+            placeholder.__dict__.update(batch.__dict__)
+            batch = placeholder
         inputs = StokerBatch()
         inputs.__dict__.update(batch.__dict__)  # the provenance attributes
-        if batch["input_ids"].shape[0] == 0:
-            placeholder = torch.zeros((1, 1), dtype=torch.long)
-            inputs.update(input=placeholder, attention_mask=torch.ones_like(placeholder))
-            return inputs, torch.full_like(placeholder, -100)
         inputs["input"] = batch["input_ids"]
         inputs.update((k, v) for k, v in batch.items() if k not in ("input_ids", "labels"))
         labels = batch["labels"]

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from harness import train_runs
 from harness.real_model import PLAIN_MICRO_BATCH, Record, model_dataset, read_all, run_job
 
 from stoker import Batch
@@ -43,3 +44,16 @@ def plain_run(dataset) -> Iterator[Callable[[str], list[Batch]]]:
     finally:
         runs.clear()
         shutil.rmtree(out_root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def uninterrupted_job() -> Iterator[Path]:
+    """The kill-and-resume tests' job (:mod:`harness.train_runs`) run once to its end with no
+    prefetch bound (:func:`harness.train_runs.finished_job`): its job directory, whose batches
+    each uninterrupted trainer run of the example trainers and the framework adapters reads from
+    a copy of its own. One job for the tier instead of one per trainer."""
+    base = Path(tempfile.mkdtemp(prefix="stoker-uninterrupted-", dir="/dev/shm"))
+    try:
+        yield train_runs.finished_job(base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -12,8 +12,10 @@ machine and ``RerunDataIterator`` around the provider's iterator, in a reproduct
 8 = 2 ranks x 2 rows x 2 micro-batches; a checkpoint every 2 iterations: ``iter_0000002`` after
 Stoker step 3, ``iter_0000004`` after 7, and ``iter_0000005`` at the end).
 
-1. An uninterrupted run: job and trainer to the end; the trainer's record of every batch
-   (step, rank, sample indices, sha256 of the tensors, loss) is the reference.
+1. An uninterrupted run: the trainer to the end over a copy of the tier's finished job
+   (``uninterrupted_job``, run once with no prefetch bound for every kill-and-resume test); the
+   trainer's record of every batch (step, rank, sample indices, sha256 of the tensors, loss) is
+   the reference.
 2. The same run, whose trainers are killed with SIGKILL once the tracker names iteration 2 and a
    rank trained on a later step; the job is stopped with a savepoint (REST ``POST
    /jobs/<id>/stop``); ``python -m stoker.resume`` on the two ``train_dataloader_dprank<r>.pt``
@@ -41,15 +43,9 @@ kept in ``.stoker/logs/megatron/``. Runs in the model venv (torch, transformers,
 
 from __future__ import annotations
 
-import os
-import shlex
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -60,7 +56,7 @@ import torch.distributed as dist
 from harness import train_runs as tr
 from harness.batches import build_record_batch, write_batch, write_manifest, write_steps
 from harness.paths import REPO_ROOT
-from harness.train_runs import KILL_AFTER_CHECKPOINT, NUM_STEPS, TIMEOUT_S, B, W
+from harness.train_runs import TIMEOUT_S, B, W
 from megatron.core import parallel_state
 from megatron.core.rerun_state_machine import RerunDataIterator
 
@@ -70,7 +66,6 @@ from stoker.megatron import StokerProvider, dataloader_state_path, train_iters
 TRAINER = Path(__file__).with_name("megatron_trainer.py")
 MICROBATCHES = 2
 GLOBAL_BATCH = W * B * MICROBATCHES
-CHECKPOINT = (KILL_AFTER_CHECKPOINT + 1) // MICROBATCHES  # iteration 2: Stoker steps 0..3
 LOGS = REPO_ROOT / ".stoker" / "logs" / "megatron"
 
 
@@ -86,43 +81,34 @@ def _trainers(
 ) -> list[subprocess.Popen[bytes]]:
     """``megatron_trainer.py``'s ranks with the variables torchrun sets, one thread each."""
     port = str(tr.free_port())
-    out = []
-    for rank in range(world_size):
-        env = dict(
-            os.environ,
-            RANK=str(rank),
-            LOCAL_RANK=str(rank),
-            WORLD_SIZE=str(world_size),
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=port,
-            OMP_NUM_THREADS="1",
-            CUDA_VISIBLE_DEVICES="",
-            PYTHONPATH=os.pathsep.join(
-                [str(REPO_ROOT / "python"), str(REPO_ROOT / "examples")]
-                + [os.environ.get("PYTHONPATH", "")]
-            ),
+    cmd = [
+        sys.executable,
+        str(TRAINER),
+        "--root",
+        str(job_dir),
+        "--save",
+        str(save),
+        "--micro-batch-size",
+        str(micro_batch_size),
+        "--global-batch-size",
+        str(GLOBAL_BATCH),
+        "--record",
+        str(record),
+        "--data-timeout-s",
+        str(TIMEOUT_S),
+    ]
+    return [
+        procs.start(
+            cmd,
+            save.parent / f"{log}-rank-{rank}.log",
+            tr.rank_env(rank, world_size, port, REPO_ROOT / "examples"),
         )
-        cmd = [
-            sys.executable,
-            str(TRAINER),
-            "--root",
-            str(job_dir),
-            "--save",
-            str(save),
-            "--micro-batch-size",
-            str(micro_batch_size),
-            "--global-batch-size",
-            str(GLOBAL_BATCH),
-            "--record",
-            str(record),
-            "--data-timeout-s",
-            str(TIMEOUT_S),
-        ]
-        out.append(procs.start(cmd, save.parent / f"{log}-rank-{rank}.log", env))
-    return out
+        for rank in range(world_size)
+    ]
 
 
 def _tracker(save: Path) -> int | None:
+    """The iteration Megatron's tracker file names (its latest complete checkpoint)."""
     try:
         return int((save / "latest_checkpointed_iteration.txt").read_text())
     except (OSError, ValueError):
@@ -133,190 +119,39 @@ def _states(save: Path, iteration: int) -> list[str]:
     return [str(dataloader_state_path(save / "dataloader", iteration, r)) for r in range(W)]
 
 
-def _resume_command(states: list[str], savepoint: str, options: list[str]) -> list[str]:
-    printed = subprocess.run(
-        [sys.executable, "-m", "stoker.resume", *states, "--savepoint", savepoint, "--"] + options,
-        capture_output=True,
-        text=True,
-        check=False,
-        env=dict(os.environ, PYTHONPATH=str(REPO_ROOT / "python")),
-    )
-    assert printed.returncode == 0, printed.stderr
-    return shlex.split(printed.stdout)
-
-
-@dataclass
-class Runs:
-    """The module's runs: the uninterrupted reference and the killed run, with what the
-    resumes need."""
-
-    base: Path
-    procs: tr.Processes
-    reference: list[dict[str, Any]]
-    java: list[str]
-    options: list[str]
-    first_generation: str | None
-    savepoint: str
-    lost: list[dict[str, Any]]
-
-
-def _elastic_options(options: list[str], out_root: Path) -> list[str]:
-    """The job's ``options`` for one rank of B = W x B, writing under ``out_root``."""
-    replace = {
-        "--stoker.dp-world-size": "1",
-        "--stoker.micro-batch-size": str(W * B),
-        "--stoker.output.root": str(out_root),
-    }
-    kept = [
-        part
-        for i, part in enumerate(options)
-        if part not in replace and (i == 0 or options[i - 1] not in replace)
-    ]
-    return kept + [part for pair in replace.items() for part in pair]
+ADAPTER = tr.Adapter(
+    name="megatron",
+    trainers=_trainers,
+    accumulation=MICROBATCHES,
+    latest=_tracker,
+    states=_states,
+)
 
 
 @pytest.fixture(scope="module")
-def runs() -> Iterator[Runs]:
-    """The uninterrupted run, then the run killed after iteration 2's checkpoint with its job
-    stopped at a savepoint and a copy of its checkpoints in ``elastic-save/`` (run once for the
-    module: both tests resume it)."""
-    base = Path(tempfile.mkdtemp(prefix="stoker-megatron-", dir="/dev/shm"))
-    procs = tr.Processes()
-    on_sigterm = signal.signal(signal.SIGTERM, tr.terminated)
-    try:
-        java, options = tr.job_parts(base, "ref", base, tr.free_port())
-        job = procs.start([*java, *options], base / "ref-job.log")
-        ref = base / "ref.jsonl"
-        for r, t in enumerate(_trainers(procs, base / "ref", base / "ref-save", ref, "ref")):
-            tr.finish(t, f"the uninterrupted trainer's rank {r}", base)
-        tr.finish(job, "the uninterrupted run's job", base)
-
-        port = tr.free_port()
-        java, options = tr.job_parts(base, "run", base, port)
-        job = procs.start([*java, *options], base / "run-job.log")
-        save, record = base / "run-save", base / "run.jsonl"
-        trainers = _trainers(procs, base / "run", save, record, "run")
-        tr.wait(
-            f"iteration {CHECKPOINT}'s checkpoint and a step after it",
-            lambda: (
-                _tracker(save) == CHECKPOINT
-                and any(r["step"] > KILL_AFTER_CHECKPOINT for r in tr.records(record))
-            ),
-            logs=[base / "run-job.log", base / "run-rank-0.log", base / "run-rank-1.log"],
-        )
-        for t in trainers:
-            tr.Processes.kill(t)
-        assert _tracker(save) == CHECKPOINT, "killed too late"
-        shutil.copytree(save, base / "elastic-save")
-        first_generation = tr.generation(base / "run")
-        savepoint = tr.stop_with_savepoint(port, base / "savepoints")
-        assert job.wait(timeout=60) == 0, "the job stopped with a savepoint exited non-zero"
-        lost = [r for r in tr.records(record) if r["step"] > KILL_AFTER_CHECKPOINT]
-
-        yield Runs(
-            base=base,
-            procs=procs,
-            reference=tr.records(ref),
-            java=java,
-            options=options,
-            first_generation=first_generation,
-            savepoint=savepoint,
-            lost=lost,
-        )
-    finally:
-        procs.stop_all()
-        signal.signal(signal.SIGTERM, on_sigterm)
-        shutil.rmtree(LOGS, ignore_errors=True)
-        LOGS.mkdir(parents=True)
-        for path in [*base.glob("*.log"), *base.glob("*.jsonl")]:
-            shutil.copy(path, LOGS)
-        shutil.rmtree(base, ignore_errors=True)
-
-
-def _first_run(runs: Runs) -> list[dict[str, Any]]:
-    """The killed run's batches up to its checkpoint."""
-    return [
-        r
-        for r in tr.records(runs.base / "run.jsonl")
-        if r["generation"] == runs.first_generation and r["step"] <= KILL_AFTER_CHECKPOINT
-    ]
+def runs(uninterrupted_job: Path) -> Iterator[tr.KilledRun]:
+    """The uninterrupted run, then the run killed after iteration 2's checkpoint (run once for
+    the module: both tests resume it)."""
+    yield from tr.killed_run(ADAPTER, uninterrupted_job, LOGS)
 
 
 def test_killed_and_resumed_megatron_loop_trains_on_the_uninterrupted_runs_batches(
-    runs: Runs,
+    runs: tr.KilledRun,
 ) -> None:
-    reference = tr.by_rank(runs.reference)
-    for r in range(W):
-        assert [rec["step"] for rec in reference[r]] == list(range(NUM_STEPS)), r
-    assert max(r["step"] for r in runs.lost) < NUM_STEPS - 1, "killed after the end"
-
-    save = runs.base / "run-save"
-    resume_cmd = _resume_command(_states(save, CHECKPOINT), runs.savepoint, runs.options)
-    assert resume_cmd[:4] == ["flink", "run", "-s", runs.savepoint], resume_cmd
-    assert resume_cmd[-2:] == ["--stoker.resume-step", str(KILL_AFTER_CHECKPOINT)]
-    job = runs.procs.start(
-        [*runs.java, *resume_cmd[5:], "--execution.state-recovery.path", runs.savepoint],
-        runs.base / "run-job-2.log",
-    )
-    tr.wait(
-        "the resumed job's new generation",
-        lambda: tr.generation(runs.base / "run") not in (None, runs.first_generation),
-        logs=[runs.base / "run-job-2.log"],
-    )
-    record = runs.base / "run.jsonl"
-    for r, t in enumerate(_trainers(runs.procs, runs.base / "run", save, record, "run-2")):
-        tr.finish(t, f"the resumed trainer's rank {r}", runs.base)
-    tr.finish(job, "the resumed job", runs.base)
-
-    after = [r for r in tr.records(record) if r["generation"] != runs.first_generation]
-    before = _first_run(runs)
-    for r in range(W):
-        trained = tr.by_rank(before)[r] + tr.by_rank(after)[r]
-        tr.assert_same_training(trained, reference[r], f"rank {r}")
-        replayed = {rec["step"]: rec for rec in tr.by_rank(after)[r]}
-        for rec in tr.by_rank(runs.lost)[r]:  # trained again, on the same batch
-            tr.assert_same_training([rec], [replayed[rec["step"]]], f"rank {r} lost step")
-    assert after[0]["step"] == KILL_AFTER_CHECKPOINT + 1
+    tr.resume_killed_run(runs, ADAPTER)
     log = (runs.base / "run-2-rank-0.log").read_text()
-    assert f"loaded checkpoint from {save} at iteration {CHECKPOINT}" in log
+    save = runs.base / "run-save"
+    assert f"loaded checkpoint from {save} at iteration {ADAPTER.checkpoint}" in log
     assert "restored the Stoker data state from" in log
-    assert "data state next step 8; to resume the job for it: python -m stoker.resume" in log
-    assert _tracker(save) == NUM_STEPS // MICROBATCHES  # the last iteration's checkpoint
 
 
 def test_megatron_loop_resumed_with_another_world_size_trains_on_each_record_once(
-    runs: Runs,
+    runs: tr.KilledRun,
 ) -> None:
-    """W=2, B=2 -> one rank of B=4 from the killed run's iteration 2 (16 records trained on):
-    the printed command restores no savepoint and starts a stage at step 4 from record 16, here
-    in a job directory of its own; the one rank loads dprank000's state (it has no other)."""
-    elastic_root, elastic_save = runs.base / "elastic", runs.base / "elastic-save"
-    resume_cmd = _resume_command(
-        _states(elastic_save, CHECKPOINT),
-        runs.savepoint,
-        _elastic_options(runs.options, elastic_root),
-    )
-    assert resume_cmd[:3] == ["flink", "run", "job/target/stoker-job.jar"], resume_cmd
-    start = resume_cmd.index("--stoker.mixture.start-position")
-    assert resume_cmd[start + 1] == str((KILL_AFTER_CHECKPOINT + 1) * W * B)
-    job = runs.procs.start([*runs.java, *resume_cmd[3:]], runs.base / "elastic-job.log")
-    record = runs.base / "elastic.jsonl"
-    (one,) = _trainers(
-        runs.procs,
-        elastic_root / "run",
-        elastic_save,
-        record,
-        "elastic",
-        world_size=1,
-        micro_batch_size=W * B,
-    )
-    tr.finish(one, "the resumed trainer", runs.base)
-    tr.finish(job, "the resumed job", runs.base)
-
-    after = tr.records(record)
-    assert {r["rank"] for r in after} == {0} and after[0]["step"] == KILL_AFTER_CHECKPOINT + 1
-    assert all(r["rows"] <= W * B for r in after)
-    assert tr.trained_samples(_first_run(runs) + after) == tr.trained_samples(runs.reference)
+    """W=2, B=2 -> one rank of B=4 from the killed run's iteration 2
+    (:func:`harness.train_runs.resume_elastic`): the one rank loads dprank000's state (it has no
+    other)."""
+    tr.resume_elastic(runs, ADAPTER)
     log = (runs.base / "elastic-rank-0.log").read_text()
     assert "train_dataloader_dprank000.pt (next step 4)" in log
 

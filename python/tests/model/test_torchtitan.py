@@ -14,8 +14,10 @@ tiny random Qwen2-VL on it, one process per rank over gloo on the CPU: the real
 torchtitan's ``Trainer`` itself does not run on a CPU (it selects a CUDA device whatever the
 machine has), hence that loop.
 
-1. An uninterrupted run: job and trainer to the end; the trainer's record of every batch
-   (step, rank, sample indices, sha256 of the tensors, loss) is the reference.
+1. An uninterrupted run: the trainer to the end over a copy of the tier's finished job
+   (``uninterrupted_job``, run once with no prefetch bound for every kill-and-resume test); the
+   trainer's record of every batch (step, rank, sample indices, sha256 of the tensors, loss) is
+   the reference.
 2. The same run, whose trainers are killed with SIGKILL once ``step-2`` is written and a rank
    trained on a later step; the job is stopped with a savepoint (REST ``POST
    /jobs/<id>/stop``); ``python -m stoker.resume`` on the DCP folder ``step-2`` prints the resume
@@ -42,24 +44,17 @@ kept in ``.stoker/logs/torchtitan/``. Runs in the model venv (torch, transformer
 
 from __future__ import annotations
 
-import os
-import shlex
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 from harness import train_runs as tr
 from harness.batches import make_job
 from harness.paths import REPO_ROOT
-from harness.train_runs import KILL_AFTER_CHECKPOINT, NUM_STEPS, TIMEOUT_S, B, W
+from harness.train_runs import TIMEOUT_S, B, W
 from torchtitan.trainer import Trainer
 
 from stoker.data_state import DataStateError
@@ -67,7 +62,6 @@ from stoker.torchtitan import STATE_KEY, StokerDataLoader, training_steps
 
 TRAINER = Path(__file__).with_name("torchtitan_trainer.py")
 GRAD_ACCUM = 2
-CHECKPOINT = (KILL_AFTER_CHECKPOINT + 1) // GRAD_ACCUM  # torchtitan's step-2: Stoker steps 0..3
 LOGS = REPO_ROOT / ".stoker" / "logs" / "torchtitan"
 
 
@@ -83,232 +77,75 @@ def _trainers(
 ) -> list[subprocess.Popen[bytes]]:
     """``torchtitan_trainer.py``'s ranks with the variables torchrun sets, one thread each."""
     port = str(tr.free_port())
-    out = []
-    for rank in range(world_size):
-        env = dict(
-            os.environ,
-            RANK=str(rank),
-            LOCAL_RANK=str(rank),
-            WORLD_SIZE=str(world_size),
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=port,
-            OMP_NUM_THREADS="1",
-            CUDA_VISIBLE_DEVICES="",
-            PYTHONPATH=os.pathsep.join(
-                [str(REPO_ROOT / "python"), str(REPO_ROOT / "examples")]
-                + [os.environ.get("PYTHONPATH", "")]
-            ),
+    cmd = [
+        sys.executable,
+        str(TRAINER),
+        "--root",
+        str(job_dir),
+        "--dump-folder",
+        str(dump),
+        "--local-batch-size",
+        str(micro_batch_size),
+        "--grad-accum",
+        str(GRAD_ACCUM),
+        "--record",
+        str(record),
+        "--data-timeout-s",
+        str(TIMEOUT_S),
+    ]
+    return [
+        procs.start(
+            cmd,
+            dump.parent / f"{log}-rank-{rank}.log",
+            tr.rank_env(rank, world_size, port, REPO_ROOT / "examples"),
         )
-        cmd = [
-            sys.executable,
-            str(TRAINER),
-            "--root",
-            str(job_dir),
-            "--dump-folder",
-            str(dump),
-            "--local-batch-size",
-            str(micro_batch_size),
-            "--grad-accum",
-            str(GRAD_ACCUM),
-            "--record",
-            str(record),
-            "--data-timeout-s",
-            str(TIMEOUT_S),
-        ]
-        out.append(procs.start(cmd, dump.parent / f"{log}-rank-{rank}.log", env))
-    return out
+        for rank in range(world_size)
+    ]
 
 
 def _step_folder(dump: Path, step: int) -> Path:
     return dump / "checkpoint" / f"step-{step}"
 
 
-def _resume_command(checkpoint: Path, savepoint: str, options: list[str]) -> list[str]:
-    printed = subprocess.run(
-        [sys.executable, "-m", "stoker.resume", str(checkpoint), "--savepoint", savepoint, "--"]
-        + options,
-        capture_output=True,
-        text=True,
-        check=False,
-        env=dict(os.environ, PYTHONPATH=str(REPO_ROOT / "python")),
-    )
-    assert printed.returncode == 0, printed.stderr
-    return shlex.split(printed.stdout)
+def _latest(dump: Path) -> int | None:
+    """The last complete DCP checkpoint's step in ``dump`` (torchtitan loads the last folder
+    ``step-<N>`` with a ``.metadata``)."""
+    done = [int(p.name[5:]) for p in dump.glob("checkpoint/step-*") if (p / ".metadata").exists()]
+    return max(done, default=None)
 
 
-@dataclass
-class Runs:
-    """The module's runs: the uninterrupted reference and the killed run, with what the
-    resumes need."""
-
-    base: Path
-    procs: tr.Processes
-    reference: list[dict[str, Any]]
-    java: list[str]
-    options: list[str]
-    first_generation: str | None
-    savepoint: str
-    lost: list[dict[str, Any]]
-
-
-def _elastic_options(options: list[str], out_root: Path) -> list[str]:
-    """The job's ``options`` for one rank of B = W x B, writing under ``out_root``."""
-    replace = {
-        "--stoker.dp-world-size": "1",
-        "--stoker.micro-batch-size": str(W * B),
-        "--stoker.output.root": str(out_root),
-    }
-    kept = [
-        part
-        for i, part in enumerate(options)
-        if part not in replace and (i == 0 or options[i - 1] not in replace)
-    ]
-    return kept + [part for pair in replace.items() for part in pair]
+ADAPTER = tr.Adapter(
+    name="torchtitan",
+    trainers=_trainers,
+    accumulation=GRAD_ACCUM,
+    latest=_latest,
+    states=lambda dump, step: [str(_step_folder(dump, step))],
+)
 
 
 @pytest.fixture(scope="module")
-def runs() -> Iterator[Runs]:
-    """The uninterrupted run, then the run killed after ``step-2`` with its job stopped at a
-    savepoint and a copy of ``step-2`` in ``elastic-dump/`` (run once for the module: both tests
-    resume it)."""
-    base = Path(tempfile.mkdtemp(prefix="stoker-torchtitan-", dir="/dev/shm"))
-    procs = tr.Processes()
-    on_sigterm = signal.signal(signal.SIGTERM, tr.terminated)
-    try:
-        java, options = tr.job_parts(base, "ref", base, tr.free_port())
-        job = procs.start([*java, *options], base / "ref-job.log")
-        ref = base / "ref.jsonl"
-        for r, t in enumerate(_trainers(procs, base / "ref", base / "ref-dump", ref, "ref")):
-            tr.finish(t, f"the uninterrupted trainer's rank {r}", base)
-        tr.finish(job, "the uninterrupted run's job", base)
-
-        port = tr.free_port()
-        java, options = tr.job_parts(base, "run", base, port)
-        job = procs.start([*java, *options], base / "run-job.log")
-        dump, record = base / "run-dump", base / "run.jsonl"
-        trainers = _trainers(procs, base / "run", dump, record, "run")
-        checkpoint = _step_folder(dump, CHECKPOINT)
-        tr.wait(
-            f"{checkpoint} and a step after it",
-            lambda: (
-                (checkpoint / ".metadata").exists()
-                and any(r["step"] > KILL_AFTER_CHECKPOINT for r in tr.records(record))
-            ),
-            logs=[base / "run-job.log", base / "run-rank-0.log", base / "run-rank-1.log"],
-        )
-        for t in trainers:
-            tr.Processes.kill(t)
-        assert not _step_folder(dump, CHECKPOINT + 1).exists(), "killed too late"
-        elastic_dump = base / "elastic-dump"
-        shutil.copytree(checkpoint, _step_folder(elastic_dump, CHECKPOINT))
-        first_generation = tr.generation(base / "run")
-        savepoint = tr.stop_with_savepoint(port, base / "savepoints")
-        assert job.wait(timeout=60) == 0, "the job stopped with a savepoint exited non-zero"
-        lost = [r for r in tr.records(record) if r["step"] > KILL_AFTER_CHECKPOINT]
-
-        yield Runs(
-            base=base,
-            procs=procs,
-            reference=tr.records(ref),
-            java=java,
-            options=options,
-            first_generation=first_generation,
-            savepoint=savepoint,
-            lost=lost,
-        )
-    finally:
-        procs.stop_all()
-        signal.signal(signal.SIGTERM, on_sigterm)
-        shutil.rmtree(LOGS, ignore_errors=True)
-        LOGS.mkdir(parents=True)
-        for path in [*base.glob("*.log"), *base.glob("*.jsonl")]:
-            shutil.copy(path, LOGS)
-        shutil.rmtree(base, ignore_errors=True)
-
-
-def _first_run(runs: Runs) -> list[dict[str, Any]]:
-    """The killed run's batches up to its checkpoint."""
-    return [
-        r
-        for r in tr.records(runs.base / "run.jsonl")
-        if r["generation"] == runs.first_generation and r["step"] <= KILL_AFTER_CHECKPOINT
-    ]
+def runs(uninterrupted_job: Path) -> Iterator[tr.KilledRun]:
+    """The uninterrupted run, then the run killed after ``step-2`` (run once for the module:
+    both tests resume it)."""
+    yield from tr.killed_run(ADAPTER, uninterrupted_job, LOGS)
 
 
 def test_killed_and_resumed_torchtitan_trainer_trains_on_the_uninterrupted_runs_batches(
-    runs: Runs,
+    runs: tr.KilledRun,
 ) -> None:
-    reference = tr.by_rank(runs.reference)
-    for r in range(W):
-        assert [rec["step"] for rec in reference[r]] == list(range(NUM_STEPS)), r
-    assert max(r["step"] for r in runs.lost) < NUM_STEPS - 1, "killed after the end"
-
-    dump = runs.base / "run-dump"
-    resume_cmd = _resume_command(_step_folder(dump, CHECKPOINT), runs.savepoint, runs.options)
-    assert resume_cmd[:4] == ["flink", "run", "-s", runs.savepoint], resume_cmd
-    assert resume_cmd[-2:] == ["--stoker.resume-step", str(KILL_AFTER_CHECKPOINT)]
-    job = runs.procs.start(
-        [*runs.java, *resume_cmd[5:], "--execution.state-recovery.path", runs.savepoint],
-        runs.base / "run-job-2.log",
-    )
-    tr.wait(
-        "the resumed job's new generation",
-        lambda: tr.generation(runs.base / "run") not in (None, runs.first_generation),
-        logs=[runs.base / "run-job-2.log"],
-    )
-    record = runs.base / "run.jsonl"
-    for r, t in enumerate(_trainers(runs.procs, runs.base / "run", dump, record, "run-2")):
-        tr.finish(t, f"the resumed trainer's rank {r}", runs.base)
-    tr.finish(job, "the resumed job", runs.base)
-
-    after = [r for r in tr.records(record) if r["generation"] != runs.first_generation]
-    before = _first_run(runs)
-    for r in range(W):
-        trained = tr.by_rank(before)[r] + tr.by_rank(after)[r]
-        tr.assert_same_training(trained, reference[r], f"rank {r}")
-        replayed = {rec["step"]: rec for rec in tr.by_rank(after)[r]}
-        for rec in tr.by_rank(runs.lost)[r]:  # trained again, on the same batch
-            tr.assert_same_training([rec], [replayed[rec["step"]]], f"rank {r} lost step")
-    assert after[0]["step"] == KILL_AFTER_CHECKPOINT + 1
+    tr.resume_killed_run(runs, ADAPTER)
     log = (runs.base / "run-2-rank-0.log").read_text()
-    assert f"Loading the checkpoint from {_step_folder(dump, CHECKPOINT)}" in log
+    checkpoint = _step_folder(runs.base / "run-save", ADAPTER.checkpoint)
+    assert f"Loading the checkpoint from {checkpoint}" in log
     assert "data state next step 8; to resume the job for it: python -m stoker.resume" in log
-    assert (_step_folder(dump, NUM_STEPS // GRAD_ACCUM) / ".metadata").exists()  # the last step
 
 
 def test_torchtitan_trainer_resumed_with_another_world_size_trains_on_each_record_once(
-    runs: Runs,
+    runs: tr.KilledRun,
 ) -> None:
-    """W=2, B=2 -> one rank of B=4 from the killed run's ``step-2`` (16 records trained on): the
-    printed command restores no savepoint and starts a stage at step 4 from record 16, here in a
-    job directory of its own."""
-    elastic_root, elastic_dump = runs.base / "elastic", runs.base / "elastic-dump"
-    resume_cmd = _resume_command(
-        _step_folder(elastic_dump, CHECKPOINT),
-        runs.savepoint,
-        _elastic_options(runs.options, elastic_root),
-    )
-    assert resume_cmd[:3] == ["flink", "run", "job/target/stoker-job.jar"], resume_cmd
-    start = resume_cmd.index("--stoker.mixture.start-position")
-    assert resume_cmd[start + 1] == str((KILL_AFTER_CHECKPOINT + 1) * W * B)
-    job = runs.procs.start([*runs.java, *resume_cmd[3:]], runs.base / "elastic-job.log")
-    record = runs.base / "elastic.jsonl"
-    (one,) = _trainers(
-        runs.procs,
-        elastic_root / "run",
-        elastic_dump,
-        record,
-        "elastic",
-        world_size=1,
-        micro_batch_size=W * B,
-    )
-    tr.finish(one, "the resumed trainer", runs.base)
-    tr.finish(job, "the resumed job", runs.base)
-
-    after = tr.records(record)
-    assert {r["rank"] for r in after} == {0} and after[0]["step"] == KILL_AFTER_CHECKPOINT + 1
-    assert all(r["rows"] <= W * B for r in after)
-    assert tr.trained_samples(_first_run(runs) + after) == tr.trained_samples(runs.reference)
+    """W=2, B=2 -> one rank of B=4 from the killed run's ``step-2``: its data loader's state has
+    the same key at every world size (:func:`harness.train_runs.resume_elastic`)."""
+    tr.resume_elastic(runs, ADAPTER)
 
 
 def _loader(

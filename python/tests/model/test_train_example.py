@@ -8,9 +8,11 @@ trains a tiny random Qwen2-VL on it as two processes (one per rank, ``torch.dist
 gloo, launched with the variables torchrun sets), 2 batches per optimizer step, a checkpoint every
 2 optimizer steps (after steps 3 and 7) and at the end.
 
-1. An uninterrupted run: job and trainer to the end; the trainer's record of every batch
-   trained on (step, rank, sample indices, sha256 of the batch's tensors, loss) is the
-   reference (run once per example for the module: both Trainer tests compare with it).
+1. An uninterrupted run: the trainer to the end over a copy of the tier's finished job
+   (``uninterrupted_job``: the job run once with no prefetch bound for every kill-and-resume
+   test); its record of every batch trained on (step, rank, sample indices, sha256 of the batch's
+   tensors, loss) is the reference (run once per example for the module: both Trainer tests
+   compare with it).
 2. The same run, whose trainer processes are killed with SIGKILL once the checkpoint at step 3
    is written and a rank trained on a later step; the job is stopped with a savepoint (REST
    ``POST /jobs/<id>/stop``) while it idles at its prefetch bound; ``python -m stoker.resume``
@@ -36,8 +38,6 @@ rank's data state from the folder, with ``ignore_data_skip``: no batch is skippe
 from __future__ import annotations
 
 import json
-import os
-import shlex
 import shutil
 import signal
 import subprocess
@@ -122,19 +122,7 @@ def _trainers(
     port = str(tr.free_port())
     out = []
     for rank in range(world_size):
-        env = dict(
-            os.environ,
-            RANK=str(rank),
-            LOCAL_RANK=str(rank),
-            WORLD_SIZE=str(world_size),
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=port,
-            OMP_NUM_THREADS="1",
-            CUDA_VISIBLE_DEVICES="",
-            PYTHONPATH=os.pathsep.join(
-                [str(REPO_ROOT / "python"), os.environ.get("PYTHONPATH", "")]
-            ),
-        )
+        env = tr.rank_env(rank, world_size, port)
         cmd = [
             sys.executable,
             str(example.script),
@@ -156,10 +144,11 @@ def _trainers(
 
 
 @pytest.fixture(scope="module")
-def uninterrupted() -> Iterator[Callable[[Example], list[dict[str, Any]]]]:
-    """The uninterrupted run of an example (job and both ranks to the end): its record of every
-    batch trained on. Run once per example kind for the module, as the tests that compare with
-    it share it; its logs are kept in ``.stoker/logs/train-example/<kind>-uninterrupted/``."""
+def uninterrupted(uninterrupted_job: Path) -> Iterator[Callable[[Example], list[dict[str, Any]]]]:
+    """The uninterrupted run of an example (both ranks to the end over a copy of the tier's
+    finished job, ``uninterrupted_job``): its record of every batch trained on. Run once per
+    example kind for the module, as the tests that compare with it share it; its logs are kept in
+    ``.stoker/logs/train-example/<kind>-uninterrupted/``."""
     base = Path(tempfile.mkdtemp(prefix="stoker-train-ref-", dir="/dev/shm"))
     procs = tr.Processes()
     on_sigterm = signal.signal(signal.SIGTERM, tr.terminated)
@@ -168,11 +157,9 @@ def uninterrupted() -> Iterator[Callable[[Example], list[dict[str, Any]]]]:
     def run(example: Example) -> list[dict[str, Any]]:
         if example.kind not in runs:
             name = f"{example.kind}-ref"
-            java, options = tr.job_parts(base, name, base, tr.free_port())
-            job = procs.start([*java, *options], base / f"{name}-job.log")
-            for r, t in enumerate(_trainers(procs, example, base / name, base, name)):
+            job_dir = tr.copy_job(uninterrupted_job, base / name)
+            for r, t in enumerate(_trainers(procs, example, job_dir, base, name)):
                 tr.finish(t, f"the uninterrupted {example.kind} trainer's rank {r}", base)
-            tr.finish(job, f"the uninterrupted {example.kind} run's job", base)
             runs[example.kind] = tr.records(base / f"{name}.jsonl")
         return runs[example.kind]
 
@@ -235,16 +222,7 @@ def test_killed_and_resumed_trainer_trains_on_the_uninterrupted_runs_batches(
         # the resume command from the trainer checkpoint's data states
         states = [str(p) for p in example.states(checkpoint)]
         assert len(states) == W
-        printed = subprocess.run(
-            [sys.executable, "-m", "stoker.resume", *states, "--savepoint", savepoint, "--"]
-            + options,
-            capture_output=True,
-            text=True,
-            check=False,
-            env=dict(os.environ, PYTHONPATH=str(REPO_ROOT / "python")),
-        )
-        assert printed.returncode == 0, printed.stderr
-        resume_cmd = shlex.split(printed.stdout)
+        resume_cmd = tr.resume_command(states, savepoint, options)
         assert resume_cmd[:4] == ["flink", "run", "-s", savepoint], resume_cmd
         assert resume_cmd[-2:] == ["--stoker.resume-step", str(KILL_AFTER_CHECKPOINT)]
         resumed_options = resume_cmd[5:]  # after the jar: what `flink run` would pass the job
@@ -263,11 +241,7 @@ def test_killed_and_resumed_trainer_trains_on_the_uninterrupted_runs_batches(
         t_end = time.monotonic()
 
         after = [r for r in tr.records(record) if r["generation"] != first_generation]
-        before = [
-            r
-            for r in tr.records(record)
-            if r["generation"] == first_generation and r["step"] <= KILL_AFTER_CHECKPOINT
-        ]
+        before = tr.up_to_checkpoint(tr.records(record), first_generation)
         for r in range(W):
             trained = tr.by_rank(before)[r] + tr.by_rank(after)[r]
             tr.assert_same_training(trained, reference[r], f"rank {r}")
@@ -286,11 +260,7 @@ def test_killed_and_resumed_trainer_trains_on_the_uninterrupted_runs_batches(
     finally:
         procs.stop_all()
         signal.signal(signal.SIGTERM, on_sigterm)
-        logs_dir = LOGS / example.kind
-        shutil.rmtree(logs_dir, ignore_errors=True)
-        logs_dir.mkdir(parents=True)
-        for path in [*base.glob("*.log"), *base.glob("*.jsonl")]:
-            shutil.copy(path, logs_dir)
+        tr.keep_logs(base, LOGS / example.kind)
         shutil.rmtree(base, ignore_errors=True)
 
 
@@ -329,26 +299,8 @@ def test_hf_trainer_resumed_with_another_world_size_trains_on_each_record_once(
         savepoint = tr.stop_with_savepoint(port, base / "savepoints")
         assert job.wait(timeout=60) == 0
         states = [str(p) for p in example.states(example.checkpoint(ckpt, KILL_AFTER_CHECKPOINT))]
-        resize = {"--stoker.dp-world-size": "1", "--stoker.micro-batch-size": str(W * B)}
-        kept = [
-            part
-            for i, part in enumerate(options)
-            if part not in resize and (i == 0 or options[i - 1] not in resize)
-        ]
-        printed = subprocess.run(
-            [sys.executable, "-m", "stoker.resume", *states, "--savepoint", savepoint, "--"]
-            + kept
-            + [part for pair in resize.items() for part in pair],
-            capture_output=True,
-            text=True,
-            check=False,
-            env=dict(os.environ, PYTHONPATH=str(REPO_ROOT / "python")),
-        )
-        assert printed.returncode == 0, printed.stderr
-        resume_cmd = shlex.split(printed.stdout)
-        assert resume_cmd[:3] == ["flink", "run", "job/target/stoker-job.jar"], resume_cmd
-        start = resume_cmd.index("--stoker.mixture.start-position")
-        assert resume_cmd[start + 1] == str((KILL_AFTER_CHECKPOINT + 1) * W * B)
+        resume_cmd = tr.resume_command(states, savepoint, tr.elastic_options(options))
+        tr.assert_elastic_command(resume_cmd)
         job2 = procs.start([*java, *resume_cmd[3:]], base / "run-job-2.log")
         tr.wait(
             "the resumed job's new generation",
@@ -360,11 +312,7 @@ def test_hf_trainer_resumed_with_another_world_size_trains_on_each_record_once(
         tr.finish(job2, "the resumed job", base)
 
         records = tr.records(record)
-        before = [
-            r
-            for r in records
-            if r["generation"] == first_generation and r["step"] <= KILL_AFTER_CHECKPOINT
-        ]
+        before = tr.up_to_checkpoint(records, first_generation)
         after = [r for r in records if r["generation"] != first_generation]
         assert {r["rank"] for r in after} == {0} and after[0]["step"] == KILL_AFTER_CHECKPOINT + 1
         assert all(r["rows"] <= W * B for r in after)
@@ -373,9 +321,5 @@ def test_hf_trainer_resumed_with_another_world_size_trains_on_each_record_once(
     finally:
         procs.stop_all()
         signal.signal(signal.SIGTERM, on_sigterm)
-        logs_dir = LOGS / "hf-elastic"
-        shutil.rmtree(logs_dir, ignore_errors=True)
-        logs_dir.mkdir(parents=True)
-        for path in [*base.glob("*.log"), *base.glob("*.jsonl")]:
-            shutil.copy(path, logs_dir)
+        tr.keep_logs(base, LOGS / "hf-elastic")
         shutil.rmtree(base, ignore_errors=True)
