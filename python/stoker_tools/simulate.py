@@ -2,14 +2,17 @@
 
     python -m stoker_tools.simulate --root /dev/shm/stoker/<job> [--ranks 0,1 | --world-size W]
         [--step-time-ms 20] [--flink-rest http://127.0.0.1:8081] [--timeout-s 600]
-        [--start-step S] [--stop-after-step S] [--record batches.jsonl]
+        [--start-step S] [--stop-after-step S] [--record batches.jsonl] [--summary-json FILE]
 
 Each rank runs a :class:`stoker.BatchReader` (from ``--start-step``, default the
 manifest's ``first_step``), touches the arrays of every batch (so a broken mapping would fail
 loudly), then sleeps ``--step-time-ms`` (no CPU use). A progress line is printed about once a
 second; a summary at the end, per rank and in total: ``wait_time_ratio`` (data-wait time / time
 since the first request) over the whole run, ``first_batch_s`` (time to the first batch: the
-start-up) and ``steady_wait_time_ratio`` (the ratio after the first batch). With ``--record FILE``,
+start-up) and ``steady_wait_time_ratio`` (the ratio after the first batch); with
+``--summary-json FILE`` the totals are also written to FILE as JSON (:func:`summarize`, which
+:mod:`stoker_tools.naive_loader` shares, so both loaders of ``./stoker demo`` are measured alike).
+With ``--record FILE``,
 one JSON line per batch is appended to FILE: ``{"step", "rank", "sha256", "rows", "backfilled",
 "sample_bytes", "wait_s", "received_at"}`` (``sha256``: hex digest of the batch file's bytes, read
 from the mapping before the step is acknowledged; ``rows``: B; ``backfilled``: list of back-filled
@@ -36,7 +39,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -45,7 +48,18 @@ from stoker.printable import escape_unencodable_stdout, printable
 
 from .flink_rest import flink_job_status
 
-__all__ = ["main", "RankResult", "BatchRecorder", "run_rank"]
+#: How :func:`~stoker_tools.flink_rest.flink_job_status` begins when the REST API does not answer.
+FLINK_UNAVAILABLE = "flink: unavailable at "
+
+__all__ = [
+    "main",
+    "RankResult",
+    "BatchRecorder",
+    "run_rank",
+    "startup_and_steady",
+    "summarize",
+    "total_line",
+]
 
 
 @dataclass
@@ -231,11 +245,60 @@ def _batches_written(rank_dir: Path | None, received: int, next_step: int) -> in
     return received + waiting
 
 
-def _startup_and_steady(res: RankResult) -> str:
+def startup_and_steady(res: RankResult) -> str:
     """``first_batch_s=<s> steady_wait_time_ratio=<ratio>`` of a rank's summary line."""
     first = "n/a" if res.first_batch_elapsed_s is None else f"{res.first_batch_elapsed_s:.2f}"
     steady = res.steady_wait_time_ratio
     return f"first_batch_s={first} steady_wait_time_ratio={'n/a' if steady is None else f'{steady:.3f}'}"
+
+
+def summarize(results: Sequence[RankResult], elapsed_s: float) -> dict[str, Any]:
+    """The totals of a run over its ranks, as the ``total:`` line and ``--summary-json`` give them.
+
+    Args:
+        results: every rank's result.
+        elapsed_s: the run's wall time (seconds, from starting the ranks to the last one's end).
+
+    Returns:
+        ``{"samples": int, "images": int, "elapsed_s": float, "samples_per_s": float,
+        "wait_time_ratio": float, "steady_wait_time_ratio": float | None,
+        "first_batch_s": float | None}``: ``wait_time_ratio`` is the ranks' data-wait time over
+        their time since the first request, summed over ranks (0..1); ``steady_wait_time_ratio``
+        the same after each rank's first batch (``None``: no rank got a second batch);
+        ``first_batch_s`` the longest time a rank waited for its first batch (the start-up;
+        ``None``: no batch arrived).
+    """
+    total_wait = sum(r.wait_s for r in results)
+    total_el = sum(r.elapsed_s for r in results)
+    started = [
+        r
+        for r in results
+        if r.first_batch_wait_s is not None and r.first_batch_elapsed_s is not None
+    ]
+    first_wait = sum(r.first_batch_wait_s or 0.0 for r in started)
+    first_el = sum(r.first_batch_elapsed_s or 0.0 for r in started)
+    steady_el = total_el - first_el
+    samples = sum(r.samples for r in results)
+    return {
+        "samples": samples,
+        "images": sum(r.images for r in results),
+        "elapsed_s": elapsed_s,
+        "samples_per_s": samples / elapsed_s if elapsed_s > 0 else 0.0,
+        "wait_time_ratio": total_wait / total_el if total_el > 0 else 0.0,
+        "steady_wait_time_ratio": (total_wait - first_wait) / steady_el if steady_el > 0 else None,
+        "first_batch_s": max((r.first_batch_elapsed_s or 0.0 for r in started), default=None),
+    }
+
+
+def total_line(totals: dict[str, Any]) -> str:
+    """The summary's ``total: ...`` line of :func:`summarize`'s totals."""
+    steady = totals["steady_wait_time_ratio"]
+    return (
+        f"total: samples={totals['samples']} images={totals['images']} "
+        f"elapsed_s={totals['elapsed_s']:.2f} samples/s={totals['samples_per_s']:.1f} "
+        f"wait_time_ratio={totals['wait_time_ratio']:.3f} "
+        f"steady_wait_time_ratio={'n/a' if steady is None else f'{steady:.3f}'}"
+    )
 
 
 def _parse_ranks(text: str) -> list[int]:
@@ -287,6 +350,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="stop every rank after it consumed and acknowledged step S (a trainer stopping "
         "at its checkpoint); default: read to the last step",
+    )
+    p.add_argument(
+        "--summary-json",
+        metavar="FILE",
+        help="write the totals of the summary's total: line to FILE as JSON (see summarize())",
     )
     p.add_argument(
         "--record",
@@ -383,6 +451,7 @@ def _run(
     for t in threads:
         t.start()
     next_progress = t0 + args.progress_interval_s
+    last_status: str | None = None  # the job's last status line from its REST API
     while any(t.is_alive() for t in threads):
         time.sleep(0.02)
         now = time.monotonic()
@@ -405,20 +474,17 @@ def _run(
                 )
         line = f"[{el:6.1f}s] " + " ".join(parts) + f" samples/s={total / el:.1f}"
         if args.flink_rest:
-            line += " | " + flink_job_status(args.flink_rest, manifest.job_name)
+            status = flink_job_status(args.flink_rest, manifest.job_name)
+            line += " | " + status
+            if not status.startswith(FLINK_UNAVAILABLE):
+                last_status = status
         print(line, flush=True)
     elapsed = time.monotonic() - t0
 
     ok = True
-    total_samples = total_images = 0
-    total_wait = total_el = first_wait = first_el = 0.0
     print("summary:")
     for r in ranks:
         res = results[r]
-        total_samples += res.samples
-        total_images += res.images
-        total_wait += res.wait_s
-        total_el += res.elapsed_s
         complete = res.complete
         ok &= complete
         status = (
@@ -436,21 +502,18 @@ def _run(
             f"  rank {r}: steps={res.steps}/{'?' if expected is None else expected}{span} "
             f"samples={res.samples} backfilled={res.backfilled} images={res.images} "
             f"tokens={res.tokens} wait_time_ratio={res.wait_time_ratio:.3f} "
-            f"{_startup_and_steady(res)} {status}"
+            f"{startup_and_steady(res)} {status}"
         )
-        if res.first_batch_wait_s is not None and res.first_batch_elapsed_s is not None:
-            first_wait += res.first_batch_wait_s
-            first_el += res.first_batch_elapsed_s
-    overall_ratio = total_wait / total_el if total_el > 0 else 0.0
-    steady_el = total_el - first_el
-    steady = f"{(total_wait - first_wait) / steady_el:.3f}" if steady_el > 0 else "n/a"
-    print(
-        f"  total: samples={total_samples} images={total_images} elapsed_s={elapsed:.2f} "
-        f"samples/s={total_samples / elapsed if elapsed > 0 else 0.0:.1f} wait_time_ratio={overall_ratio:.3f} "
-        f"steady_wait_time_ratio={steady}"
-    )
+    totals = summarize(list(results.values()), elapsed)
+    print(f"  {total_line(totals)}")
+    if args.summary_json is not None:
+        Path(args.summary_json).write_text(json.dumps(totals))
     if args.flink_rest:
-        print("  " + flink_job_status(args.flink_rest, manifest.job_name))
+        status = flink_job_status(args.flink_rest, manifest.job_name)
+        if status.startswith(FLINK_UNAVAILABLE) and last_status is not None:
+            # the job ends by itself once every batch is acknowledged, often before this line
+            status = f"{last_status} (its last answer; it no longer answers)"
+        print("  " + status)
     print("result: " + ("OK" if ok else "FAILED"), flush=True)
     return 0 if ok else 1
 

@@ -105,3 +105,20 @@ def test_generator_rejects_too_few_records(tmp_path):
         timeout=60,
     )
     assert proc.returncode == 2 and "--records must be >= 2" in proc.stderr
+
+
+def test_distinct_images_bounds_the_images_drawn_and_later_records_reuse_them(tmp_path):
+    """``--distinct-images K`` (the demo's large dataset): K files, every reference one of them,
+    in turn."""
+    out = tmp_path / "d"
+    summary = _run(out, "--records", "12", "--distinct-images", "4")
+    recs = [
+        json.loads(line)
+        for name in ("llava.jsonl", "messages.jsonl")
+        for line in (out / name).read_text().splitlines()
+    ]
+    refs = [p for r in recs for p in _image_refs(r)]
+    files = sorted(f"images/{p.name}" for p in (out / "images").iterdir())
+    assert summary["images"] == len(files) == 4 and summary["image_refs"] == len(refs) > 4
+    assert sorted(set(refs)) == files
+    assert refs[4:8] == refs[:4]  # the fifth reference is the first image again

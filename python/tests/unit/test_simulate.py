@@ -16,7 +16,7 @@ from harness.batches import (
 )
 from harness.paths import REPO_ROOT
 from stoker_tools.flink_rest import flink_job_status
-from stoker_tools.simulate import main
+from stoker_tools.simulate import main, total_line
 
 PYTHON_DIR = REPO_ROOT / "python"
 
@@ -65,9 +65,10 @@ def test_simulate_fails_when_a_rank_is_incomplete(shm_root, capsys):
     assert "result: FAILED" in out
 
 
-def test_simulate_reports_the_start_up_apart_from_the_steady_state(shm_root, capsys):
+def test_simulate_reports_the_start_up_apart_from_the_steady_state(shm_root, tmp_path, capsys):
     """Step 0 appears 1 s late, every later step is there at once: the whole-run wait-time ratio
-    is mostly that start-up, the ratio after the first batch is near 0."""
+    is mostly that start-up, the ratio after the first batch is near 0. ``--summary-json`` writes
+    the figures of the total line."""
     make_job(shm_root, world_size=2, num_steps=5)
     held = shm_root.parent / "held"
     held.mkdir()
@@ -81,14 +82,27 @@ def test_simulate_reports_the_start_up_apart_from_the_steady_state(shm_root, cap
     timer = threading.Timer(1.0, publish_step_0)
     timer.start()
     try:
-        rc = main(["--root", str(shm_root), "--step-time-ms", "20", "--timeout-s", "10"])
+        rc = main(
+            [
+                "--root",
+                str(shm_root),
+                "--step-time-ms",
+                "20",
+                "--timeout-s",
+                "10",
+                "--summary-json",
+                str(tmp_path / "summary.json"),
+            ]
+        )
     finally:
         timer.cancel()
     out = capsys.readouterr().out
     assert rc == 0, out
+    firsts = []
     for r in (0, 1):
         line = next(x for x in out.splitlines() if x.startswith(f"  rank {r}:"))
         first = float(re.search(r"first_batch_s=([0-9.]+)", line).group(1))
+        firsts.append(first)
         whole = float(re.search(r" wait_time_ratio=([0-9.]+)", line).group(1))
         steady = float(re.search(r"steady_wait_time_ratio=([0-9.]+)", line).group(1))
         assert 0.95 <= first < 5, line
@@ -96,6 +110,9 @@ def test_simulate_reports_the_start_up_apart_from_the_steady_state(shm_root, cap
         assert steady < 0.3, line  # 4 steps of 20 ms, each batch already written
     total = next(x for x in out.splitlines() if x.startswith("  total:"))
     assert float(re.search(r"steady_wait_time_ratio=([0-9.]+)", total).group(1)) < 0.3, total
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert total == "  " + total_line(summary)
+    assert abs(summary["first_batch_s"] - max(firsts)) <= 0.005
 
 
 def test_flink_status_is_best_effort():
