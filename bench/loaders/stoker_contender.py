@@ -1,7 +1,9 @@
 """Contender 4, Stoker: the job on embedded Flink (``extra.mode = "embedded"``, a child JVM as
 ``./stoker demo`` starts it) or submitted with ``flink run`` to the standalone cluster that run.py
 started (``"cluster"``), dp-world-size 1; the trainer reads the batches with the Python
-``BatchReader`` (zero copy, acks drive the job's prefetch bound)."""
+``BatchReader`` (zero copy, acks drive the job's prefetch bound). With ``extra.profile`` (embedded
+only; ``bench/profile.sh``) async-profiler is attached to the job's JVM in the phases it gives
+(``profiling.ProfiledRun``)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from bench.loaders.common import (
     Config,
     contender_main,
 )
+from bench.loaders.profiling import ProfiledRun
 from stoker import BatchReader
 
 JAR = REPO / "job" / "target" / "stoker-job.jar"
@@ -44,6 +47,7 @@ def job_options(cfg: Config, job: str) -> dict[str, str]:
         "s3.endpoint": cfg.endpoint,
         "s3.path.style.access": "true",
         "parallelism.default": str(cfg.cores),
+        **cfg.extra.get("job_options", {}),  # bench/profile.sh --jsonl-local
     }
 
 
@@ -73,9 +77,19 @@ def start_job(cfg: Config, job: str) -> subprocess.Popen[bytes]:
 def batches(cfg: Config) -> Iterator[dict[str, Any]]:
     job = f"bench-{cfg.name}"
     shutil.rmtree(OUTPUT_ROOT / job, ignore_errors=True)
+    spec = cfg.extra.get("profile")
+    if spec and cfg.extra["mode"] != "embedded":
+        raise ValueError("profiling needs the embedded job (its process is the JVM)")
     proc = start_job(cfg, job)
+    profiled = None
+    consumed = 0
     try:
+        if spec:
+            profiled = ProfiledRun(proc.pid, spec, cfg.samples)  # proc is the JVM
         for batch in BatchReader(OUTPUT_ROOT / job, 0, timeout_s=600):
+            if profiled is not None:
+                consumed += len(batch.location) - len(batch.backfilled_slots)
+                profiled.update(consumed)
             yield {
                 # location is "<jsonl uri>:<line>"; a back-filled row repeats another row's record
                 "lines": [int(s.rsplit(":", 1)[1]) for s in batch.location],
@@ -89,6 +103,8 @@ def batches(cfg: Config) -> Iterator[dict[str, Any]]:
         if proc.wait(timeout=300) != 0:
             raise RuntimeError(f"the Stoker job failed (exit {proc.returncode}); see its log")
     finally:
+        if profiled is not None:
+            profiled.finish(consumed)
         if proc.poll() is None:
             proc.terminate()
             proc.wait(timeout=60)
