@@ -21,7 +21,9 @@ import org.apache.flink.core.fs.Path;
  * so a shuffled epoch reads each small file once; records of larger files are read by seeking to
  * their offset (a ranged GET on S3). Where a record starts comes from its file's {@link
  * RecordIndex}; up to {@code cacheBytes} of indexes (16 bytes per record) are kept in memory too,
- * least recently used first out. Not thread-safe.
+ * least recently used first out. {@link #read} is synchronized: a source reader's split fetchers
+ * share one (ShuffledJsonlSource#splitReaders), and a closing fetcher may still read while the next
+ * one starts.
  */
 final class RecordLineReader {
     private final List<String> names;
@@ -53,7 +55,7 @@ final class RecordLineReader {
      * @throws IOException if the file cannot be read or the record is gone (file changed since the
      *     listing)
      */
-    JsonlLine read(int source, long record, long slotIndex) throws IOException {
+    synchronized JsonlLine read(int source, long record, long slotIndex) throws IOException {
         DatasetListing listing = listings.get(source);
         DatasetListing.Location at = listing.locate(record);
         String file = listing.files().get(at.file);

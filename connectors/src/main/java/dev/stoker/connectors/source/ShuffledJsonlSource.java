@@ -141,16 +141,19 @@ public final class ShuffledJsonlSource
 
     @Override
     public SourceReader<JsonlLine, StepSplit> createReader(SourceReaderContext context) {
-        return new Reader(
-                () ->
-                        new StepSplitReader(
-                                plan,
-                                order,
-                                new RecordLineReader(
-                                        names(), listings, maxLineBytes, fileCacheBytes)),
-                context,
-                gate.generation(),
-                plan.globalBatchSize());
+        return new Reader(splitReaders(), context, gate.generation(), plan.globalBatchSize());
+    }
+
+    /**
+     * The split readers of one source reader: Flink creates one per split fetcher, and closes a
+     * fetcher whenever it has run out of splits (about every other step), so all share one {@link
+     * RecordLineReader} and its file and index caches; with one each, every new fetcher read the
+     * whole JSONL again (a HEAD and a GET on S3; 14 of 80 steps, bench/results/profile.md).
+     */
+    Supplier<SplitReader<JsonlLine, StepSplit>> splitReaders() {
+        RecordLineReader lines =
+                new RecordLineReader(names(), listings, maxLineBytes, fileCacheBytes);
+        return () -> new StepSplitReader(plan, order, lines);
     }
 
     private List<String> names() {

@@ -7,12 +7,19 @@ import dev.stoker.operators.batch.BatchPlan;
 import dev.stoker.operators.batch.MixtureOrder;
 import dev.stoker.operators.metrics.MetricNames;
 import dev.stoker.operators.model.JsonlLine;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.TreeSet;
+import java.util.function.Supplier;
 import org.apache.flink.api.connector.source.SourceReader;
 import org.apache.flink.api.connector.source.SplitEnumerator;
 import org.apache.flink.configuration.Configuration;
+import org.apache.flink.connector.base.source.reader.RecordsWithSplitIds;
+import org.apache.flink.connector.base.source.reader.splitreader.SplitReader;
+import org.apache.flink.connector.base.source.reader.splitreader.SplitsAddition;
 import org.apache.flink.connector.testutils.source.reader.TestingReaderContext;
 import org.apache.flink.connector.testutils.source.reader.TestingReaderOutput;
 import org.apache.flink.connector.testutils.source.reader.TestingSplitEnumeratorContext;
@@ -91,6 +98,49 @@ class ShuffledJsonlSourceTest {
                 .extracting(l -> l.ref.sampleIndex)
                 .as("step 1's slots after the 2 it had emitted; nothing of g1's step 0")
                 .containsExactly(6L, 7L);
+    }
+
+    /**
+     * The split fetchers of one source reader share the JSONL it has read: once every step has been
+     * read, a second fetcher reads them all again with the files gone. (Flink closes a fetcher
+     * whenever it runs out of splits; each new one read the whole JSONL again.)
+     */
+    @Test
+    void aReadersSplitFetchersShareTheJsonlItHasRead() throws Exception {
+        ShuffledJsonlSource source = source(SourceTestData.unboundedGate("g2", 0), 5);
+        Supplier<SplitReader<JsonlLine, StepSplit>> fetchers = source.splitReaders();
+        List<Object> first = readAllSteps(fetchers.get());
+        List<Path> jsonl;
+        try (var files = Files.walk(dir)) {
+            jsonl = files.filter(f -> f.toString().endsWith(".jsonl")).toList();
+        }
+        assertThat(jsonl).hasSize(2);
+        for (Path file : jsonl) {
+            Files.delete(file);
+        }
+
+        assertThat(readAllSteps(fetchers.get())).hasSize(24).isEqualTo(first);
+    }
+
+    /** Every step's records (source, line, bytes) as one fetcher reads them. */
+    private static List<Object> readAllSteps(SplitReader<JsonlLine, StepSplit> fetcher)
+            throws Exception {
+        List<Object> records = new ArrayList<>();
+        for (long step = 0; step < 6; step++) {
+            fetcher.handleSplitsChanges(
+                    new SplitsAddition<>(List.of(new StepSplit("g2", step, 0))));
+            RecordsWithSplitIds<JsonlLine> fetched = fetcher.fetch();
+            fetched.nextSplit();
+            for (JsonlLine line; (line = fetched.nextRecordFromSplit()) != null; ) {
+                records.add(
+                        List.of(
+                                line.ref.sampleIndex,
+                                line.padding,
+                                line.padding ? "" : line.ref.source + ":" + line.ref.line,
+                                new String(line.bytes, StandardCharsets.UTF_8)));
+            }
+        }
+        return records;
     }
 
     /**
