@@ -15,6 +15,7 @@ import java.util.List;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
+import java.util.function.LongSupplier;
 import java.util.stream.Stream;
 import org.apache.arrow.memory.RootAllocator;
 import org.apache.arrow.vector.FieldVector;
@@ -28,7 +29,7 @@ import org.apache.arrow.vector.util.ByteArrayReadableSeekableByteChannel;
  * manifest's current generation, records (step, rank, sha256 of the file, its videos), writes
  * {@code ack.json} and unlinks the file, then "trains" for the step time. It follows a new
  * generation when the manifest changes. It also records the most batch files a rank ever had in
- * shared memory.
+ * shared memory, and how long each step waited for its batch and trained ({@link #timings}).
  */
 final class TrainerSim implements AutoCloseable {
     private static final ObjectMapper JSON = new ObjectMapper();
@@ -39,9 +40,17 @@ final class TrainerSim implements AutoCloseable {
      */
     record Consumed(long step, int rank, String sha256, int videos) {}
 
+    /**
+     * One step of one rank: from the end of the previous step (or the start) to its batch being
+     * read ({@code waitedNanos}), then its training time ({@code trainedNanos}), ending at {@code
+     * endNanos} ({@link System#nanoTime}). The wait-time ratio is waited / (waited + trained).
+     */
+    record Timing(long step, int rank, long waitedNanos, long trainedNanos, long endNanos) {}
+
     private final Path jobDir;
     private final List<Thread> threads = new ArrayList<>();
     private final List<Consumed> consumed = new ArrayList<>();
+    private final List<Timing> timings = new ArrayList<>();
     private final AtomicReference<Throwable> failure = new AtomicReference<>();
     private final AtomicInteger maxFilesPerRank = new AtomicInteger();
     private final AtomicLong stepsDone = new AtomicLong();
@@ -52,6 +61,14 @@ final class TrainerSim implements AutoCloseable {
      * worldSize-1}, sleeping {@code stepMillis} per step.
      */
     TrainerSim(Path jobDir, int worldSize, long firstStep, long lastStep, long stepMillis) {
+        this(jobDir, worldSize, firstStep, lastStep, () -> stepMillis);
+    }
+
+    /**
+     * As above, with each step's training time read from {@code stepMillis} when the step starts
+     * training (a trainer whose demand changes while it runs).
+     */
+    TrainerSim(Path jobDir, int worldSize, long firstStep, long lastStep, LongSupplier stepMillis) {
         this.jobDir = jobDir;
         for (int rank = 0; rank < worldSize; rank++) {
             int r = rank;
@@ -63,10 +80,11 @@ final class TrainerSim implements AutoCloseable {
         }
     }
 
-    private void consume(int rank, long firstStep, long lastStep, long stepMillis) {
+    private void consume(int rank, long firstStep, long lastStep, LongSupplier stepMillis) {
         try {
             String generation = null;
             for (long step = firstStep; step <= lastStep && !stopped; step++) {
+                long waitStart = System.nanoTime();
                 Path file = null;
                 byte[] bytes = null;
                 while (!stopped) {
@@ -94,11 +112,17 @@ final class TrainerSim implements AutoCloseable {
                 if (file == null) {
                     return;
                 }
+                long read = System.nanoTime();
                 synchronized (consumed) {
                     consumed.add(new Consumed(step, rank, sha256(bytes), videos(bytes)));
                 }
-                if (stepMillis > 0) {
-                    Thread.sleep(stepMillis);
+                long millis = stepMillis.getAsLong();
+                if (millis > 0) {
+                    Thread.sleep(millis);
+                }
+                long end = System.nanoTime();
+                synchronized (timings) {
+                    timings.add(new Timing(step, rank, read - waitStart, end - read, end));
                 }
                 try {
                     ack(rank, generation, step);
@@ -174,6 +198,13 @@ final class TrainerSim implements AutoCloseable {
     /** Steps consumed so far over all ranks. */
     long stepsDone() {
         return stepsDone.get();
+    }
+
+    /** Each step's wait and training time so far, in the order the steps ended. */
+    List<Timing> timings() {
+        synchronized (timings) {
+            return new ArrayList<>(timings);
+        }
     }
 
     /** Most batch files any rank had in shared memory at once (seen while polling). */
