@@ -22,12 +22,10 @@ import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import java.util.stream.Stream;
 import org.apache.flink.api.common.JobID;
-import org.apache.flink.configuration.CheckpointingOptions;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.JobManagerOptions;
 import org.apache.flink.configuration.MetricOptions;
 import org.apache.flink.configuration.RestOptions;
-import org.apache.flink.configuration.RestartStrategyOptions;
 import org.apache.flink.core.execution.JobClient;
 import org.apache.flink.runtime.minicluster.MiniCluster;
 import org.apache.flink.runtime.minicluster.MiniClusterConfiguration;
@@ -213,24 +211,15 @@ public final class AutoscalerBench {
     }
 
     private Configuration jobConfig(LocalS3Server s3, Path staged, Path outputRoot) {
-        Configuration conf = new Configuration(S3FileSystems.config(s3));
-        conf.set(StokerOptions.DATASET_PATH, staged.toString());
+        Configuration conf =
+                JobConfigs.config(staged.toString(), outputRoot, WORLD_SIZE, MICRO_BATCH_SIZE);
+        conf.addAll(S3FileSystems.config(s3));
         conf.set(StokerOptions.IMAGE_ROOT, "s3://bench/data");
-        conf.set(
-                StokerOptions.TOKENIZER_PATH,
-                SharedData.dataDir().resolve("tokenizers/qwen3").toString());
-        conf.set(StokerOptions.OUTPUT_ROOT, outputRoot.toString());
         conf.set(StokerOptions.JOB_NAME, "bench");
-        conf.set(StokerOptions.DP_WORLD_SIZE, WORLD_SIZE);
-        conf.set(StokerOptions.MICRO_BATCH_SIZE, MICRO_BATCH_SIZE);
         conf.set(StokerOptions.SHUFFLE_SEED, 7L);
         conf.set(StokerOptions.MAX_PIXELS, 200704L);
         conf.set(StokerOptions.PREFETCH_DEPTH, intArg("depth", 8));
         conf.set(StokerOptions.FETCH_CAPACITY, intArg("capacity", 1));
-        conf.set(
-                CheckpointingOptions.CHECKPOINTS_DIRECTORY,
-                outputRoot.resolve("checkpoints").toUri().toString());
-        conf.set(RestartStrategyOptions.RESTART_STRATEGY, "none");
         return conf;
     }
 
