@@ -246,6 +246,18 @@ def rank_env(rank: int, world_size: int, port: str, *paths: Path) -> dict[str, s
     )
 
 
+def start_ranks(
+    procs: Processes, cmd: list[str], logs: Path, log: str, world_size: int, *paths: Path
+) -> list[subprocess.Popen[bytes]]:
+    """``cmd`` once per rank of ``world_size``, each with :func:`rank_env` (one free port for
+    all) and its output in ``logs/<log>-rank-<r>.log``."""
+    port = str(free_port())
+    return [
+        procs.start(cmd, logs / f"{log}-rank-{rank}.log", rank_env(rank, world_size, port, *paths))
+        for rank in range(world_size)
+    ]
+
+
 def resume_command(states: list[str], savepoint: str, options: list[str]) -> list[str]:
     """The command ``python -m stoker.resume STATES --savepoint SAVEPOINT -- OPTIONS`` prints
     (``states``: the trainer checkpoint's data states, or its folder), split into words."""

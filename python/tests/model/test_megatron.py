@@ -80,7 +80,6 @@ def _trainers(
     micro_batch_size: int = B,
 ) -> list[subprocess.Popen[bytes]]:
     """``megatron_trainer.py``'s ranks with the variables torchrun sets, one thread each."""
-    port = str(tr.free_port())
     cmd = [
         sys.executable,
         str(TRAINER),
@@ -97,14 +96,7 @@ def _trainers(
         "--data-timeout-s",
         str(TIMEOUT_S),
     ]
-    return [
-        procs.start(
-            cmd,
-            save.parent / f"{log}-rank-{rank}.log",
-            tr.rank_env(rank, world_size, port, REPO_ROOT / "examples"),
-        )
-        for rank in range(world_size)
-    ]
+    return tr.start_ranks(procs, cmd, save.parent, log, world_size, REPO_ROOT / "examples")
 
 
 def _tracker(save: Path) -> int | None:

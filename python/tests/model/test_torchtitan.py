@@ -76,7 +76,6 @@ def _trainers(
     micro_batch_size: int = B,
 ) -> list[subprocess.Popen[bytes]]:
     """``torchtitan_trainer.py``'s ranks with the variables torchrun sets, one thread each."""
-    port = str(tr.free_port())
     cmd = [
         sys.executable,
         str(TRAINER),
@@ -93,14 +92,7 @@ def _trainers(
         "--data-timeout-s",
         str(TIMEOUT_S),
     ]
-    return [
-        procs.start(
-            cmd,
-            dump.parent / f"{log}-rank-{rank}.log",
-            tr.rank_env(rank, world_size, port, REPO_ROOT / "examples"),
-        )
-        for rank in range(world_size)
-    ]
+    return tr.start_ranks(procs, cmd, dump.parent, log, world_size, REPO_ROOT / "examples")
 
 
 def _step_folder(dump: Path, step: int) -> Path:
