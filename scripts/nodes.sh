@@ -16,6 +16,13 @@
 #                                                   (PORT: its veth on the bridge, on the host)
 #   scripts/nodes.sh down                           stop every process in the nodes and remove them
 #                                                   (namespaces, bridge, veths, tmpfs); idempotent
+#   scripts/nodes.sh cut NODE                       a network partition: the bridge drops every frame
+#                                                   to and from NODE (its port disabled), silently, as
+#                                                   a pulled cable or a dead switch port: no reset, no
+#                                                   error in the node, connections time out; processes
+#                                                   and /dev/shm stay
+#   scripts/nodes.sh heal NODE                      end the partition (the port forwards again); open
+#                                                   connections that did not time out carry on
 #
 # Environment: STOKER_NODES_PREFIX (default stk; 1-6 of [a-z0-9], starting with a letter) names
 # every object of one set of nodes (netns <prefix>-<NAME>, bridge <prefix>-br, veths <prefix>-h<i>,
@@ -35,7 +42,7 @@ die() { log "error: $*"; exit 1; }
 need_root() {
   [ "$(id -u)" = 0 ] || die "must run as root (it creates network namespaces, a bridge and mounts); run it with sudo or as root in CI"
   local tool
-  for tool in ip tc unshare mount umount sysctl; do
+  for tool in ip tc bridge unshare mount umount sysctl; do
     command -v "$tool" >/dev/null || die "$tool is needed (iproute2, util-linux, procps)"
   done
 }
@@ -133,6 +140,27 @@ cmd_exec() {
     sh -c 'mount --bind "$1" /dev/shm && shift && exec "$@"' "nodes.sh exec $name" "$STATE/shm/$name" "$@"
 }
 
+# The bridge port of a node (its host-side veth), from the state file.
+node_port() {
+  [ -f "$STATE/nodes" ] || die "no nodes with prefix '$PREFIX' are up"
+  local port
+  port=$(awk -v n="$1" '$1 == n { print $5 }' "$STATE/nodes")
+  [ -n "$port" ] || die "no node '$1' (prefix '$PREFIX'); see: nodes.sh list"
+  echo "$port"
+}
+
+# Bridge port states (STP off, so they are set by hand): 0 disabled (drops every frame, the link
+# stays up on both sides), 3 forwarding.
+cmd_cut() {
+  [ $# -eq 1 ] || die "usage: nodes.sh cut NODE"
+  bridge link set dev "$(node_port "$1")" state 0
+}
+
+cmd_heal() {
+  [ $# -eq 1 ] || die "usage: nodes.sh heal NODE"
+  bridge link set dev "$(node_port "$1")" state 3
+}
+
 # Removes everything of PREFIX, whether `up` finished or not: found by name, not only from the state.
 cmd_down() {
   local ns pids dev mnt t
@@ -165,5 +193,7 @@ case "$cmd" in
   down) need_root; check_names; cmd_down; log "nodes with prefix '$PREFIX' removed" ;;
   exec) need_root; check_names; cmd_exec "$@" ;;
   list) need_root; check_names; cmd_list ;;
-  *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  cut) need_root; check_names; cmd_cut "$@" ;;
+  heal) need_root; check_names; cmd_heal "$@" ;;
+  *) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

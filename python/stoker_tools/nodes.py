@@ -126,6 +126,23 @@ class Nodes:
         stats = Path("/sys/class/net") / self.port[node] / "statistics"
         return int((stats / "tx_bytes").read_text()), int((stats / "rx_bytes").read_text())
 
+    def cut(self, node: str) -> None:
+        """Partition ``node`` from every other node (``nodes.sh cut``: its bridge port drops every
+        frame, silently); :meth:`heal` ends it."""
+        self._script("cut", node)
+
+    def heal(self, node: str) -> None:
+        self._script("heal", node)
+
+    def _script(self, *args: str) -> None:
+        proc = subprocess.run(
+            [str(NODES_SH), *args], env=self.env, capture_output=True, text=True, timeout=30
+        )
+        if proc.returncode != 0:
+            raise HarnessError(
+                f"nodes.sh {' '.join(args)} failed: {printable(proc.stderr, keep_newlines=True)}"
+            )
+
     def pids(self, node: str) -> list[int]:
         """The processes running in the node (its network namespace)."""
         proc = subprocess.run(

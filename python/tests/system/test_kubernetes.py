@@ -184,7 +184,7 @@ CONFIG_CHECK_CASES = [
         "OK",
         "",
     ),
-    ("restart-strategy.exponential-delay.attempts-before-reset-backoff", "20", "OK", ""),
+    ("restart-strategy.exponential-delay.attempts-before-reset-backoff", "300", "OK", ""),
     # deliberate breaks: a misspelt key, values of the wrong type, a deprecated key
     ("taskmanager.memory.proces.size", "6g", "UNKNOWN", ""),
     ("taskmanager.memory.process.size", "6 gigs", "BAD_VALUE", "Could not parse value"),

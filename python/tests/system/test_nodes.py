@@ -11,6 +11,8 @@ and real sockets:
 * a file in ``/dev/shm`` of node A is seen by another process of node A, not by node B nor the host;
 * each node's rate is a token bucket on both directions of its link, and it holds: a bulk TCP
   transfer into and out of a slow node runs at about that rate;
+* ``cut`` partitions a node silently (a connection to it times out, no reset; the others still reach
+  each other) and ``heal`` ends it: an open connection across the cut carries on;
 * ``up`` with a bad argument, or failing halfway, leaves nothing behind; ``down`` is idempotent and
   stops the processes still running in the nodes;
 * outside root the script fails at once with a clear message.
@@ -59,6 +61,34 @@ try:
         print("reply", s.recv(1024).decode())
 except OSError as e:
     print("failed", type(e).__name__, e)
+"""
+# Echoes every message on each connection until it closes (one thread per connection).
+ECHO_LOOP_SERVER = """
+import socket, sys, threading
+def serve(c):
+    with c:
+        while m := c.recv(1024):
+            c.sendall(b"echo:" + m)
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", int(sys.argv[1])))
+s.listen(8)
+print("listening", flush=True)
+while True:
+    threading.Thread(target=serve, args=(s.accept()[0],), daemon=True).start()
+"""
+# Keeps one connection open: after each line on stdin ("send"), sends a message and prints the
+# reply (or the error).
+CHAT = """
+import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3)
+print("listening", flush=True)
+for _ in sys.stdin:
+    try:
+        s.sendall(b"again")
+        print("reply", s.recv(1024).decode(), flush=True)
+    except OSError as e:
+        print("failed", type(e).__name__, flush=True)
 """
 # Receives one TCP stream and prints its rate in bits/s, from the first byte to EOF.
 SINK_SERVER = """
@@ -141,6 +171,7 @@ class Nodes:
         proc = subprocess.Popen(
             [str(NODES), "exec", node, sys.executable, "-u", "-c", code, *args],
             env=self.env,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -291,6 +322,36 @@ def test_rate_limit_is_the_nodes_network_card(nodes: Nodes) -> None:
         assert 0.2 * cap_bps < float(bps) < 1.15 * cap_bps, (
             f"{sender} -> {receiver}: {float(bps) / 1e6:.1f} Mbit/s through a 40 Mbit/s card"
         )
+
+
+def test_cut_partitions_a_node_silently_and_heal_ends_it(nodes: Nodes) -> None:
+    n = nodes.up("a:1gbit", "b:1gbit", "c:1gbit")
+    port = _free_port()
+    for node in ("b", "c"):
+        nodes.start_python(node, ECHO_LOOP_SERVER, str(port))
+    chat = nodes.start_python("a", CHAT, n["b"].address, str(port))
+    assert chat.stdin is not None and chat.stdout is not None
+
+    def say() -> str:
+        chat.stdin.write("send\n")
+        chat.stdin.flush()
+        return chat.stdout.readline().strip()
+
+    assert say() == "reply echo:again"
+    assert nodes.script("cut", "b").returncode == 0
+    t0 = time.monotonic()
+    out = nodes.python("a", CONNECT, n["b"].address, str(port), "x")
+    # a partition, not a refusal: the SYN is dropped, so the connect waits its full 3 s timeout
+    assert out.strip() == "failed TimeoutError timed out", out
+    assert time.monotonic() - t0 >= 3
+    assert nodes.python("a", CONNECT, n["c"].address, str(port), "up").strip() == "reply echo:up"
+    assert nodes.script("heal", "b").returncode == 0
+    out = nodes.python("a", CONNECT, n["b"].address, str(port), "back")
+    assert out.strip() == "reply echo:back", out
+    # the connection opened before the cut was never reset: it carries on
+    assert say() == "reply echo:again"
+    bad = nodes.script("cut", "nosuch")
+    assert bad.returncode != 0 and "no node 'nosuch'" in bad.stderr
 
 
 def test_down_stops_processes_in_the_nodes_and_is_idempotent(nodes: Nodes) -> None:

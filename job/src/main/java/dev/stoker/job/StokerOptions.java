@@ -241,8 +241,11 @@ public final class StokerOptions {
                                     + " completing). The steps still in the pipeline count too, so the"
                                     + " depth must cover the time a step spends in the job (fetch latency"
                                     + " plus B samples' preprocessing on one subtask) at the trainer's step"
-                                    + " time, or the pipeline runs dry. Memory: up to this many batch files"
-                                    + " per rank in /dev/shm. 0 = unbounded (no trainer feedback).");
+                                    + " time, or the pipeline runs dry. To hide failures from the trainers it"
+                                    + " must also outlast the job's recovery: at least (L + 20 s) / step time"
+                                    + " to hide a node lost for L seconds (docs/operator-guide.md, Failures and"
+                                    + " recovery). Memory: up to this many batch files per rank in /dev/shm."
+                                    + " 0 = unbounded (no trainer feedback).");
 
     public static final ConfigOption<Long> RESUME_STEP =
             ConfigOptions.key("stoker.resume-step")
@@ -668,13 +671,17 @@ public final class StokerOptions {
     public static final ConfigOption<Integer> S3_MAX_ATTEMPTS =
             ConfigOptions.key("stoker.s3.max-attempts")
                     .intType()
-                    .defaultValue(5)
+                    .defaultValue(10)
                     .withDescription(
                             "Attempts per image GET, the first included. Throttling (503 SlowDown), 5xx,"
                                     + " connection errors and attempt timeouts are retried with exponential backoff"
                                     + " and full jitter (the AWS SDK's standard retry strategy, delays"
                                     + " stoker.s3.retry-base-delay and stoker.s3.retry-max-delay); 403 and 404"
-                                    + " never are.");
+                                    + " never are. With the defaults the attempts last about as long as"
+                                    + " stoker.s3.request-timeout even when every one fails fast (a 2 s connect"
+                                    + " timeout to an unreachable store), so an outage of the store shorter"
+                                    + " than that costs no record; with 5 attempts a 15 s outage dead-lettered"
+                                    + " records after 10.5 s (bench/faults.sh).");
 
     public static final ConfigOption<Duration> S3_ATTEMPT_TIMEOUT =
             ConfigOptions.key("stoker.s3.attempt-timeout")
