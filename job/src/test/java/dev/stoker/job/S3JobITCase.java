@@ -218,8 +218,9 @@ class S3JobITCase {
         faults.answerAlways(BUCKET, images + "img_005.jpg", 403);
         S3.deleteObject(BUCKET, images + "img_006.jpg");
         faults.setRateLimit(50);
-        // A bucket throttled at 50 GETs/s needs more attempts than the default 5: each GET may meet
-        // the limit several times before it gets through.
+        // A bucket throttled at 50 GETs/s needs many attempts: each GET may meet the limit several
+        // times before it gets through. 10 (today's default), set so the test does not depend on
+        // it.
         Configuration throttled = new Configuration();
         throttled.set(StokerOptions.S3_MAX_ATTEMPTS, 10);
         JobRun.Result run;

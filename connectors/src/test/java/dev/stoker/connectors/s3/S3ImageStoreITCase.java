@@ -57,8 +57,9 @@ class S3ImageStoreITCase {
 
     /**
      * Client settings for the test server: its endpoint and keys, path-style, and the job's default
-     * limits (stoker.s3.*: 64 connections, 5 attempts, 10 s per attempt, 30 s per GET, backoff 100
-     * ms to 5 s, no rate limit, no hedging), which the tests below change where they need to.
+     * limits (stoker.s3.*: 64 connections, 10 s per attempt, 30 s per GET, backoff 100 ms to 5 s,
+     * no rate limit, no hedging) but 5 attempts (the job's default: 10), which the tests below
+     * change where they need to.
      */
     private static S3ClientSettings.Builder clientSettings() {
         return S3ClientSettings.builder()
