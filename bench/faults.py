@@ -12,11 +12,14 @@ production options plus ``--set``.
 Each fault (``--faults``, ``NODE:SECONDS`` in order) is a network partition: ``nodes.sh cut``
 drops every frame to and from the node for that long, silently (no reset, as a pulled cable or a
 dead switch), then ``nodes.sh heal``. Before each fault the bench waits until the job runs and every
-rank holds the full prefetch (``--prefetch-depth`` batches written ahead of its acknowledged step).
+rank holds the full prefetch (``--prefetch-depth`` - 1 steps after its acknowledged one, all
+written: a trainer reads in order, so a step still held up in the job ends its prefetch).
 The REST API is polled every 0.5 s from the ``jm`` node, which is never cut. Per fault:
 
 * ``detected_s``: cut -> the first poll that sees the job (or a subtask) not RUNNING;
 * ``running_s``: cut -> every subtask RUNNING again; ``after_heal_s`` the same from the heal;
+* ``flowing_s``: cut -> every rank has a batch beyond its highest at the cut (checked every 0.25 s
+  in the GPU nodes' /dev/shm): the job delivers to every rank again;
 * ``failures``: the job's exception history in the window (each a restart), with their causes;
 * ``max_wait_s``: each rank's longest wait for a batch received from the cut to the window's end
   (the trainer's own clock, ``stoker_tools.simulate --record``), and ``waited_s`` the sum;
@@ -32,26 +35,29 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stoker_tools.demo import S3_CREDENTIALS
-from stoker_tools.nodes import CPU_RESOURCE, NodeCluster, Nodes, S3Server, node_resource
+from stoker_tools.nodes import CPU_RESOURCE, NodeCluster, node_resource
 
-from bench.loaders.common import MAX_PIXELS, MIN_PIXELS, TOKENIZER, make_dataset
+from bench.simulated import (
+    JAR,
+    REPO,
+    Testbed,
+    edge_job_options,
+    start_cluster,
+    start_trainer,
+    submit,
+    wait_for,
+)
 
-REPO = Path(__file__).resolve().parents[1]
-JAR = REPO / "job" / "target" / "stoker-job.jar"
 BUCKET = "faults"
 DATASET_URI = f"s3://{BUCKET}/data"
 OUTPUT_ROOT = "/dev/shm/stoker-faults"
@@ -65,21 +71,6 @@ POLL_S = 0.5
 
 def log(msg: str) -> None:
     print(f"[faults] {msg}", file=sys.stderr, flush=True)
-
-
-def wait_for(what: str, timeout_s: float, check: Callable[[], Any], interval_s: float = 0.5) -> Any:
-    """Poll ``check`` until truthy (a failing REST call counts as not yet); TimeoutError after."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            value = check()
-        except OSError:
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
-        time.sleep(interval_s)
 
 
 @dataclass
@@ -135,46 +126,31 @@ class Poller(threading.Thread):
         return next((t for t, _, r in list(self.timeline) if t >= since and r == running), None)
 
 
-class Bench:
+class Bench(Testbed):
     def __init__(self, args: argparse.Namespace, base: Path) -> None:
+        super().__init__("f", base)
         self.args = args
-        self.base = base
-        self.nodes = Nodes("f")
-        self.s3: S3Server | None = None
-        self.procs: list[subprocess.Popen[Any]] = []
         self.records = [base / f"trainer-gpu{n}.jsonl" for n in range(GPU_NODES)]
 
     def up(self) -> None:
         a = self.args
         names = ["jm", "s3", "cpu0", "cpu1", *(f"gpu{n}" for n in range(GPU_NODES))]
-        self.nodes.up(dict.fromkeys(names, a.rate))
-        dataset = make_dataset(REPO / ".stoker" / "faults-dataset", a.records)
-        self.s3 = S3Server(self.nodes, dataset, DATASET_URI, self.base / "s3", self.base / "s3.err")
-        log(f"nodes up ({', '.join(names)}), {a.records} records on S3 at {self.s3.endpoint}")
-
-    def down(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        if self.s3 is not None:
-            self.s3.stop()
-        self.nodes.down()
+        dataset = REPO / ".stoker" / "faults-dataset"
+        s3 = self.bring_up(dict.fromkeys(names, a.rate), dataset, a.records, DATASET_URI)
+        log(f"nodes up ({', '.join(names)}), {a.records} records on S3 at {s3.endpoint}")
 
     def cluster(self) -> NodeCluster:
         assert self.s3 is not None
         a = self.args
-        cluster = NodeCluster(self.nodes, self.base / "cluster", S3_CREDENTIALS, "jm")
-        cluster.start(
-            *("-D", f"s3.endpoint={self.s3.endpoint}"),
-            *("-D", "s3.path.style.access=true"),
-            *("-D", f"s3.access-key={S3_CREDENTIALS['AWS_ACCESS_KEY_ID']}"),
-            *("-D", f"s3.secret-key={S3_CREDENTIALS['AWS_SECRET_ACCESS_KEY']}"),
-            # the REST API's job details are cached this long (Flink: 3 s); the poller reads them
-            *("-D", f"web.refresh-interval={int(POLL_S * 1000)}"),
-            *(x for kv in a.conf for x in ("-D", kv)),
-        )
         conf = [x for kv in a.conf for x in ("-D", kv)]
+        cluster = start_cluster(
+            self.nodes,
+            self.base / "cluster",
+            self.s3.endpoint,
+            "jm",
+            # the REST API's job details are cached this long (Flink: 3 s); the poller reads them
+            ("-D", f"web.refresh-interval={int(POLL_S * 1000)}", *conf),
+        )
         for n in ("cpu0", "cpu1"):
             cluster.add_taskmanager(n, CPU_RESOURCE, a.cpu_slots, conf)
         for n in range(GPU_NODES):
@@ -184,49 +160,33 @@ class Bench:
     def submit(self, cluster: NodeCluster) -> str:
         assert self.s3 is not None
         a = self.args
-        ack = ";".join(f"{self.nodes.address[f'gpu{n}']}:{ACK_PORT}" for n in range(GPU_NODES))
-        options = {
-            "stoker.dataset.path": DATASET_URI,
-            "stoker.tokenizer.path": str(TOKENIZER),
-            "stoker.job-name": JOB_NAME,
-            "stoker.dp-world-size": str(WORLD_SIZE),
-            "stoker.micro-batch-size": str(a.micro_batch),
-            "stoker.prefetch-depth": str(a.prefetch_depth),
-            "stoker.epochs": "100",
-            "stoker.image.min-pixels": str(MIN_PIXELS),
-            "stoker.image.max-pixels": str(MAX_PIXELS),
-            "stoker.output.root": OUTPUT_ROOT,
-            "stoker.topology.nodes": str(GPU_NODES),
-            "stoker.topology.placement": "EDGE",
-            "stoker.topology.ack-addresses": ack,
-            "s3.endpoint": self.s3.endpoint,
-            "s3.path.style.access": "true",
-            **dict(kv.split("=", 1) for kv in a.set),
-        }
-        args = [x for k, v in options.items() for x in (f"--{k}", v)]
-        out = cluster.flink("run", "-d", "-p", str(a.cpu_parallelism), str(JAR), *args)
-        m = re.search(r"JobID ([0-9a-f]{32})", out)
-        if not m:
-            raise RuntimeError(f"`flink run -d` printed no job id:\n{out}")
-        return m.group(1)
+        options = edge_job_options(
+            self.nodes,
+            self.s3.endpoint,
+            dataset=DATASET_URI,
+            job_name=JOB_NAME,
+            gpu_nodes=GPU_NODES,
+            ranks_per_node=RANKS_PER_NODE,
+            micro_batch=a.micro_batch,
+            prefetch_depth=a.prefetch_depth,
+            epochs=100,
+            output_root=OUTPUT_ROOT,
+            ack_port=ACK_PORT,
+            extra=a.set,
+        )
+        return submit(cluster, a.cpu_parallelism, options)
 
     def trainer(self, node: int) -> None:
-        ranks = range(node * RANKS_PER_NODE, (node + 1) * RANKS_PER_NODE)
         self.procs.append(
-            self.nodes.popen(
+            start_trainer(
+                self.nodes,
                 f"gpu{node}",
-                sys.executable,
-                "-m",
-                "stoker_tools.simulate",
-                *("--root", f"{OUTPUT_ROOT}/{JOB_NAME}"),
-                *("--ranks", ",".join(map(str, ranks))),
-                *("--record", str(self.records[node])),
-                *("--step-time-ms", str(self.args.step_time_ms)),
-                *("--timeout-s", "900"),
-                *("--progress-interval-s", "30"),
-                env={"PYTHONPATH": str(REPO / "python")},
-                stdout=(self.base / f"trainer-gpu{node}.out").open("w"),
-                stderr=subprocess.STDOUT,
+                f"{OUTPUT_ROOT}/{JOB_NAME}",
+                range(node * RANKS_PER_NODE, (node + 1) * RANKS_PER_NODE),
+                self.records[node],
+                self.args.step_time_ms,
+                self.base / f"trainer-gpu{node}.out",
+                timeout_s=900,
             )
         )
 

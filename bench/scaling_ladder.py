@@ -41,18 +41,23 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from stoker_tools.demo import S3_CREDENTIALS
-from stoker_tools.nodes import CPU_RESOURCE, NodeCluster, Nodes, S3Server, node_resource
+from stoker_tools.nodes import CPU_RESOURCE, NodeCluster, node_resource
 
-from bench.loaders.common import MAX_PIXELS, MIN_PIXELS, TOKENIZER, make_dataset
+from bench.simulated import (
+    JAR,
+    REPO,
+    Testbed,
+    edge_job_options,
+    start_cluster,
+    start_trainer,
+    submit,
+    wait_for,
+)
 
-REPO = Path(__file__).resolve().parents[1]
-JAR = REPO / "job" / "target" / "stoker-job.jar"
 BUCKET = "ladder"
 DATASET_URI = f"s3://{BUCKET}/data"
 OUTPUT_ROOT = "/dev/shm/stoker-ladder"
@@ -66,21 +71,6 @@ CPU_BOUND = 0.90
 
 def log(msg: str) -> None:
     print(f"[ladder] {msg}", file=sys.stderr, flush=True)
-
-
-def wait_for(what: str, timeout_s: float, check: Callable[[], Any], interval_s: float = 1.0) -> Any:
-    """Poll ``check`` until truthy (a failing REST call counts as not yet); TimeoutError after."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            value = check()
-        except OSError:
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
-        time.sleep(interval_s)
 
 
 def rate_bytes_per_s(rate: str) -> float:
@@ -148,46 +138,37 @@ class Rung:
         )
 
 
-class Ladder:
+class Ladder(Testbed):
     def __init__(self, args: argparse.Namespace, base: Path) -> None:
+        super().__init__("l", base)
         self.args = args
-        self.base = base
-        self.nodes = Nodes("l")
         self.cpu_nodes = [f"cpu{i}" for i in range(args.cpu_nodes)]
         self.gpu_nodes = [f"gpu{n}" for n in range(max(args.rungs))]
-        self.s3: S3Server | None = None
-        self.procs: list[subprocess.Popen[Any]] = []
 
     def up(self) -> None:
         a = self.args
         rates = {"jm": a.fast_rate, "s3": a.fast_rate}
         rates.update({n: a.rate for n in self.cpu_nodes + self.gpu_nodes})
-        self.nodes.up(rates)
-        dataset = make_dataset(REPO / ".stoker" / "ladder-dataset", a.records)
-        self.s3 = S3Server(self.nodes, dataset, DATASET_URI, self.base / "s3", self.base / "s3.err")
-        log(f"nodes up ({', '.join(rates)}), {a.records} records on S3 at {self.s3.endpoint}")
-
-    def down(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        if self.s3 is not None:
-            self.s3.stop()
-        self.nodes.down()
+        dataset = REPO / ".stoker" / "ladder-dataset"
+        s3 = self.bring_up(rates, dataset, a.records, DATASET_URI)
+        log(f"nodes up ({', '.join(rates)}), {a.records} records on S3 at {s3.endpoint}")
 
     # --- one cluster per mode -----------------------------------------------------------------
     def cluster(self, mode: str) -> NodeCluster:
         assert self.s3 is not None
         a = self.args
-        cluster = NodeCluster(self.nodes, self.base / f"cluster-{mode}", S3_CREDENTIALS, "jm")
-        cluster.start(
-            *("-D", f"s3.endpoint={self.s3.endpoint}"),
-            *("-D", "s3.path.style.access=true"),
-            *("-D", f"s3.access-key={S3_CREDENTIALS['AWS_ACCESS_KEY_ID']}"),
-            *("-D", f"s3.secret-key={S3_CREDENTIALS['AWS_SECRET_ACCESS_KEY']}"),
-            *("-D", "metrics.fetcher.update-interval=1000"),
-            *("-D", f"taskmanager.load-balance.mode={'NONE' if mode == 'colocated' else 'SLOTS'}"),
+        cluster = start_cluster(
+            self.nodes,
+            self.base / f"cluster-{mode}",
+            self.s3.endpoint,
+            "jm",
+            (
+                *("-D", "metrics.fetcher.update-interval=1000"),
+                *(
+                    "-D",
+                    f"taskmanager.load-balance.mode={'NONE' if mode == 'colocated' else 'SLOTS'}",
+                ),
+            ),
         )
         cpu_conf = (
             *("-D", f"taskmanager.memory.process.size={a.cpu_tm_memory}"),
@@ -211,49 +192,34 @@ class Ladder:
     def submit(self, cluster: NodeCluster, n_nodes: int, job_name: str) -> str:
         assert self.s3 is not None
         a = self.args
-        ack = ";".join(f"{self.nodes.address[f'gpu{n}']}:{ACK_PORT}" for n in range(n_nodes))
-        options = {
-            "stoker.dataset.path": DATASET_URI,
-            "stoker.tokenizer.path": str(TOKENIZER),
-            "stoker.job-name": job_name,
-            "stoker.dp-world-size": str(n_nodes * a.ranks_per_node),
-            "stoker.micro-batch-size": str(a.micro_batch),
-            "stoker.prefetch-depth": str(a.prefetch_depth),
-            "stoker.epochs": str(a.epochs),
-            "stoker.image.min-pixels": str(MIN_PIXELS),
-            "stoker.image.max-pixels": str(MAX_PIXELS),
-            "stoker.output.root": OUTPUT_ROOT,
-            "stoker.topology.nodes": str(n_nodes),
-            "stoker.topology.placement": "EDGE",
-            "stoker.topology.ack-addresses": ack,
-            "s3.endpoint": self.s3.endpoint,
-            "s3.path.style.access": "true",
-            **dict(kv.split("=", 1) for kv in a.set),
-        }
-        args = [x for k, v in options.items() for x in (f"--{k}", v)]
-        out = cluster.flink("run", "-d", "-p", str(a.cpu_parallelism), str(JAR), *args)
-        m = re.search(r"JobID ([0-9a-f]{32})", out)
-        if not m:
-            raise RuntimeError(f"`flink run -d` printed no job id:\n{out}")
-        return m.group(1)
+        options = edge_job_options(
+            self.nodes,
+            self.s3.endpoint,
+            dataset=DATASET_URI,
+            job_name=job_name,
+            gpu_nodes=n_nodes,
+            ranks_per_node=a.ranks_per_node,
+            micro_batch=a.micro_batch,
+            prefetch_depth=a.prefetch_depth,
+            epochs=a.epochs,
+            output_root=OUTPUT_ROOT,
+            ack_port=ACK_PORT,
+            extra=a.set,
+        )
+        return submit(cluster, a.cpu_parallelism, options)
 
     def trainer(self, node: int, job_name: str, record: Path) -> subprocess.Popen[Any]:
         a = self.args
         ranks = range(node * a.ranks_per_node, (node + 1) * a.ranks_per_node)
-        proc = self.nodes.popen(
+        proc = start_trainer(
+            self.nodes,
             f"gpu{node}",
-            sys.executable,
-            "-m",
-            "stoker_tools.simulate",
-            *("--root", f"{OUTPUT_ROOT}/{job_name}"),
-            *("--ranks", ",".join(map(str, ranks))),
-            *("--record", str(record)),
-            *("--step-time-ms", str(a.step_time_ms)),
-            *("--timeout-s", "600"),
-            *("--progress-interval-s", "30"),
-            env={"PYTHONPATH": str(REPO / "python")},
-            stdout=(self.base / f"{job_name}-gpu{node}.out").open("w"),
-            stderr=subprocess.STDOUT,
+            f"{OUTPUT_ROOT}/{job_name}",
+            ranks,
+            record,
+            a.step_time_ms,
+            self.base / f"{job_name}-gpu{node}.out",
+            timeout_s=600,
         )
         self.procs.append(proc)
         return proc
