@@ -40,30 +40,8 @@ NODES = REPO_ROOT / "scripts" / "nodes.sh"
 STATE_ROOT = Path("/run/stoker-nodes")
 
 # In-node helpers, run with this interpreter (same file system inside a node).
-ECHO_SERVER = """
-import socket, sys
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", int(sys.argv[1])))
-s.listen(8)
-print("listening", flush=True)
-while True:
-    c, _ = s.accept()
-    with c:
-        c.sendall(b"echo:" + c.recv(1024))
-"""
-CONNECT = """
-import socket, sys
-host, port = sys.argv[1], int(sys.argv[2])
-try:
-    with socket.create_connection((host, port), timeout=3) as s:
-        s.sendall(sys.argv[3].encode())
-        print("reply", s.recv(1024).decode())
-except OSError as e:
-    print("failed", type(e).__name__, e)
-"""
 # Echoes every message on each connection until it closes (one thread per connection).
-ECHO_LOOP_SERVER = """
+ECHO_SERVER = """
 import socket, sys, threading
 def serve(c):
     with c:
@@ -76,6 +54,16 @@ s.listen(8)
 print("listening", flush=True)
 while True:
     threading.Thread(target=serve, args=(s.accept()[0],), daemon=True).start()
+"""
+CONNECT = """
+import socket, sys
+host, port = sys.argv[1], int(sys.argv[2])
+try:
+    with socket.create_connection((host, port), timeout=3) as s:
+        s.sendall(sys.argv[3].encode())
+        print("reply", s.recv(1024).decode())
+except OSError as e:
+    print("failed", type(e).__name__, e)
 """
 # Keeps one connection open: after each line on stdin ("send"), sends a message and prints the
 # reply (or the error).
@@ -328,7 +316,7 @@ def test_cut_partitions_a_node_silently_and_heal_ends_it(nodes: Nodes) -> None:
     n = nodes.up("a:1gbit", "b:1gbit", "c:1gbit")
     port = _free_port()
     for node in ("b", "c"):
-        nodes.start_python(node, ECHO_LOOP_SERVER, str(port))
+        nodes.start_python(node, ECHO_SERVER, str(port))
     chat = nodes.start_python("a", CHAT, n["b"].address, str(port))
     assert chat.stdin is not None and chat.stdout is not None
 
