@@ -70,6 +70,24 @@ QUESTIONS = [
 ]
 
 
+#: libjpeg-turbo's JNI library, which Stoker's JPEG decoder loads (./stoker demo installs it as
+#: root); without it the job falls back to ImageIO, several times slower per JPEG.
+NATIVE_JPEG = ("/usr/share/java/turbojpeg.jar", "/usr/lib/*/libturbojpeg.so")
+
+
+def require_native_jpeg() -> None:
+    """Exits naming the install command when libjpeg-turbo's Java binding is missing: Stoker
+    would decode JPEGs with its ImageIO fallback, and the benchmark would measure that fallback
+    instead of the job as deployed (a fresh machine's first run did)."""
+    missing = [g for g in NATIVE_JPEG if not list(Path("/").glob(g.lstrip("/")))]
+    if missing:
+        sys.exit(
+            f"libjpeg-turbo's Java binding is missing ({', '.join(missing)}): Stoker would "
+            "decode JPEGs with ImageIO, several times slower. Install it with `apt-get install "
+            "libturbojpeg-java libturbojpeg0-dev` (./stoker demo does as root)."
+        )
+
+
 def make_dataset(outdir: Path, samples: int) -> Path:
     """``outdir/train.jsonl`` (LLaVA style, one image per record) and ``outdir/images/``: every
     record has its own image object (a copy of a pool image under a distinct key), so no

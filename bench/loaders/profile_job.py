@@ -35,7 +35,15 @@ from pathlib import Path
 import psutil
 
 from bench import profile_breakdown as pb
-from bench.loaders.common import BUCKET, POOL, PREFIX, REPO, Config, make_dataset
+from bench.loaders.common import (
+    BUCKET,
+    POOL,
+    PREFIX,
+    REPO,
+    Config,
+    make_dataset,
+    require_native_jpeg,
+)
 from bench.loaders.profiling import machine_cpu
 from bench.loaders.run import CONTENDERS, STATE, run_contender, start_s3
 
@@ -150,6 +158,7 @@ def main() -> int:
     if args.cpu_event == "auto":
         paranoid = int(Path("/proc/sys/kernel/perf_event_paranoid").read_text())
         args.cpu_event = "cpu" if os.geteuid() == 0 or paranoid <= 1 else "ctimer"
+    require_native_jpeg()
     agent = args.agent.resolve()
     if not agent.is_file():
         p.error(f"{agent} not found (bench/profile.sh fetches it)")

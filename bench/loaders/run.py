@@ -46,6 +46,7 @@ from bench.loaders.common import (
     Config,
     find_stalls,
     make_dataset,
+    require_native_jpeg,
 )
 
 #: name -> (module, settings). bench/README.md gives each one's settings and why.
@@ -623,6 +624,8 @@ def main() -> int:
     if args.quick:
         args.samples = 96
     names = args.contenders.split(",")
+    if any(name.startswith("stoker") for name in names):
+        require_native_jpeg()
     unknown = set(names) - set(CONTENDERS)
     if unknown:
         p.error(f"unknown contenders {sorted(unknown)}; known: {', '.join(CONTENDERS)}")

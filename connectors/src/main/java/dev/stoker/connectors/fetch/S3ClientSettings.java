@@ -1,9 +1,11 @@
 package dev.stoker.connectors.fetch;
 
+import io.netty.channel.EventLoopGroup;
 import java.io.Serializable;
 import java.net.URI;
 import java.time.Duration;
 import java.util.List;
+import java.util.concurrent.TimeUnit;
 import software.amazon.awssdk.auth.credentials.AwsBasicCredentials;
 import software.amazon.awssdk.auth.credentials.AwsCredentialsProvider;
 import software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider;
@@ -14,9 +16,11 @@ import software.amazon.awssdk.core.checksums.ResponseChecksumValidation;
 import software.amazon.awssdk.core.exception.ApiCallAttemptTimeoutException;
 import software.amazon.awssdk.core.interceptor.ExecutionInterceptor;
 import software.amazon.awssdk.http.nio.netty.NettyNioAsyncHttpClient;
+import software.amazon.awssdk.http.nio.netty.SdkEventLoopGroup;
 import software.amazon.awssdk.regions.Region;
 import software.amazon.awssdk.retries.api.BackoffStrategy;
 import software.amazon.awssdk.retries.api.RetryStrategy;
+import software.amazon.awssdk.services.s3.DelegatingS3AsyncClient;
 import software.amazon.awssdk.services.s3.S3AsyncClient;
 
 /**
@@ -198,9 +202,26 @@ public final class S3ClientSettings implements Serializable {
      * computed and validated only when S3 requires them, which S3-compatible servers such as
      * S3Proxy need and which costs nothing on AWS for plain GETs.
      *
+     * <p>The client's Netty event loops are its own, not the SDK's: the SDK shuts down event loops
+     * it created with Netty's graceful shutdown and a quiet period of 2 s, and waits for it, so
+     * every close took at least 2 s (the planner's reachability check delayed each job's start by
+     * that much; each fetch subtask's close at a cancel or restart too). {@link
+     * S3AsyncClient#close} of the returned client closes the SDK client (its connections), then the
+     * event loops without a quiet period, and returns once their threads have ended.
+     *
      * @param interceptors SDK interceptors, e.g. for metrics
      */
     public S3AsyncClient createClient(List<ExecutionInterceptor> interceptors) {
+        SdkEventLoopGroup loops = SdkEventLoopGroup.builder().build();
+        try {
+            return new OwnEventLoops(build(interceptors, loops), loops.eventLoopGroup());
+        } catch (RuntimeException e) {
+            loops.eventLoopGroup().shutdownGracefully(0, 0, TimeUnit.SECONDS);
+            throw e;
+        }
+    }
+
+    private S3AsyncClient build(List<ExecutionInterceptor> interceptors, SdkEventLoopGroup loops) {
         var builder =
                 S3AsyncClient.builder()
                         .region(Region.of(region))
@@ -210,6 +231,7 @@ public final class S3ClientSettings implements Serializable {
                         .responseChecksumValidation(ResponseChecksumValidation.WHEN_REQUIRED)
                         .httpClientBuilder(
                                 NettyNioAsyncHttpClient.builder()
+                                        .eventLoopGroup(loops)
                                         .maxConcurrency(maxConnections)
                                         // the store hands the client at most maxConnections GETs,
                                         // so this bounds only a leaked connection
@@ -225,6 +247,30 @@ public final class S3ClientSettings implements Serializable {
             builder.endpointOverride(URI.create(endpoint));
         }
         return builder.build();
+    }
+
+    /** A client that shuts its own event loops down when it is closed ({@link #createClient}). */
+    private static final class OwnEventLoops extends DelegatingS3AsyncClient {
+        /** Longest wait for the event loops' threads to end at a close. */
+        private static final long SHUTDOWN_TIMEOUT_S = 15;
+
+        private final EventLoopGroup loops;
+
+        OwnEventLoops(S3AsyncClient client, EventLoopGroup loops) {
+            super(client);
+            this.loops = loops;
+        }
+
+        @Override
+        public void close() {
+            try {
+                super.close();
+            } finally {
+                // no quiet period: the closed client submits no more work to them
+                loops.shutdownGracefully(0, SHUTDOWN_TIMEOUT_S, TimeUnit.SECONDS)
+                        .awaitUninterruptibly(SHUTDOWN_TIMEOUT_S, TimeUnit.SECONDS);
+            }
+        }
     }
 
     @Override

@@ -105,6 +105,26 @@ class S3ImageStoreITCase {
         assertThat(metrics.retries()).isZero();
     }
 
+    /**
+     * The client's Netty event loops are its own (S3ClientSettings#createClient), not the SDK's:
+     * closing the store must end their threads as the SDK would have.
+     */
+    @Test
+    void closingTheStoreEndsItsEventLoopThreads() {
+        long before = eventLoopThreads();
+        try (S3ImageStore store = store(clientSettings().build(), metrics())) {
+            assertThat(store.read(ROOT, "images/a.jpg").join().bytes()).containsExactly(1, 2, 3);
+            assertThat(eventLoopThreads()).isGreaterThan(before);
+        }
+        assertThat(eventLoopThreads()).isEqualTo(before);
+    }
+
+    private static long eventLoopThreads() {
+        return Thread.getAllStackTraces().keySet().stream()
+                .filter(t -> t.isAlive() && t.getName().startsWith("aws-java-sdk-NettyEventLoop"))
+                .count();
+    }
+
     @Test
     void aStragglerIsOvertakenByItsHedgedGet() {
         S3.faults()
