@@ -128,4 +128,67 @@ class ChatTokenizerTest {
                 .isInstanceOf(IllegalStateException.class)
                 .hasMessageContaining("not a Qwen2-VL compatible tokenizer");
     }
+
+    /** The seven special tokens Stoker needs, at their Qwen2-VL ids, as tokenizer.json entries. */
+    private static String qwenSpecialTokens() {
+        String[][] tokens = {
+            {"151643", "<|endoftext|>"},
+            {"151644", "<|im_start|>"},
+            {"151645", "<|im_end|>"},
+            {"151652", "<|vision_start|>"},
+            {"151653", "<|vision_end|>"},
+            {"151655", "<|image_pad|>"},
+            {"151656", "<|video_pad|>"}
+        };
+        StringBuilder json = new StringBuilder();
+        for (String[] t : tokens) {
+            json.append(
+                    String.format(
+                            "{\"id\": %s, \"content\": \"%s\", \"single_word\": false,"
+                                    + " \"lstrip\": false, \"rstrip\": false, \"normalized\":"
+                                    + " false, \"special\": true},",
+                            t[0], t[1]));
+        }
+        return json.toString();
+    }
+
+    /**
+     * The rewrite of tokenizer.json (special added tokens into the vocabulary) streams the file: it
+     * must not depend on where added_tokens stands, must keep the non-special added tokens matched,
+     * and must leave every other vocabulary entry as it was.
+     */
+    @Test
+    void loadsATokenizerWhoseAddedTokensFollowTheModel(@TempDir Path dir) throws Exception {
+        Files.writeString(
+                dir.resolve("tokenizer.json"),
+                """
+                {"version": "1.0", "truncation": null, "padding": null,
+                 "normalizer": null, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null, "decoder": null,
+                 "model": {"type": "WordLevel", "vocab": {"hello": 7, "world": 8, "[UNK]": 9, "<think>": 151667},
+                   "unk_token": "[UNK]"},
+                 "added_tokens": [%s
+                   {"id": 151667, "content": "<think>", "single_word": false, "lstrip": false,
+                    "rstrip": false, "normalized": false, "special": false}]}
+                """
+                        .formatted(qwenSpecialTokens()));
+        try (ChatTokenizer small = ChatTokenizer.open(dir)) {
+            assertThat(small.encodeText("hello world")).containsExactly(7, 8);
+            assertThat(small.encodeText("<think>")).containsExactly(151667);
+            assertThat(small.encodeText("<|im_start|>")).doesNotContain(151644L);
+        }
+    }
+
+    @Test
+    void rejectsATokenizerWithoutAVocabulary(@TempDir Path dir) throws Exception {
+        Files.writeString(
+                dir.resolve("tokenizer.json"),
+                """
+                {"added_tokens": [%s {"id": 1, "content": "x", "special": false}],
+                 "model": {"type": "WordLevel", "unk_token": "[UNK]"}}
+                """
+                        .formatted(qwenSpecialTokens()));
+        assertThatThrownBy(() -> ChatTokenizer.open(dir))
+                .isInstanceOf(IllegalStateException.class)
+                .hasMessageContaining("has no model.vocab object");
+    }
 }
