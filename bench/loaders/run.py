@@ -25,6 +25,7 @@ import csv
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -238,9 +239,41 @@ def keep_logs(cfg: Config, logs_dir: Path) -> list[str]:
     return kept
 
 
+def dump_threads(pids: list[int], logs_dir: Path, label: str) -> list[str]:
+    """A thread dump (``jcmd <pid> Thread.print -l``) of each Java process among ``pids`` into
+    ``logs_dir/<label>.<pid>.threads.txt``; the names written. Python processes are skipped (no
+    dump tool in the bench venv)."""
+    logs_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).name() != "java":
+                continue
+        except psutil.NoSuchProcess:
+            continue
+        out = logs_dir / f"{label}.{pid}.threads.txt"
+        done = subprocess.run(
+            ["jcmd", str(pid), "Thread.print", "-l"], capture_output=True, text=True, timeout=60
+        )
+        out.write_text(done.stdout + done.stderr)
+        written.append(out.name)
+    return written
+
+
 def run_contender(
-    name: str, cfg: Config, cores: int, workdir: Path, steady_from: float, stall_s: float
+    name: str,
+    cfg: Config,
+    cores: int,
+    workdir: Path,
+    steady_from: float,
+    stall_s: float,
+    s3_pid: int | None = None,
 ) -> dict[str, Any]:
+    """Runs one contender to its end, sampling its process tree; its result row. While it runs,
+    a window of ``stall_s`` seconds with its CPU below ``STALL_IDLE_BELOW`` of the cores (a stall
+    in the making: a pass never idles that long) has every Java process of the tree and the S3
+    server (``s3_pid``) thread-dumped into ``workdir/logs``, once per run, so that a stall comes
+    with what its threads waited on. Interrupted, it kills the contender's process tree."""
     module, _ = CONTENDERS[name]
     path = workdir / f"{name}.config.json"
     path.write_text(json.dumps(asdict(cfg)))
@@ -252,11 +285,34 @@ def run_contender(
     launch = time.time()
     proc = subprocess.Popen(cmd, cwd=REPO, env=env)
     sampler = TreeSampler(proc.pid, extra)
-    while proc.poll() is None:
-        sampler.sample()
-        time.sleep(sampler.interval_s)
+    dumps: list[str] = []
+    try:
+        while proc.poll() is None:
+            sampler.sample()
+            now = time.time()
+            if (
+                not dumps
+                and now - launch > stall_s
+                and sampler.utilization(now - stall_s, now, cores) < STALL_IDLE_BELOW
+            ):
+                tree = [p.pid for p in sampler.processes()] + ([s3_pid] if s3_pid else [])
+                label = Path(cfg.result).name.removesuffix(".result.json")
+                dumps = dump_threads(tree, workdir / "logs", label) or ["(no Java process)"]
+                log(
+                    f"  {name} idled {stall_s:.0f} s (CPU below {STALL_IDLE_BELOW:.0%}); dumps: {dumps}"
+                )
+            time.sleep(sampler.interval_s)
+    finally:  # interrupted (Ctrl-C, SIGTERM): no contender outlives the run, e.g. a reader
+        if proc.poll() is None:  # left waiting that would read the next run's batches
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                try:
+                    child.kill()
+                except psutil.NoSuchProcess:
+                    pass
+            proc.kill()
+            proc.wait()
     wall = time.time() - launch
-    logs = keep_logs(cfg, workdir / "logs")
+    logs = keep_logs(cfg, workdir / "logs") + [d for d in dumps if d.endswith(".txt")]
     if proc.returncode != 0:
         raise RuntimeError(f"{name} failed (exit {proc.returncode}); logs: {logs}")
     result = json.loads(Path(cfg.result).read_text())
@@ -617,6 +673,8 @@ def main() -> int:
     )
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     args = p.parse_args()
+    # SIGTERM unwinds like Ctrl-C: the contender and the S3 server are stopped on the way out
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.rounds < 1:
         p.error("--rounds must be >= 1")
     if not 0 <= args.steady_from < 1:
@@ -670,7 +728,9 @@ def main() -> int:
                 log(f"pass 1 (capacity), round {k + 1} of {args.rounds}: {name}")
                 cfg = config(name, args.samples, 0.0, f"pass1-round{k + 1}")
                 rounds[name].append(
-                    run_contender(name, cfg, args.cores, workdir, args.steady_from, args.stall_s)
+                    run_contender(
+                        name, cfg, args.cores, workdir, args.steady_from, args.stall_s, s3.pid
+                    )
                 )
                 log(f"  {json.dumps(rounds[name][-1])}")
         rows = {name: dict(contender=name, **mean_of_rounds(rs)) for name, rs in rounds.items()}
@@ -685,6 +745,7 @@ def main() -> int:
                 workdir,
                 args.steady_from,
                 args.stall_s,
+                s3.pid,
             )
             rows[name]["stalls"] = rows[name]["stalls"] + [
                 dict(st, run="pass2") for st in r["stalls"]
@@ -708,6 +769,10 @@ def main() -> int:
                 )
         s3.terminate()
         s3.wait()
+        for name in ("bench-s3proxy.log", "bench-s3proxy.out"):  # the S3 server's own logs
+            if (STATE / "logs" / name).exists():
+                (workdir / "logs").mkdir(parents=True, exist_ok=True)
+                shutil.copy(STATE / "logs" / name, workdir / "logs" / name)
         kept = args.out / "loaders-logs"
         shutil.rmtree(kept, ignore_errors=True)
         if (workdir / "logs").exists():

@@ -13,6 +13,7 @@ import dev.stoker.operators.video.VideoSettings;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CompletableFuture;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.IllegalConfigurationException;
 import org.apache.flink.configuration.ReadableConfig;
@@ -139,8 +140,9 @@ final class JobPlan {
 
     /**
      * Plans the submission: checks the image root, reads the mixture spec and lists its sources
-     * ({@link MixturePlan#of}), checks S3 ({@link StartupChecks#checkS3}) and the tokenizer, and
-     * plans the generation ({@link Generation#plan}).
+     * ({@link MixturePlan#of}), checks S3 ({@link StartupChecks#checkS3}) and the tokenizer (loaded
+     * on another thread meanwhile, {@link StartupChecks#loadTokenizer}), and plans the generation
+     * ({@link Generation#plan}).
      *
      * @param conf the job's options, validated ({@link StokerConfig#validate}) and with local paths
      *     made absolute ({@link StartupChecks#absolutizePaths})
@@ -151,6 +153,7 @@ final class JobPlan {
      *     new stage restoring a savepoint
      */
     static JobPlan of(Configuration conf, ReadableConfig env) {
+        CompletableFuture<Long> tokenizer = StartupChecks.loadTokenizer(conf);
         StokerConfig.checkImageRoot(conf);
         MixturePlan mixture = MixturePlan.of(conf, MixtureSpec.of(conf));
         S3ClientSettings s3 = null;
@@ -226,7 +229,7 @@ final class JobPlan {
                 new TokenizeSettings(
                         conf.get(StokerOptions.TOKENIZER_PATH),
                         conf.get(StokerOptions.MAX_SEQ_LEN_POLICY),
-                        StartupChecks.tokenizerPadId(conf)),
+                        StartupChecks.tokenizerPadId(tokenizer)),
                 new OutputSettings(
                         StokerConfig.jobDir(conf),
                         StokerConfig.deadLetterDir(conf),

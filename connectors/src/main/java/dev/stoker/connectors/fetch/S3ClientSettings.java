@@ -6,6 +6,7 @@ import java.net.URI;
 import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import software.amazon.awssdk.auth.credentials.AwsBasicCredentials;
 import software.amazon.awssdk.auth.credentials.AwsCredentialsProvider;
 import software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider;
@@ -202,21 +203,23 @@ public final class S3ClientSettings implements Serializable {
      * computed and validated only when S3 requires them, which S3-compatible servers such as
      * S3Proxy need and which costs nothing on AWS for plain GETs.
      *
-     * <p>The client's Netty event loops are its own, not the SDK's: the SDK shuts down event loops
-     * it created with Netty's graceful shutdown and a quiet period of 2 s, and waits for it, so
-     * every close took at least 2 s (the planner's reachability check delayed each job's start by
-     * that much; each fetch subtask's close at a cancel or restart too). {@link
-     * S3AsyncClient#close} of the returned client closes the SDK client (its connections), then the
-     * event loops without a quiet period, and returns once their threads have ended.
+     * <p>The clients of a JVM share one group of Netty event loops, as the SDK's clients share
+     * theirs by default, but Stoker's own ({@link SharedEventLoops}): the SDK shuts its shared
+     * group down when its last client closes, with Netty's graceful shutdown and a quiet period of
+     * 2 s, and waits for it, so such a close took at least 2 s (the planner's reachability check
+     * delayed each job's start by that much; a fetch subtask's close at a cancel or restart too).
+     * {@link S3AsyncClient#close} of the returned client closes the SDK client (its connections)
+     * and, if it was the last one, the event loops without a quiet period, returning once their
+     * threads have ended.
      *
      * @param interceptors SDK interceptors, e.g. for metrics
      */
     public S3AsyncClient createClient(List<ExecutionInterceptor> interceptors) {
-        SdkEventLoopGroup loops = SdkEventLoopGroup.builder().build();
+        SdkEventLoopGroup loops = SharedEventLoops.acquire();
         try {
-            return new OwnEventLoops(build(interceptors, loops), loops.eventLoopGroup());
+            return new ReleasingEventLoops(build(interceptors, loops));
         } catch (RuntimeException e) {
-            loops.eventLoopGroup().shutdownGracefully(0, 0, TimeUnit.SECONDS);
+            SharedEventLoops.release();
             throw e;
         }
     }
@@ -249,26 +252,59 @@ public final class S3ClientSettings implements Serializable {
         return builder.build();
     }
 
-    /** A client that shuts its own event loops down when it is closed ({@link #createClient}). */
-    private static final class OwnEventLoops extends DelegatingS3AsyncClient {
-        /** Longest wait for the event loops' threads to end at a close. */
+    /**
+     * The event loops of this JVM's clients ({@link #createClient}): created for the first client,
+     * shut down without a quiet period when the last one closes (closed clients submit no more work
+     * to them).
+     */
+    static final class SharedEventLoops {
+        /** Longest wait for the event loops' threads to end at the last close. */
         private static final long SHUTDOWN_TIMEOUT_S = 15;
 
-        private final EventLoopGroup loops;
+        private static SdkEventLoopGroup group;
+        private static int clients;
 
-        OwnEventLoops(S3AsyncClient client, EventLoopGroup loops) {
+        private SharedEventLoops() {}
+
+        static synchronized SdkEventLoopGroup acquire() {
+            if (clients++ == 0) {
+                group = SdkEventLoopGroup.builder().build();
+            }
+            return group;
+        }
+
+        static void release() {
+            EventLoopGroup last = null;
+            synchronized (SharedEventLoops.class) {
+                if (--clients == 0) {
+                    last = group.eventLoopGroup();
+                    group = null;
+                }
+            }
+            if (last != null) {
+                last.shutdownGracefully(0, SHUTDOWN_TIMEOUT_S, TimeUnit.SECONDS)
+                        .awaitUninterruptibly(SHUTDOWN_TIMEOUT_S, TimeUnit.SECONDS);
+            }
+        }
+    }
+
+    /** A client that releases the shared event loops once, when it is closed. */
+    private static final class ReleasingEventLoops extends DelegatingS3AsyncClient {
+        private final AtomicBoolean closed = new AtomicBoolean();
+
+        ReleasingEventLoops(S3AsyncClient client) {
             super(client);
-            this.loops = loops;
         }
 
         @Override
         public void close() {
+            if (!closed.compareAndSet(false, true)) {
+                return;
+            }
             try {
                 super.close();
             } finally {
-                // no quiet period: the closed client submits no more work to them
-                loops.shutdownGracefully(0, SHUTDOWN_TIMEOUT_S, TimeUnit.SECONDS)
-                        .awaitUninterruptibly(SHUTDOWN_TIMEOUT_S, TimeUnit.SECONDS);
+                SharedEventLoops.release();
             }
         }
     }

@@ -106,13 +106,18 @@ class S3ImageStoreITCase {
     }
 
     /**
-     * The client's Netty event loops are its own (S3ClientSettings#createClient), not the SDK's:
-     * closing the store must end their threads as the SDK would have.
+     * Stoker's S3 clients share Netty event loops of their own (S3ClientSettings#createClient), not
+     * the SDK's: closing the last store must end their threads as the SDK would have, and a second
+     * close of a client must not release them again.
      */
     @Test
     void closingTheStoreEndsItsEventLoopThreads() {
         long before = eventLoopThreads();
+        S3ImageStore second = store(clientSettings().build(), metrics());
         try (S3ImageStore store = store(clientSettings().build(), metrics())) {
+            assertThat(store.read(ROOT, "images/a.jpg").join().bytes()).containsExactly(1, 2, 3);
+            second.close();
+            second.close();
             assertThat(store.read(ROOT, "images/a.jpg").join().bytes()).containsExactly(1, 2, 3);
             assertThat(eventLoopThreads()).isGreaterThan(before);
         }
