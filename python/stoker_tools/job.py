@@ -30,10 +30,10 @@ MAIN_CLASS = "dev.stoker.job.StokerJob"
 #: image work allocates and drops arrays of hundreds of KB to tens of MB per image and has no
 #: pause-time target; measured +8-9% samples/s over the default G1 (bench/README.md). Its young
 #: generation is capped at 256 MB: left alone the collector grew it to 1.7 GB of eden for ~150-190
-#: MB that survive a collection, which made the process 1.0-1.1 GiB larger (PSS) and no faster
-#: (bench/README.md, "Young generation of the embedded JVM"); the old generation, where large
-#: images go, keeps the JVM's default limit (a quarter of the RAM). Without the AWS SDK v1 banner
-#: of the S3 filesystem plugin.
+#: MB that survive a collection, which made the process 1.0-1.4 GiB larger (PSS) for no
+#: throughput the side-by-side runs resolve (bench/README.md, "Young generation of the embedded
+#: JVM"); the old generation, where large images go, keeps the JVM's default limit (a quarter of
+#: the RAM). Without the AWS SDK v1 banner of the S3 filesystem plugin.
 EMBEDDED_JVM_OPTS = (
     "-XX:+UseParallelGC",
     "-XX:MaxNewSize=256m",
