@@ -69,25 +69,36 @@ final class StartupChecks {
     }
 
     /**
-     * Starts loading the tokenizer on another thread, so that its ~1 s (an 11 MB tokenizer.json
-     * parsed twice) overlaps the listing of the mixture's sources; {@link #tokenizerPadId} waits
-     * for it.
+     * Starts loading the tokenizer on a thread of its own, so that its ~1 s (an 11 MB
+     * tokenizer.json parsed twice) overlaps the listing of the mixture's sources; {@link
+     * #tokenizerPadId} waits for it. A new thread, not a pool's: it inherits this thread's context
+     * class loader, which under {@code flink run} is the one that holds the job jar (DJL finds its
+     * native library through it).
      *
      * @return the loading, which yields the padding token id
      */
     static CompletableFuture<Long> loadTokenizer(Configuration conf) {
         String dir = conf.get(StokerOptions.TOKENIZER_PATH);
-        return CompletableFuture.supplyAsync(
-                () -> {
-                    try (ChatTokenizer tokenizer = ChatTokenizer.open(Path.of(dir))) {
-                        return tokenizer.padTokenId();
-                    } catch (IOException | RuntimeException e) {
-                        throw bad(
-                                StokerOptions.TOKENIZER_PATH,
-                                dir,
-                                "does not load as a tokenizer: " + e);
-                    }
-                });
+        CompletableFuture<Long> loading = new CompletableFuture<>();
+        Thread loader =
+                new Thread(
+                        () -> {
+                            try (ChatTokenizer tokenizer = ChatTokenizer.open(Path.of(dir))) {
+                                loading.complete(tokenizer.padTokenId());
+                            } catch (IOException | RuntimeException e) {
+                                loading.completeExceptionally(
+                                        bad(
+                                                StokerOptions.TOKENIZER_PATH,
+                                                dir,
+                                                "does not load as a tokenizer: " + e));
+                            } catch (Error e) { // e.g. DJL's native library not loadable
+                                loading.completeExceptionally(e); // thrown by tokenizerPadId
+                            }
+                        },
+                        "stoker-tokenizer-check");
+        loader.setDaemon(true);
+        loader.start();
+        return loading;
     }
 
     /**
@@ -102,6 +113,9 @@ final class StartupChecks {
             return loading.join();
         } catch (CompletionException e) {
             if (e.getCause() instanceof RuntimeException cause) {
+                throw cause;
+            }
+            if (e.getCause() instanceof Error cause) {
                 throw cause;
             }
             throw e;
