@@ -1,12 +1,9 @@
 package dev.stoker.connectors.fetch;
 
-import io.netty.channel.EventLoopGroup;
 import java.io.Serializable;
 import java.net.URI;
 import java.time.Duration;
 import java.util.List;
-import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicBoolean;
 import software.amazon.awssdk.auth.credentials.AwsBasicCredentials;
 import software.amazon.awssdk.auth.credentials.AwsCredentialsProvider;
 import software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider;
@@ -17,11 +14,9 @@ import software.amazon.awssdk.core.checksums.ResponseChecksumValidation;
 import software.amazon.awssdk.core.exception.ApiCallAttemptTimeoutException;
 import software.amazon.awssdk.core.interceptor.ExecutionInterceptor;
 import software.amazon.awssdk.http.nio.netty.NettyNioAsyncHttpClient;
-import software.amazon.awssdk.http.nio.netty.SdkEventLoopGroup;
 import software.amazon.awssdk.regions.Region;
 import software.amazon.awssdk.retries.api.BackoffStrategy;
 import software.amazon.awssdk.retries.api.RetryStrategy;
-import software.amazon.awssdk.services.s3.DelegatingS3AsyncClient;
 import software.amazon.awssdk.services.s3.S3AsyncClient;
 
 /**
@@ -203,28 +198,9 @@ public final class S3ClientSettings implements Serializable {
      * computed and validated only when S3 requires them, which S3-compatible servers such as
      * S3Proxy need and which costs nothing on AWS for plain GETs.
      *
-     * <p>The clients of a JVM share one group of Netty event loops, as the SDK's clients share
-     * theirs by default, but Stoker's own ({@link SharedEventLoops}): the SDK shuts its shared
-     * group down when its last client closes, with Netty's graceful shutdown and a quiet period of
-     * 2 s, and waits for it, so such a close took at least 2 s (the planner's reachability check
-     * delayed each job's start by that much; a fetch subtask's close at a cancel or restart too).
-     * {@link S3AsyncClient#close} of the returned client closes the SDK client (its connections)
-     * and, if it was the last one, the event loops without a quiet period, returning once their
-     * threads have ended.
-     *
      * @param interceptors SDK interceptors, e.g. for metrics
      */
     public S3AsyncClient createClient(List<ExecutionInterceptor> interceptors) {
-        SdkEventLoopGroup loops = SharedEventLoops.acquire();
-        try {
-            return new ReleasingEventLoops(build(interceptors, loops));
-        } catch (RuntimeException e) {
-            SharedEventLoops.release();
-            throw e;
-        }
-    }
-
-    private S3AsyncClient build(List<ExecutionInterceptor> interceptors, SdkEventLoopGroup loops) {
         var builder =
                 S3AsyncClient.builder()
                         .region(Region.of(region))
@@ -234,7 +210,6 @@ public final class S3ClientSettings implements Serializable {
                         .responseChecksumValidation(ResponseChecksumValidation.WHEN_REQUIRED)
                         .httpClientBuilder(
                                 NettyNioAsyncHttpClient.builder()
-                                        .eventLoopGroup(loops)
                                         .maxConcurrency(maxConnections)
                                         // the store hands the client at most maxConnections GETs,
                                         // so this bounds only a leaked connection
@@ -250,63 +225,6 @@ public final class S3ClientSettings implements Serializable {
             builder.endpointOverride(URI.create(endpoint));
         }
         return builder.build();
-    }
-
-    /**
-     * The event loops of this JVM's clients ({@link #createClient}): created for the first client,
-     * shut down without a quiet period when the last one closes (closed clients submit no more work
-     * to them).
-     */
-    static final class SharedEventLoops {
-        /** Longest wait for the event loops' threads to end at the last close. */
-        private static final long SHUTDOWN_TIMEOUT_S = 15;
-
-        private static SdkEventLoopGroup group;
-        private static int clients;
-
-        private SharedEventLoops() {}
-
-        static synchronized SdkEventLoopGroup acquire() {
-            if (clients++ == 0) {
-                group = SdkEventLoopGroup.builder().build();
-            }
-            return group;
-        }
-
-        static void release() {
-            EventLoopGroup last = null;
-            synchronized (SharedEventLoops.class) {
-                if (--clients == 0) {
-                    last = group.eventLoopGroup();
-                    group = null;
-                }
-            }
-            if (last != null) {
-                last.shutdownGracefully(0, SHUTDOWN_TIMEOUT_S, TimeUnit.SECONDS)
-                        .awaitUninterruptibly(SHUTDOWN_TIMEOUT_S, TimeUnit.SECONDS);
-            }
-        }
-    }
-
-    /** A client that releases the shared event loops once, when it is closed. */
-    private static final class ReleasingEventLoops extends DelegatingS3AsyncClient {
-        private final AtomicBoolean closed = new AtomicBoolean();
-
-        ReleasingEventLoops(S3AsyncClient client) {
-            super(client);
-        }
-
-        @Override
-        public void close() {
-            if (!closed.compareAndSet(false, true)) {
-                return;
-            }
-            try {
-                super.close();
-            } finally {
-                SharedEventLoops.release();
-            }
-        }
     }
 
     @Override

@@ -105,31 +105,6 @@ class S3ImageStoreITCase {
         assertThat(metrics.retries()).isZero();
     }
 
-    /**
-     * Stoker's S3 clients share Netty event loops of their own (S3ClientSettings#createClient), not
-     * the SDK's: closing the last store must end their threads as the SDK would have, and a second
-     * close of a client must not release them again.
-     */
-    @Test
-    void closingTheStoreEndsItsEventLoopThreads() {
-        long before = eventLoopThreads();
-        S3ImageStore second = store(clientSettings().build(), metrics());
-        try (S3ImageStore store = store(clientSettings().build(), metrics())) {
-            assertThat(store.read(ROOT, "images/a.jpg").join().bytes()).containsExactly(1, 2, 3);
-            second.close();
-            second.close();
-            assertThat(store.read(ROOT, "images/a.jpg").join().bytes()).containsExactly(1, 2, 3);
-            assertThat(eventLoopThreads()).isGreaterThan(before);
-        }
-        assertThat(eventLoopThreads()).isEqualTo(before);
-    }
-
-    private static long eventLoopThreads() {
-        return Thread.getAllStackTraces().keySet().stream()
-                .filter(t -> t.isAlive() && t.getName().startsWith("aws-java-sdk-NettyEventLoop"))
-                .count();
-    }
-
     @Test
     void aStragglerIsOvertakenByItsHedgedGet() {
         S3.faults()
