@@ -12,7 +12,7 @@ escaped for a terminal: what every tool prints it through).
 
 from .batch import Batch, read_batch_file
 from .pixels import bfloat16_to_float32, normalize_uint8, normalize_uint8_torch
-from .protocol import BatchFormatError, Manifest, ResumeError, VisionSettings
+from .protocol import BatchFormatError, Manifest, RankInUseError, ResumeError, VisionSettings
 from .reader import BatchReader
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "BatchFormatError",
     "BatchReader",
     "Manifest",
+    "RankInUseError",
     "ResumeError",
     "VisionSettings",
     "bfloat16_to_float32",

@@ -3,6 +3,7 @@
 The Flink job and the trainer talk only through files in the job directory::
 
     <job dir>/manifest.json                         the job writes: names the current generation
+    <job dir>/reader-<r>.lock                       this side: held (flock) by rank r's reader
     <job dir>/gen-<generation>/rank-<r>/
         step-<s:010d>.arrow                         the job writes: batch (step s, rank r)
         ack.json                                    this side writes: the last step consumed
@@ -35,6 +36,7 @@ __all__ = [
     "MANIFEST_FILE",
     "BatchFormatError",
     "Manifest",
+    "RankInUseError",
     "ResumeError",
     "VisionSettings",
     "ack_content",
@@ -42,6 +44,7 @@ __all__ = [
     "generation_dir_name",
     "rank_dir_name",
     "read_consumed_step",
+    "reader_lock_name",
     "unlink_steps_below",
     "write_ack_and_unlink",
     "write_json_atomic",
@@ -111,6 +114,13 @@ def rank_dir_name(rank: int) -> str:
     return f"rank-{rank}"
 
 
+def reader_lock_name(rank: int) -> str:
+    """``reader-<rank>.lock``, in the job directory: the file the reader of ``rank`` holds an
+    exclusive ``flock`` on while it reads, so that a second reader of the rank on the node fails
+    instead of taking its batches (:class:`RankInUseError`)."""
+    return f"reader-{rank}.lock"
+
+
 def batch_file_name(step: int) -> str:
     """``step-<step:010d>.arrow``, the published batch of ``step``."""
     return f"step-{step:010d}.arrow"
@@ -118,6 +128,17 @@ def batch_file_name(step: int) -> str:
 
 class BatchFormatError(ValueError):
     """A batch file or the manifest does not follow the protocol/schema; the message names the file."""
+
+
+class RankInUseError(RuntimeError):
+    """Another reader (another process, or an open reader of this one) holds the rank's reader
+    lock (:func:`reader_lock_name`) in the job directory.
+
+    Two readers of one rank would each take, acknowledge and unlink some of the rank's batch
+    files, so each would miss steps (and wait forever for one the other took). The message names
+    the lock file and the process that took it (its pid, and whether it still runs). The usual
+    cause is a trainer process of an earlier run still alive: stop it, or close the other reader.
+    """
 
 
 class ResumeError(ValueError):

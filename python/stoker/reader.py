@@ -25,15 +25,20 @@ The job directory holds ``manifest.json``, which names the current *generation*;
 ``s`` (``ack.json`` in the same directory, which also paces the job's prefetch) and unlinks its
 file, both on a background thread, while another maps the next step's file ahead. When the job is
 resubmitted while the trainer runs (a new generation), the reader follows the manifest to the new
-generation's directory and continues at the same step.
+generation's directory and continues at the same step. While it reads, the reader holds an
+exclusive ``flock`` on ``reader-<rank>.lock`` in the job directory, so a second reader of the rank
+(a trainer process of an earlier run still alive) fails with :class:`~stoker.protocol.RankInUseError`
+instead of taking some of the rank's batches.
 """
 
 from __future__ import annotations
 
 import atexit
+import fcntl
 import functools
 import os
 import queue
+import socket
 import threading
 import time
 import weakref
@@ -43,7 +48,7 @@ from typing import Any
 
 from . import protocol
 from .batch import Batch, checks_for, read_batch_file
-from .protocol import BatchFormatError, Manifest, ResumeError, resume_fix
+from .protocol import BatchFormatError, Manifest, RankInUseError, ResumeError, resume_fix
 
 __all__ = ["BatchReader"]
 
@@ -125,6 +130,116 @@ def _flush_acks_at_exit() -> None:
     ``atexit`` runs while daemon threads still run."""
     for thread in list(_ACK_THREADS):
         thread.flush(_EXIT_FLUSH_S)
+
+
+class _RankLock:
+    """A reader's exclusive ``flock`` on its rank's lock file, ``<job dir>/reader-<rank>.lock``
+    (:func:`~stoker.protocol.reader_lock_name`), so that two readers of one rank on a node fail
+    instead of silently sharing its batches.
+
+    The file holds the holder's pid and host, for the message of the reader that finds it taken.
+    The kernel releases the lock when the holding process ends, however it ends. A job directory
+    removed and made again (a new job of the same name) has a new lock file, so :meth:`hold`
+    also checks that the file at the path is still the one locked and otherwise locks the new
+    one. In a forked child the descriptor is closed (without unlocking: the lock belongs to the
+    open file, which the parent still holds), so a child that outlives its parent does not keep
+    the rank locked.
+    """
+
+    def __init__(self, path: Path, rank: int) -> None:
+        self.path = path
+        self.rank = rank
+        self._fd: int | None = None
+        _LOCKS.add(self)
+
+    def hold(self) -> None:
+        """Take the lock, or keep it while the file at :attr:`path` is the one held.
+
+        Raises:
+            RankInUseError: another reader holds it (the message names it).
+            OSError: the lock file cannot be opened (e.g. the job directory is not writable).
+        """
+        if self._fd is not None and self._is_current(self._fd):
+            return
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 256, 0).decode("utf-8", "replace").split()
+                os.close(fd)
+                raise RankInUseError(self._in_use_message(holder)) from None
+            except BaseException:
+                os.close(fd)
+                raise
+            if self._is_current(fd):  # not replaced between the open and the lock
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
+        self.release()
+        self._fd = fd
+
+    def release(self) -> None:
+        """Unlock (close the descriptor); nothing if not held."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def close_in_child(self) -> None:
+        """In a forked child: drop the copy of the descriptor, leaving the parent's lock."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def _is_current(self, fd: int) -> bool:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        held = os.fstat(fd)
+        return (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino)
+
+    def _in_use_message(self, holder: list[str]) -> str:
+        pid = int(holder[0]) if holder and holder[0].isdigit() else None
+        host = holder[1] if len(holder) > 1 else "?"
+        if pid is None:
+            who = "another process"
+        elif pid == os.getpid() and host == socket.gethostname():
+            who = "another open BatchReader of this process: close it first"
+        elif host == socket.gethostname():
+            state = "still running" if _alive(pid) else "ended; a process it forked holds it"
+            who = f"process {pid}, {state}"
+        else:
+            who = f"process {pid} on {host}"
+        return (
+            f"rank {self.rank}: another reader holds {self.path} ({who}). Two readers of one "
+            "rank would each take, acknowledge and unlink some of its batches, and each wait "
+            "forever for a step the other took; stop the other reader (a trainer of an earlier "
+            "run left running?) before starting this one"
+        )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+#: The rank locks of this process, whose descriptors a forked child closes.
+_LOCKS: weakref.WeakSet[_RankLock] = weakref.WeakSet()
+
+
+def _close_locks_in_child() -> None:
+    for lock in list(_LOCKS):
+        lock.close_in_child()
+
+
+os.register_at_fork(after_in_child=_close_locks_in_child)
 
 
 class _ReadAhead:
@@ -254,6 +369,10 @@ class BatchReader:
         BatchFormatError: the manifest or a batch file does not match the protocol/schema,
             or a new generation changed ``world_size`` or ``micro_batch_size`` (message names
             the file).
+        RankInUseError: another reader of ``rank`` holds the rank's lock in the job directory
+            (``reader-<rank>.lock``, an exclusive ``flock`` each reader takes on its first request
+            and keeps until :meth:`close`); the message names the process. Two readers
+            of one rank would each take some of its batches.
         ResumeError: (a ``ValueError``) ``start_step`` is before the generation's
             ``first_step``, a new generation starts after the reader's next step, or the
             rank's ``ack.json`` already marks the next step consumed. The message names the
@@ -297,6 +416,7 @@ class BatchReader:
         self._requested_start = start_step
         self._stop_after = stop_after_step
         self.read_ahead = read_ahead
+        self._lock = _RankLock(self.root / protocol.reader_lock_name(rank), rank)
         self._pid = os.getpid()  # the threads below are not carried over into a forked child
         self._ahead: _ReadAhead | None = None
         self._reads: _BackgroundThread | None = None  # read-ahead
@@ -454,12 +574,13 @@ class BatchReader:
                     # only now: a woken background thread contends with the request for the GIL
                     self._ack_pending(t_start, background=True)
                     self.batches_read_ahead += 1
-            except (ResumeError, BatchFormatError) as e:
+            except (ResumeError, BatchFormatError, RankInUseError) as e:
                 self._failure = e
                 # a request that raises still acks the step returned before (and the threads
                 # end after writing it); the error repeats on every later request
                 self._hand_over_ack(t_start, background=self.read_ahead)
                 self._stop_threads()
+                self._lock.release()
                 raise
             self._next_step += 1
             self._pending_ack = (step, rank_dir)
@@ -487,12 +608,14 @@ class BatchReader:
         if acks is not None and self._pid == os.getpid():
             acks.flush()
         self._stop_threads()
+        self._lock.release()
 
     def __del__(self) -> None:
         # not close(): garbage collection may run this on any thread, the ack thread included
         if hasattr(self, "_acks"):  # not if __init__ raised
             self._done = True
             self._stop_threads()
+            self._lock.release()
 
     def _stop_threads(self) -> None:
         self._drop_read_ahead()
@@ -510,6 +633,7 @@ class BatchReader:
     # ------------------------------------------------------------------ internals
     def _start(self, t_request: float) -> None:
         m = self.manifest
+        self._lock.hold()
         start = self.start_step
         if start < m.first_step:
             raise ResumeError(
@@ -611,6 +735,7 @@ class BatchReader:
         sig = self._stat_manifest()
         if sig is None or sig == self._manifest_sig:
             return False
+        self._lock.hold()  # a job directory made again has a new lock file
         path = self.root / protocol.MANIFEST_FILE
         try:
             m = Manifest.load(path)

@@ -58,6 +58,7 @@ def test_protocol_py_names_are_the_shared_definitions():
         protocol.generation_dir_name("g-1_x")
     )
     assert files["rank_dir"].replace("<rank>", "3") == protocol.rank_dir_name(3)
+    assert files["reader_lock"].replace("<rank>", "3") == protocol.reader_lock_name(3)
     name = files["batch_file"].replace("<step:010d>", f"{42:010d}")
     assert name == protocol.batch_file_name(42)
     assert protocol.BATCH_FILE_RE.match(name).group(1) == f"{42:010d}"

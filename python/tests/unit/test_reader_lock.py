@@ -1,0 +1,106 @@
+"""One reader per rank: the rank's reader lock (``reader-<rank>.lock``, docs/batch-protocol.md)."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from harness.batches import make_job, write_manifest
+
+from stoker import BatchReader, RankInUseError
+from stoker.protocol import reader_lock_name
+
+
+def test_a_second_reader_of_a_rank_fails_until_the_first_is_closed(shm_root):
+    make_job(shm_root, world_size=2, num_steps=4)
+    first = BatchReader(shm_root, 0, timeout_s=5)
+    assert next(first).step == 0
+    second = BatchReader(shm_root, 0, timeout_s=5, start_step=2)
+    with pytest.raises(RankInUseError) as e:
+        next(second)
+    message = str(e.value)
+    assert str(shm_root / reader_lock_name(0)) in message
+    assert "another open BatchReader of this process" in message
+    # another rank is not affected
+    assert [b.step for b in BatchReader(shm_root, 1, timeout_s=5)] == [0, 1, 2, 3]
+    # nothing was taken from the first reader: it goes on in order
+    assert next(first).step == 1
+    first.close()
+    assert [b.step for b in second] == [2, 3]
+
+
+def test_a_reader_in_another_process_is_named_and_its_end_frees_the_rank(shm_root):
+    make_job(shm_root, world_size=1, num_steps=4)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                import sys, time
+                from stoker import BatchReader
+                reader = BatchReader({str(shm_root)!r}, 0, timeout_s=5)
+                next(reader)
+                print("holding", flush=True)
+                time.sleep(60)
+                """
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
+    )
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        with pytest.raises(RankInUseError, match=f"process {holder.pid}, still running"):
+            next(BatchReader(shm_root, 0, timeout_s=5, start_step=1))
+    finally:
+        holder.send_signal(signal.SIGKILL)  # no clean-up: the kernel releases the lock
+        holder.wait()
+    assert [b.step for b in BatchReader(shm_root, 0, timeout_s=5, start_step=1)] == [1, 2, 3]
+
+
+def test_a_reader_left_from_a_removed_job_directory_fails_instead_of_taking_batches(shm_root):
+    """A trainer of an earlier run still waits on the job directory when it is removed and a new
+    job of the same name is started: its reader follows the new manifest by name, so without the
+    lock it would take some of the new trainer's batches."""
+    make_job(shm_root, world_size=1, num_steps=2)  # steps 0, 1 of 4 written, then stopped
+    write_manifest(shm_root, world_size=1, num_steps=4)
+    stale = BatchReader(shm_root, 0, timeout_s=10, manifest_poll_interval_s=0.01)
+    assert [next(stale).step, next(stale).step] == [0, 1]
+    shutil.rmtree(shm_root)
+    make_job(shm_root, world_size=1, num_steps=4, generation="g2")  # a new lock file too
+    fresh = BatchReader(shm_root, 0, timeout_s=5)
+    assert next(fresh).step == 0
+    time.sleep(0.02)
+    with pytest.raises(RankInUseError, match="another open BatchReader of this process"):
+        next(stale)  # it would follow g2 and read step 2
+    with pytest.raises(RankInUseError):
+        next(stale)  # the error repeats
+    assert [b.step for b in fresh] == [1, 2, 3]
+
+
+def test_a_forked_child_does_not_keep_the_rank_locked(shm_root):
+    make_job(shm_root, world_size=1, num_steps=4)
+    reader = BatchReader(shm_root, 0, timeout_s=5)
+    assert next(reader).step == 0
+    forked_r, forked_w = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child, after the fork handlers ran
+        os.write(forked_w, b"x")
+        time.sleep(30)
+        os._exit(0)
+    try:
+        assert os.read(forked_r, 1) == b"x"
+        reader.close()
+        # the child still runs, and its copy of the descriptor was closed at the fork
+        assert [b.step for b in BatchReader(shm_root, 0, timeout_s=5, start_step=1)] == [1, 2, 3]
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+        os.close(forked_r)
+        os.close(forked_w)
