@@ -10,8 +10,10 @@ import dev.stoker.operators.model.TokenizedSample;
 import dev.stoker.operators.model.TrainingBatch;
 import dev.stoker.operators.pack.MropePositions;
 import dev.stoker.operators.tokenize.ChatTokenizer;
+import java.nio.Buffer;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.nio.FloatBuffer;
 import java.nio.ShortBuffer;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
@@ -24,7 +26,6 @@ import org.apache.arrow.memory.ArrowBuf;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.vector.BaseFixedWidthVector;
 import org.apache.arrow.vector.BigIntVector;
-import org.apache.arrow.vector.BitVectorHelper;
 import org.apache.arrow.vector.FieldVector;
 import org.apache.arrow.vector.Float4Vector;
 import org.apache.arrow.vector.IntVector;
@@ -32,6 +33,7 @@ import org.apache.arrow.vector.VarCharVector;
 import org.apache.arrow.vector.VectorSchemaRoot;
 import org.apache.arrow.vector.complex.FixedSizeListVector;
 import org.apache.arrow.vector.complex.ListVector;
+import org.apache.arrow.vector.ipc.message.ArrowFieldNode;
 
 /**
  * Turns a {@link TrainingBatch} into a {@link VectorSchemaRoot} of the {@link BatchSchema}.
@@ -430,6 +432,12 @@ public final class ArrowBatchEncoder {
         list.setValueCount(rows.length);
     }
 
+    /**
+     * The pixel column: its list offsets, every patch valid, and the values written sample by
+     * sample. The values' buffer is not zeroed first (a batch's is tens of MB, and Arrow's {@code
+     * allocateNew} zeroing it was 1.8% of the embedded job's CPU, bench/README.md): every byte of
+     * it is written, which {@link #putPixels} and {@link #putVideoPixels} check.
+     */
     private void fillPixels(ListVector list, TrainingBatch batch, int[][] rows, boolean videos) {
         FixedSizeListVector patches = (FixedSizeListVector) list.getDataVector();
         BaseFixedWidthVector values = (BaseFixedWidthVector) patches.getDataVector();
@@ -437,9 +445,15 @@ public final class ArrowBatchEncoder {
         for (TokenizedSample s : batch.samples) {
             totalPatches += numPatches(videos ? s.videoGridThw : s.imageGridThw);
         }
+        int valueCount = Math.multiplyExact(totalPatches, patchDim);
         list.allocateNew();
         patches.setInitialCapacity(totalPatches);
+        values.setInitialCapacity(0); // its buffers are loaded below
         patches.allocateNew();
+        try (ArrowBuf data = values.getAllocator().buffer((long) valueCount * pixelDtype.bytes)) {
+            // a null validity buffer with no nulls: Arrow makes one with every value valid
+            values.loadFieldBuffers(new ArrowFieldNode(valueCount, 0), Arrays.asList(null, data));
+        }
         int patch = 0;
         long offset = 0;
         for (int r = 0; r < rows.length; r++) {
@@ -461,9 +475,6 @@ public final class ArrowBatchEncoder {
             }
             list.endValue(r, rowPatches);
         }
-        int valueCount = totalPatches * patchDim;
-        values.getValidityBuffer()
-                .setOne(0, BitVectorHelper.getValidityBufferSizeFromCount(valueCount));
         values.setValueCount(valueCount);
         patches.setValueCount(patch);
         list.setValueCount(rows.length);
@@ -491,27 +502,54 @@ public final class ArrowBatchEncoder {
                 patchifier.patchifyBytes(s.resizedRgb, rgbOffset, gridH, gridW, view::put);
                 rgbOffset += patchifier.rgbLength(gridH, gridW);
             }
+            checkFilled(view, s);
             return;
         }
-        PatchRows out;
-        if (pixelDtype == PixelDtype.BFLOAT16) {
-            ShortBuffer shorts = view.asShortBuffer();
-            out =
-                    row -> {
-                        for (int i = 0; i < patchDim; i++) {
-                            bf16Row[i] = PixelDtype.toBfloat16(row[i]);
-                        }
-                        shorts.put(bf16Row);
-                    };
-        } else {
-            out = view.asFloatBuffer()::put;
-        }
+        Buffer typed = typedView(view);
+        PatchRows out = rowWriter(typed);
         int rgbOffset = 0;
         for (int i = 0; i < thw.length; i += 3) {
             int gridH = (int) thw[i + 1];
             int gridW = (int) thw[i + 2];
             patchifier.patchify(s.resizedRgb, rgbOffset, gridH, gridW, out);
             rgbOffset += patchifier.rgbLength(gridH, gridW);
+        }
+        checkFilled(typed, s);
+    }
+
+    /** {@code view} as the column's element type: a float or (bfloat16) short buffer. */
+    private Buffer typedView(ByteBuffer view) {
+        return pixelDtype == PixelDtype.BFLOAT16 ? view.asShortBuffer() : view.asFloatBuffer();
+    }
+
+    /** Writes a normalised patch row into {@code typed} ({@link #typedView}) in its type. */
+    private PatchRows rowWriter(Buffer typed) {
+        if (typed instanceof ShortBuffer shorts) {
+            return row -> {
+                for (int i = 0; i < patchDim; i++) {
+                    bf16Row[i] = PixelDtype.toBfloat16(row[i]);
+                }
+                shorts.put(bf16Row);
+            };
+        }
+        return ((FloatBuffer) typed)::put;
+    }
+
+    /**
+     * The pixel buffer is not zeroed ({@link #fillPixels}), so a sample's patches must fill its
+     * whole slice of it.
+     *
+     * @throws IllegalStateException if {@code written} has room left
+     */
+    private static void checkFilled(Buffer written, TokenizedSample s) {
+        if (written.hasRemaining()) {
+            throw new IllegalStateException(
+                    s.ref
+                            + ": its patches filled "
+                            + written.position()
+                            + " of the "
+                            + written.limit()
+                            + " pixel values its grids need");
         }
     }
 
@@ -528,19 +566,8 @@ public final class ArrowBatchEncoder {
                                 offset,
                                 Math.toIntExact((long) patches * patchDim * pixelDtype.bytes))
                         .order(ByteOrder.LITTLE_ENDIAN);
-        VideoPatchifier.Rows out;
-        if (pixelDtype == PixelDtype.BFLOAT16) {
-            ShortBuffer shorts = view.asShortBuffer();
-            out =
-                    row -> {
-                        for (int i = 0; i < patchDim; i++) {
-                            bf16Row[i] = PixelDtype.toBfloat16(row[i]);
-                        }
-                        shorts.put(bf16Row);
-                    };
-        } else {
-            out = view.asFloatBuffer()::put;
-        }
+        Buffer typed = pixelDtype == PixelDtype.UINT8 ? view : typedView(view);
+        VideoPatchifier.Rows out = pixelDtype == PixelDtype.UINT8 ? null : rowWriter(typed)::accept;
         long[] thw = s.videoGridThw;
         int rgbOffset = 0;
         for (int v = 0; v < thw.length / 3; v++) {
@@ -556,6 +583,7 @@ public final class ArrowBatchEncoder {
             }
             rgbOffset += (int) videoPatchifier.rgbLength(frames, gridH, gridW);
         }
+        checkFilled(typed, s);
     }
 
     /** {@code second_per_grid_ts}: per row its samples' videos' values, as float32. */
