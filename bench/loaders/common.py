@@ -355,3 +355,61 @@ def find_stalls(
             if not cpu >= STALL_IDLE_BELOW:  # NaN (too few samples) counts as idle
                 stalls.append({"from_unix": t0, "gap_s": t1 - t0, "cpu_utilization": cpu})
     return stalls
+
+
+#: Seconds before an injected S3 pause, and after the resume (from ``PAUSE_SETTLE_S`` on), over
+#: which :func:`pause_recovery` compares the delivery rate.
+PAUSE_WINDOW_S = 20.0
+#: Seconds after the resume left out of the "after" window: the GETs held by the pause complete
+#: and the prefetch refills, which is not the rate the loader goes on at.
+PAUSE_SETTLE_S = 5.0
+
+
+def pause_recovery(
+    arrivals: list[float],
+    sizes: list[int],
+    paused_unix: float,
+    resumed_unix: float,
+    stalls: list[dict[str, float]],
+    stall_s: float,
+) -> dict[str, Any]:
+    """How a contender came through an injected pause of the S3 server (SIGSTOP from
+    ``paused_unix`` to ``resumed_unix``): samples/s over the :data:`PAUSE_WINDOW_S` seconds
+    before the pause and over as many seconds from :data:`PAUSE_SETTLE_S` after the resume
+    (``rate_before``, ``rate_after``; NaN when the run did not last that long, or ended first),
+    their ratio ``recovered``, ``longest_gap_s``, the longest time between two batches that
+    overlaps the pause (0 when the batches went on through it), and the stalls split: a gap
+    that spans the pause is the pause's
+    (``pause_gaps``) unless it went on for more than ``stall_s`` after the resume, and only the
+    others stay ``stalls`` (they fail the run)."""
+    a = np.asarray(arrivals)
+    z = np.asarray(sizes)
+
+    def rate(t0: float, t1: float) -> float:
+        if len(a) == 0 or a[0] > t0 or a[-1] < t1:
+            return float("nan")
+        return float(z[(a > t0) & (a <= t1)].sum() / (t1 - t0))
+
+    before = rate(paused_unix - PAUSE_WINDOW_S, paused_unix)
+    settled = resumed_unix + PAUSE_SETTLE_S
+    after = rate(settled, settled + PAUSE_WINDOW_S)
+    gaps = [
+        t1 - t0
+        for t0, t1 in zip(arrivals, arrivals[1:], strict=False)
+        if t0 < resumed_unix and t1 > paused_unix
+    ]
+    own, pause_gaps = [], []
+    for st in stalls:
+        t0, t1 = st["from_unix"], st["from_unix"] + st["gap_s"]
+        spans = t0 < resumed_unix and t1 > paused_unix
+        (pause_gaps if spans and t1 - max(t0, resumed_unix) <= stall_s else own).append(st)
+    return {
+        "paused_unix": paused_unix,
+        "resumed_unix": resumed_unix,
+        "rate_before": before,
+        "rate_after": after,
+        "recovered": after / before if before > 0 else float("nan"),
+        "longest_gap_s": max(gaps, default=0.0),
+        "pause_gaps": pause_gaps,
+        "stalls": own,
+    }

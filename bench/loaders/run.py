@@ -39,6 +39,8 @@ import psutil
 from bench.loaders.common import (
     BUCKET,
     MAX_PIXELS,
+    PAUSE_SETTLE_S,
+    PAUSE_WINDOW_S,
     POOL,
     PREFIX,
     REPO,
@@ -47,6 +49,7 @@ from bench.loaders.common import (
     Config,
     find_stalls,
     make_dataset,
+    pause_recovery,
     require_native_jpeg,
 )
 
@@ -252,10 +255,13 @@ def dump_threads(pids: list[int], logs_dir: Path, label: str) -> list[str]:
         except psutil.NoSuchProcess:
             continue
         out = logs_dir / f"{label}.{pid}.threads.txt"
-        done = subprocess.run(
-            ["jcmd", str(pid), "Thread.print", "-l"], capture_output=True, text=True, timeout=60
-        )
-        out.write_text(done.stdout + done.stderr)
+        try:
+            done = subprocess.run(
+                ["jcmd", str(pid), "Thread.print", "-l"], capture_output=True, text=True, timeout=60
+            )
+            out.write_text(done.stdout + done.stderr)
+        except subprocess.TimeoutExpired:  # e.g. a stopped process: the run goes on
+            out.write_text(f"jcmd {pid} Thread.print did not answer within 60 s\n")
         written.append(out.name)
     return written
 
@@ -268,12 +274,16 @@ def run_contender(
     steady_from: float,
     stall_s: float,
     s3_pid: int | None = None,
+    s3_pause: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
     """Runs one contender to its end, sampling its process tree; its result row. While it runs,
     a window of ``stall_s`` seconds with its CPU below ``STALL_IDLE_BELOW`` of the cores (a stall
     in the making: a pass never idles that long) has every Java process of the tree and the S3
-    server (``s3_pid``) thread-dumped into ``workdir/logs``, once per run, so that a stall comes
-    with what its threads waited on. Interrupted, it kills the contender's process tree."""
+    server (``s3_pid``) thread-dumped into ``workdir/logs``, once per run (not for an idle window
+    that an injected pause explains), so that a stall comes with what its threads waited on. With ``s3_pause`` ``(at_s, for_s)`` the S3 server is stopped
+    (SIGSTOP) ``at_s`` seconds after the launch for ``for_s`` seconds (SIGCONT), and the row gets
+    ``s3_pause`` (:func:`pause_recovery`; a gap the pause explains is not a stall). Interrupted,
+    it kills the contender's process tree (and resumes a paused S3 server)."""
     module, _ = CONTENDERS[name]
     path = workdir / f"{name}.config.json"
     path.write_text(json.dumps(asdict(cfg)))
@@ -286,12 +296,23 @@ def run_contender(
     proc = subprocess.Popen(cmd, cwd=REPO, env=env)
     sampler = TreeSampler(proc.pid, extra)
     dumps: list[str] = []
+    paused = resumed = None
     try:
         while proc.poll() is None:
             sampler.sample()
             now = time.time()
+            if s3_pause and s3_pid and paused is None and now - launch >= s3_pause[0]:
+                os.kill(s3_pid, signal.SIGSTOP)
+                paused = time.time()
+                log(f"  S3 server stopped (SIGSTOP) for {s3_pause[1]:.0f} s")
+            if paused is not None and resumed is None and now - paused >= s3_pause[1]:
+                os.kill(s3_pid, signal.SIGCONT)
+                resumed = time.time()
+                log("  S3 server resumed (SIGCONT)")
+            pausing = paused is not None and (resumed is None or now - resumed < stall_s)
             if (
                 not dumps
+                and not pausing  # idle because the server is stopped: nothing to learn
                 and now - launch > stall_s
                 and sampler.utilization(now - stall_s, now, cores) < STALL_IDLE_BELOW
             ):
@@ -303,6 +324,9 @@ def run_contender(
                 )
             time.sleep(sampler.interval_s)
     finally:  # interrupted (Ctrl-C, SIGTERM): no contender outlives the run, e.g. a reader
+        if paused is not None and resumed is None:  # the run ended (or failed) during the pause
+            os.kill(s3_pid, signal.SIGCONT)
+            resumed = time.time()
         if proc.poll() is None:  # left waiting that would read the next run's batches
             for child in psutil.Process(proc.pid).children(recursive=True):
                 try:
@@ -321,6 +345,18 @@ def run_contender(
     stalls = find_stalls(
         result["arrivals_unix"], lambda t0, t1: sampler.utilization(t0, t1, cores), stall_s
     )
+    pause = None
+    if paused is not None:
+        pause = pause_recovery(
+            result["arrivals_unix"], result["batch_sizes"], paused, resumed, stalls, stall_s
+        )
+        stalls = pause.pop("stalls")
+        log(
+            f"  S3 pause: {pause['rate_before']:.2f} samples/s in the {PAUSE_WINDOW_S:.0f} s "
+            f"before, {pause['rate_after']:.2f} from {PAUSE_SETTLE_S:.0f} s after the resume "
+            f"({pause['recovered']:.2f}x); longest gap between batches over the pause "
+            f"{pause['longest_gap_s']:.1f} s"
+        )
     for st in stalls:
         log(
             f"  STALL: {name} delivered no batch for {st['gap_s']:.1f} s from "
@@ -330,6 +366,7 @@ def run_contender(
     return dict(
         summary,
         stalls=stalls,
+        s3_pause=pause,
         logs=logs,
         peak_memory_gib=sampler.peak_bytes / 2**30,
         peak_rss_gib=sampler.peak_rss_bytes / 2**30,
@@ -356,6 +393,7 @@ def mean_of_rounds(results: list[dict[str, Any]]) -> dict[str, Any]:
         dict(st, run=f"pass1 round {k + 1}") for k, r in enumerate(results) for st in r["stalls"]
     ]
     row["logs"] = [name for r in results for name in r["logs"]]
+    row["s3_pause"] = [r["s3_pause"] for r in results]
     return row
 
 
@@ -519,6 +557,33 @@ def stall_lines(rows: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
     return lines
 
 
+def pause_lines(rows: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
+    """The results' paragraph on the injected S3 pause (``--s3-pause``), if there was one: per
+    contender and round, the rate before the pause and after the resume, and the pause's gaps."""
+    if not meta.get("s3_pause"):
+        return []
+    at, length = meta["s3_pause"]
+    lines = [
+        "",
+        f"S3 server paused (SIGSTOP) {at:.0f} s after each pass-1 launch for {length:.0f} s: "
+        f"samples/s in the {PAUSE_WINDOW_S:.0f} s before the pause and in {PAUSE_WINDOW_S:.0f} s "
+        f"from {PAUSE_SETTLE_S:.0f} s after the resume, and the longest time between two batches "
+        "over the pause (not counted as a stall unless it went on for the stall threshold after "
+        "the resume):",
+    ]
+    for r in rows:
+        for k, pause in enumerate(r["s3_pause"]):
+            if pause is None:
+                lines.append(f"* **{r['contender']}**, round {k + 1}: ended before the pause")
+                continue
+            lines.append(
+                f"* **{r['contender']}**, round {k + 1}: {pause['rate_before']:.2f} before, "
+                f"{pause['rate_after']:.2f} after ({pause['recovered']:.2f}x), longest gap "
+                f"{pause['longest_gap_s']:.1f} s"
+            )
+    return lines
+
+
 def write_results(out: Path, rows: list[dict[str, Any]], checks: list[dict[str, Any]], meta: dict):
     out.mkdir(parents=True, exist_ok=True)
     cols = [
@@ -584,6 +649,7 @@ def write_results(out: Path, rows: list[dict[str, Any]], checks: list[dict[str, 
         )
     lines += ratio_lines(rows)
     lines += stall_lines(rows, meta)
+    lines += pause_lines(rows, meta)
     lines += [
         "",
         "Peak RSS: the highest sum of the RSS of the contender's processes (shared pages counted "
@@ -671,6 +737,14 @@ def main() -> int:
         help="a gap of more than this many seconds between batches with the contender's CPU "
         f"below {STALL_IDLE_BELOW:.0%} fails the benchmark as a stall (20)",
     )
+    p.add_argument(
+        "--s3-pause",
+        metavar="AT:SECONDS",
+        help="stop the S3 server (SIGSTOP) AT seconds after each pass-1 contender's launch for "
+        "SECONDS, then resume it; each row then gives the rate in the "
+        f"{PAUSE_WINDOW_S:.0f} s before the pause and after the resume (a server stalled "
+        "mid-run: does the loader come back to its rate?)",
+    )
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     args = p.parse_args()
     # SIGTERM unwinds like Ctrl-C: the contender and the S3 server are stopped on the way out
@@ -681,6 +755,15 @@ def main() -> int:
         p.error("--steady-from must be in [0, 1)")
     if args.quick:
         args.samples = 96
+    s3_pause = None
+    if args.s3_pause:
+        try:
+            at, length = (float(x) for x in args.s3_pause.split(":"))
+        except ValueError:
+            p.error(f"--s3-pause wants AT:SECONDS, got {args.s3_pause!r}")
+        if at < 0 or length <= 0:
+            p.error("--s3-pause wants AT >= 0 and SECONDS > 0")
+        s3_pause = (at, length)
     names = args.contenders.split(",")
     if any(name.startswith("stoker") for name in names):
         require_native_jpeg()
@@ -729,7 +812,14 @@ def main() -> int:
                 cfg = config(name, args.samples, 0.0, f"pass1-round{k + 1}")
                 rounds[name].append(
                     run_contender(
-                        name, cfg, args.cores, workdir, args.steady_from, args.stall_s, s3.pid
+                        name,
+                        cfg,
+                        args.cores,
+                        workdir,
+                        args.steady_from,
+                        args.stall_s,
+                        s3.pid,
+                        s3_pause,
                     )
                 )
                 log(f"  {json.dumps(rounds[name][-1])}")
@@ -794,6 +884,7 @@ def main() -> int:
         "latency_ms": args.latency_ms,
         "jitter_ms": args.jitter_ms,
         "stall_s": args.stall_s,
+        "s3_pause": s3_pause,
         "max_pixels": MAX_PIXELS,
         "step_time_s": step_time,
         "compute_ceiling_images_per_s": ceiling,

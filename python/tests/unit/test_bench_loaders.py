@@ -82,3 +82,27 @@ def test_a_gap_with_idle_cores_is_a_stall_and_a_busy_or_short_one_is_not() -> No
     # a gap that was not sampled counts as idle
     assert len(common.find_stalls([0.0, 25.0], lambda a, b: float("nan"), 20)) == 1
     assert common.find_stalls(arrivals, utilization, stall_s=40) == []
+
+
+def test_the_pause_recovery_compares_the_rates_around_it_and_owns_only_its_gaps() -> None:
+    # 8 samples every 0.1 s up to t=100, the server stopped 100-115, the first batch at 116, then
+    # 8 samples every 0.2 s (half the rate) from 116 on
+    arrivals = [round(0.1 * i, 3) for i in range(1, 1001)] + [
+        round(116 + 0.2 * i, 3) for i in range(200)
+    ]
+    sizes = [8] * len(arrivals)
+    gap = {"from_unix": 100.0, "gap_s": 16.0, "cpu_utilization": 0.05}
+    r = common.pause_recovery(arrivals, sizes, 100.0, 115.0, [gap], stall_s=10)
+    assert r["rate_before"] == 80.0  # 200 batches of 8 in (80, 100]
+    assert r["rate_after"] == 40.0  # 100 batches in (120, 140]
+    assert r["recovered"] == 0.5
+    assert r["longest_gap_s"] == 16.0
+    assert r["pause_gaps"] == [gap] and r["stalls"] == []
+    # a gap that goes on for more than stall_s after the resume is a stall all the same
+    long_gap = {"from_unix": 100.0, "gap_s": 30.0, "cpu_utilization": 0.05}
+    r = common.pause_recovery([*arrivals[:1000], 130.0], [8] * 1001, 100.0, 115.0, [long_gap], 10)
+    assert r["stalls"] == [long_gap] and r["pause_gaps"] == []
+    assert np.isnan(r["rate_after"])  # the run ended within the window
+    # a gap before the pause is not the pause's
+    early = {"from_unix": 10.0, "gap_s": 30.0, "cpu_utilization": 0.0}
+    assert common.pause_recovery(arrivals, sizes, 100.0, 115.0, [early], 10)["stalls"] == [early]
