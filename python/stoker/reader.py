@@ -181,13 +181,8 @@ class _RankLock:
         self._fd = fd
 
     def release(self) -> None:
-        """Unlock (close the descriptor); nothing if not held."""
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)
-
-    def close_in_child(self) -> None:
-        """In a forked child: drop the copy of the descriptor, leaving the parent's lock."""
+        """Close the descriptor, which unlocks the file once no other process holds a copy of it
+        (in a forked child: the parent's lock stays); nothing if not held."""
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
@@ -236,7 +231,7 @@ _LOCKS: weakref.WeakSet[_RankLock] = weakref.WeakSet()
 
 def _close_locks_in_child() -> None:
     for lock in list(_LOCKS):
-        lock.close_in_child()
+        lock.release()
 
 
 os.register_at_fork(after_in_child=_close_locks_in_child)
@@ -556,7 +551,11 @@ class BatchReader:
             if self._pid != os.getpid():
                 self._after_fork()
             if self._next_step is None:
-                self._start(t_start)
+                try:
+                    self._start(t_start)
+                except BaseException:
+                    self._lock.release()  # a reader that did not start holds no rank
+                    raise
             assert self._next_step is not None
             if self._done or self._next_step >= self.end_step:
                 self._ack_pending(t_start, background=False)

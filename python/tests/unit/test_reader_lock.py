@@ -11,7 +11,7 @@ import time
 import pytest
 from harness.batches import make_job, write_manifest
 
-from stoker import BatchReader, RankInUseError
+from stoker import BatchReader, RankInUseError, ResumeError
 from stoker.protocol import reader_lock_name
 
 
@@ -104,3 +104,11 @@ def test_a_forked_child_does_not_keep_the_rank_locked(shm_root):
         os.waitpid(child, 0)
         os.close(forked_r)
         os.close(forked_w)
+
+
+def test_a_reader_that_failed_to_start_holds_no_rank(shm_root):
+    make_job(shm_root, world_size=1, num_steps=4, first_step=1)
+    failed = BatchReader(shm_root, 0, timeout_s=5, start_step=0)
+    with pytest.raises(ResumeError):
+        next(failed)  # the job does not produce step 0; the trainer keeps the reader around
+    assert [b.step for b in BatchReader(shm_root, 0, timeout_s=5)] == [1, 2, 3]
