@@ -22,8 +22,10 @@ import org.apache.arrow.memory.util.MemoryUtil;
  * what it is writing; like all of Arrow's memory it is outside Flink's managed memory and JVM heap,
  * in the TaskManager process's overhead. Smaller requests are allocated and freed as by Arrow's
  * {@link UnsafeAllocationManager}. Memory comes from {@link MemoryUtil#allocateMemory} and is not
- * zeroed (Arrow's vectors zero what they allocate). Thread-safe; {@link #close} frees the pooled
- * block, and a block released after that is freed at once.
+ * zeroed (Arrow's vectors zero what they allocate; the pixel columns' values are loaded unzeroed
+ * and written whole by {@code ArrowBatchEncoder}, so a reused block's old bytes never reach a
+ * batch). Thread-safe; {@link #close} frees the pooled block, and a block released after that is
+ * freed at once.
  */
 final class ArrowMemoryPool implements AllocationManager.Factory, AutoCloseable {
     /** Smallest block size that is pooled, in bytes (1 MiB). */
