@@ -280,10 +280,11 @@ def run_contender(
     a window of ``stall_s`` seconds with its CPU below ``STALL_IDLE_BELOW`` of the cores (a stall
     in the making: a pass never idles that long) has every Java process of the tree and the S3
     server (``s3_pid``) thread-dumped into ``workdir/logs``, once per run (not for an idle window
-    that an injected pause explains), so that a stall comes with what its threads waited on. With ``s3_pause`` ``(at_s, for_s)`` the S3 server is stopped
-    (SIGSTOP) ``at_s`` seconds after the launch for ``for_s`` seconds (SIGCONT), and the row gets
-    ``s3_pause`` (:func:`pause_recovery`; a gap the pause explains is not a stall). Interrupted,
-    it kills the contender's process tree (and resumes a paused S3 server)."""
+    that an injected pause explains), so that a stall comes with what its threads waited on. With
+    ``s3_pause`` ``(at_s, for_s)`` the S3 server is stopped (SIGSTOP) ``at_s`` seconds after the
+    launch for ``for_s`` seconds (SIGCONT), and the row gets ``s3_pause`` (:func:`pause_recovery`;
+    a gap the pause explains is not a stall). Interrupted, it kills the contender's process tree
+    (and resumes a paused S3 server)."""
     module, _ = CONTENDERS[name]
     path = workdir / f"{name}.config.json"
     path.write_text(json.dumps(asdict(cfg)))
@@ -559,7 +560,8 @@ def stall_lines(rows: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
 
 def pause_lines(rows: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
     """The results' paragraph on the injected S3 pause (``--s3-pause``), if there was one: per
-    contender and round, the rate before the pause and after the resume, and the pause's gaps."""
+    contender and round, the rate before the pause and after the resume, and the longest gap
+    between batches over it."""
     if not meta.get("s3_pause"):
         return []
     at, length = meta["s3_pause"]
