@@ -205,6 +205,7 @@ def test_loader_yields_torchtitans_batches_and_restores_any_ranks_state(shm_root
 
     # 3 batches per optimizer step over the job's 4 steps: steps 2 and 3, then two placeholder
     # batches (one token, label -100) fill the second optimizer step, and the iteration ends
+    rank0.dataset.close()  # the trainer that saved it ends: one reader per rank at a time
     rest = _loader(shm_root, 0, accumulation=3)
     rest.load_state_dict(saved)
     got = list(rest)
