@@ -379,9 +379,8 @@ def pause_recovery(
     (``rate_before``, ``rate_after``; NaN when the run did not last that long, or ended first),
     their ratio ``recovered``, ``longest_gap_s``, the longest time between two batches that
     overlaps the pause (0 when the batches went on through it), and the stalls split: a gap
-    that spans the pause is the pause's
-    (``pause_gaps``) unless it went on for more than ``stall_s`` after the resume, and only the
-    others stay ``stalls`` (they fail the run)."""
+    that spans the pause is the pause's (``pause_gaps``) unless it went on for more than
+    ``stall_s`` after the resume, and only the others stay ``stalls`` (they fail the run)."""
     a = np.asarray(arrivals)
     z = np.asarray(sizes)
 
