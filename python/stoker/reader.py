@@ -138,12 +138,13 @@ class _RankLock:
     instead of silently sharing its batches.
 
     The file holds the holder's pid and host, for the message of the reader that finds it taken.
-    The kernel releases the lock when the holding process ends, however it ends. A job directory
-    removed and made again (a new job of the same name) has a new lock file, so :meth:`hold`
-    also checks that the file at the path is still the one locked and otherwise locks the new
-    one. In a forked child the descriptor is closed (without unlocking: the lock belongs to the
-    open file, which the parent still holds), so a child that outlives its parent does not keep
-    the rank locked.
+    The kernel releases the lock when the holding process ends, however it ends. A lock file
+    removed or replaced while held (the job directory removed and made again for a new job of
+    the same name, or the file deleted by hand) would let a second reader lock a new file, so
+    the holder checks with :meth:`check` that the file at the path is still the one it locked,
+    and stops if not. In a forked child the descriptor is closed (without unlocking: the lock
+    belongs to the open file, which the parent still holds), so a child that outlives its
+    parent does not keep the rank locked.
     """
 
     def __init__(self, path: Path, rank: int) -> None:
@@ -153,13 +154,13 @@ class _RankLock:
         _LOCKS.add(self)
 
     def hold(self) -> None:
-        """Take the lock, or keep it while the file at :attr:`path` is the one held.
+        """Take the lock (nothing if held).
 
         Raises:
             RankInUseError: another reader holds it (the message names it).
             OSError: the lock file cannot be opened (e.g. the job directory is not writable).
         """
-        if self._fd is not None and self._is_current(self._fd):
+        if self._fd is not None:
             return
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -175,10 +176,26 @@ class _RankLock:
             if self._is_current(fd):  # not replaced between the open and the lock
                 break
             os.close(fd)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
-        self.release()
+        stamp = f"{os.getpid()} {socket.gethostname()}\n".encode()
+        os.pwrite(fd, stamp, 0)  # then cut to it: a reader that looks never sees it empty
+        os.ftruncate(fd, len(stamp))
         self._fd = fd
+
+    def check(self) -> None:
+        """Whether the lock still guards the rank: the file at :attr:`path` is the one held.
+
+        Raises:
+            RankInUseError: it was removed or replaced (the job directory made again, or the
+                file deleted), so another reader may hold the rank; nothing if not held.
+        """
+        if self._fd is None or self._is_current(self._fd):
+            return
+        raise RankInUseError(
+            f"rank {self.rank}: {self.path}, which this reader locked, was removed or replaced "
+            "(the job directory made again for another job of the same name, or the lock file "
+            "deleted), so this reader stops: another reader may now hold the rank, and this one "
+            "would take some of its batches. A trainer of an earlier run: stop it"
+        )
 
     def release(self) -> None:
         """Close the descriptor, which unlocks the file once no other process holds a copy of it
@@ -201,7 +218,15 @@ class _RankLock:
         if pid is None:
             who = "another process"
         elif pid == os.getpid() and host == socket.gethostname():
-            who = "another open BatchReader of this process: close it first"
+            who = (
+                "another open BatchReader of this process: close() it first, or drop what keeps "
+                "it alive (a stored exception's traceback, a generator over it)"
+            )
+        elif pid == os.getppid() and host == socket.gethostname():
+            who = (
+                f"this process's parent, {pid}: a reader does not go on in a forked child; "
+                "make the reader in the child, or close it in the parent before the fork"
+            )
         elif host == socket.gethostname():
             state = "still running" if _alive(pid) else "ended; a process it forked holds it"
             who = f"process {pid}, {state}"
@@ -366,8 +391,12 @@ class BatchReader:
             the file).
         RankInUseError: another reader of ``rank`` holds the rank's lock in the job directory
             (``reader-<rank>.lock``, an exclusive ``flock`` each reader takes on its first request
-            and keeps until :meth:`close`); the message names the process. Two readers
-            of one rank would each take some of its batches.
+            and keeps until :meth:`close`; the message names the process), the lock file was
+            removed or replaced while this reader held it (the job directory made again), or a
+            started reader goes on in a forked child while the parent holds the rank. Two
+            readers of one rank would each take some of its batches. Raised by a started
+            reader, it repeats on every later request; by the first request, the next one tries
+            again.
         ResumeError: (a ``ValueError``) ``start_step`` is before the generation's
             ``first_step``, a new generation starts after the reader's next step, or the
             rank's ``ack.json`` already marks the next step consumed. The message names the
@@ -576,8 +605,12 @@ class BatchReader:
             except (ResumeError, BatchFormatError, RankInUseError) as e:
                 self._failure = e
                 # a request that raises still acks the step returned before (and the threads
-                # end after writing it); the error repeats on every later request
-                self._hand_over_ack(t_start, background=self.read_ahead)
+                # end after writing it), unless the rank may be another reader's now; the error
+                # repeats on every later request
+                if not isinstance(e, RankInUseError):
+                    self._hand_over_ack(t_start, background=self.read_ahead)
+                else:
+                    self._pending_ack = None
                 self._stop_threads()
                 self._lock.release()
                 raise
@@ -624,10 +657,18 @@ class BatchReader:
         self._reads = self._acks = None
 
     def _after_fork(self) -> None:
-        """In a forked child: the parent's background threads did not come along; start over
-        (the acks the parent handed over are the parent's to write)."""
+        """In a forked child: the parent's background threads and its rank lock did not come
+        along; start over (the acks the parent handed over are the parent's to write). A reader
+        that had started must lock the rank again to go on: while the parent holds it, that
+        fails (:class:`RankInUseError`, repeated on every later request)."""
         self._pid = os.getpid()
         self._ahead = self._reads = self._acks = None
+        if self._next_step is not None and not self._done:
+            try:
+                self._lock.hold()
+            except RankInUseError as e:
+                self._failure = e
+                raise
 
     # ------------------------------------------------------------------ internals
     def _start(self, t_request: float) -> None:
@@ -731,10 +772,10 @@ class BatchReader:
         if now < self._next_manifest_check:
             return False
         self._next_manifest_check = now + self.manifest_poll_interval_s
+        self._lock.check()  # before anything is read or acked in a job directory made again
         sig = self._stat_manifest()
         if sig is None or sig == self._manifest_sig:
             return False
-        self._lock.hold()  # a job directory made again has a new lock file
         path = self.root / protocol.MANIFEST_FILE
         try:
             m = Manifest.load(path)

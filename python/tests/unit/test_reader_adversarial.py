@@ -20,7 +20,7 @@ from harness.polling import eventually
 
 import stoker.protocol
 import stoker.reader
-from stoker import BatchFormatError, BatchReader
+from stoker import BatchFormatError, BatchReader, RankInUseError
 
 #: A small patch dimension keeps the batch files (and these tests) small and fast.
 D = 8
@@ -497,32 +497,34 @@ def test_start_and_stop_edge_cases_agree_in_both_modes(
 
 # ------------------------------------------------------------------ fork
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-def test_a_forked_child_reads_on_without_the_parents_threads(shm_root):
-    """The read-ahead and ack threads do not survive fork(): a child that iterates on must not
-    wait for a read-ahead that nobody runs (TimeoutError although the file is there, or a hang
-    without timeout_s)."""
+def test_a_forked_child_does_not_read_on_while_the_parent_holds_the_rank(shm_root):
+    """The read-ahead and ack threads and the rank lock do not survive fork(): a child that
+    iterates on would be a second reader of the rank (e.g. forked DataLoader workers over a
+    started reader), so it fails at once, naming the parent, instead of taking some of the
+    rank's batches or waiting for a read-ahead that nobody runs; the parent reads on."""
     write_manifest(shm_root, world_size=1, num_steps=4, patch_dim=D)
     write_steps(shm_root, [0], world_size=1, patch_dim=D)
     reader = BatchReader(shm_root, 0, timeout_s=2)
     assert next(reader).step == 0  # the read-ahead of step 1 waits
+    write_steps(shm_root, [1, 2, 3], world_size=1, patch_dim=D)
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the child
-        code = 1
-        try:
-            write_steps(shm_root, [1, 2, 3], world_size=1, patch_dim=D)
-            got = [b.step for b in reader]
-            os.write(w, json.dumps(got).encode())
-            code = 0
-        except BaseException as e:  # noqa: BLE001
-            os.write(w, repr(e).encode())
-        finally:
-            os._exit(code)
+        errors = []
+        for _ in range(2):  # the error repeats
+            try:
+                next(reader)
+                errors.append("read")
+            except RankInUseError as e:
+                errors.append(str(e))
+        os.write(w, json.dumps(errors).encode())
+        os._exit(0)
     os.close(w)
     _, status = os.waitpid(pid, 0)
-    out = os.read(r, 10000).decode()
+    out = json.loads(os.read(r, 10000).decode())
     os.close(r)
-    assert os.waitstatus_to_exitcode(status) == 0, out
-    assert json.loads(out) == [1, 2, 3]
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert len(out) == 2 and all(f"this process's parent, {os.getpid()}" in e for e in out), out
+    assert [b.step for b in reader] == [1, 2, 3]
     assert _consumed(shm_root) == 3
     reader.close()

@@ -64,24 +64,51 @@ def test_a_reader_in_another_process_is_named_and_its_end_frees_the_rank(shm_roo
     assert [b.step for b in BatchReader(shm_root, 0, timeout_s=5, start_step=1)] == [1, 2, 3]
 
 
-def test_a_reader_left_from_a_removed_job_directory_fails_instead_of_taking_batches(shm_root):
-    """A trainer of an earlier run still waits on the job directory when it is removed and a new
-    job of the same name is started: its reader follows the new manifest by name, so without the
-    lock it would take some of the new trainer's batches."""
-    make_job(shm_root, world_size=1, num_steps=2)  # steps 0, 1 of 4 written, then stopped
+def _stale_reader(shm_root):
+    """A reader of a job that wrote steps 0, 1 of 4 and was stopped, having read both, then
+    its job directory removed and a new job of the same name made there (a new lock file too)."""
+    make_job(shm_root, world_size=1, num_steps=2)
     write_manifest(shm_root, world_size=1, num_steps=4)
     stale = BatchReader(shm_root, 0, timeout_s=10, manifest_poll_interval_s=0.01)
     assert [next(stale).step, next(stale).step] == [0, 1]
     shutil.rmtree(shm_root)
-    make_job(shm_root, world_size=1, num_steps=4, generation="g2")  # a new lock file too
-    fresh = BatchReader(shm_root, 0, timeout_s=5)
-    assert next(fresh).step == 0
+    make_job(shm_root, world_size=1, num_steps=4, generation="g2")
     time.sleep(0.02)
-    with pytest.raises(RankInUseError, match="another open BatchReader of this process"):
-        next(stale)  # it would follow g2 and read step 2
-    with pytest.raises(RankInUseError):
-        next(stale)  # the error repeats
-    assert [b.step for b in fresh] == [1, 2, 3]
+    return stale
+
+
+@pytest.mark.parametrize("first", ["new reader", "stale reader"])
+def test_a_reader_left_from_a_removed_job_directory_fails_instead_of_taking_batches(
+    shm_root, first
+):
+    """A trainer of an earlier run still waits on the job directory when it is removed and a new
+    job of the same name is started there: its reader follows the new manifest by name, so
+    without the lock it would take some of the new trainer's batches. Whichever asks first, the
+    stale reader fails without acknowledging or unlinking anything of the new job."""
+    stale = _stale_reader(shm_root)
+    fresh = BatchReader(shm_root, 0, timeout_s=5)
+    if first == "new reader":
+        assert next(fresh).step == 0
+    for _ in range(2):  # the error repeats
+        with pytest.raises(RankInUseError, match="was removed or replaced"):
+            next(stale)  # it would follow g2 and read step 2
+    assert not (shm_root / "gen-g2" / "rank-0" / "ack.json").exists()
+    steps = [b.step for b in fresh]
+    assert steps == ([1, 2, 3] if first == "new reader" else [0, 1, 2, 3])
+
+
+def test_a_lock_file_deleted_while_held_stops_its_reader(shm_root):
+    make_job(shm_root, world_size=1, num_steps=6)
+    first = BatchReader(shm_root, 0, timeout_s=5, manifest_poll_interval_s=0.01)
+    assert [next(first).step for _ in range(3)] == [0, 1, 2]  # step 1 acknowledged, 2 not yet
+    (shm_root / reader_lock_name(0)).unlink()  # e.g. by hand, to "fix" a RankInUseError
+    second = BatchReader(shm_root, 0, timeout_s=5, start_step=2)
+    time.sleep(0.02)
+    with pytest.raises(RankInUseError, match="was removed or replaced"):
+        next(first)
+    # the first reader did not acknowledge step 2 on its way out (which would unlink its file
+    # and make the second reader's start a ResumeError)
+    assert [b.step for b in second] == [2, 3, 4, 5]
 
 
 def test_a_forked_child_does_not_keep_the_rank_locked(shm_root):
