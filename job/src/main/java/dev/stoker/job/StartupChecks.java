@@ -69,36 +69,40 @@ final class StartupChecks {
     }
 
     /**
-     * Starts loading the tokenizer on a thread of its own, so that its ~1 s (Qwen's 11 MB
-     * tokenizer.json streamed into a copy, which DJL then loads) overlaps the listing of the
-     * mixture's sources; {@link #tokenizerPadId} waits for it. A new thread, not a pool's: it
-     * inherits this thread's context class loader, which under {@code flink run} is the one that
-     * holds the job jar (DJL finds its native library through it).
+     * Starts loading the tokenizer on a thread of its own ({@link ChatTokenizer#loadShared}), so
+     * that its ~1 s (Qwen's 11 MB tokenizer.json streamed into a copy, which DJL then loads)
+     * overlaps the listing of the mixture's sources; {@link #tokenizerPadId} waits for it. The new
+     * thread inherits this thread's context class loader, which under {@code flink run} is the one
+     * that holds the job jar (DJL finds its native library through it). The check's handle is
+     * released once the padding id is read: the tokenizer stays loaded only while something else in
+     * this JVM holds it (the embedded job, {@link StokerJob#main}).
      *
      * @return the loading, which yields the padding token id
      */
     static CompletableFuture<Long> loadTokenizer(Configuration conf) {
         String dir = conf.get(StokerOptions.TOKENIZER_PATH);
-        CompletableFuture<Long> loading = new CompletableFuture<>();
-        Thread loader =
-                new Thread(
-                        () -> {
-                            try (ChatTokenizer tokenizer = ChatTokenizer.open(Path.of(dir))) {
-                                loading.complete(tokenizer.padTokenId());
-                            } catch (IOException | RuntimeException e) {
-                                loading.completeExceptionally(
-                                        bad(
-                                                StokerOptions.TOKENIZER_PATH,
-                                                dir,
-                                                "does not load as a tokenizer: " + e));
-                            } catch (Error e) { // e.g. DJL's native library not loadable
-                                loading.completeExceptionally(e); // thrown by tokenizerPadId
+        return ChatTokenizer.loadShared(Path.of(dir))
+                .handle(
+                        (tokenizer, failure) -> {
+                            if (failure == null) {
+                                try (tokenizer) {
+                                    return tokenizer.padTokenId();
+                                }
                             }
-                        },
-                        "stoker-tokenizer-check");
-        loader.setDaemon(true);
-        loader.start();
-        return loading;
+                            Throwable cause =
+                                    failure instanceof CompletionException
+                                                    && failure.getCause() != null
+                                            ? failure.getCause()
+                                            : failure;
+                            if (cause instanceof IOException || cause instanceof RuntimeException) {
+                                throw bad(
+                                        StokerOptions.TOKENIZER_PATH,
+                                        dir,
+                                        "does not load as a tokenizer: " + cause);
+                            }
+                            // e.g. DJL's native library not loadable: thrown by tokenizerPadId
+                            throw new CompletionException(cause);
+                        });
     }
 
     /**

@@ -13,11 +13,17 @@ import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.nio.file.attribute.BasicFileAttributes;
+import java.nio.file.attribute.FileTime;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
+import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
  * A Qwen tokenizer loaded from a Hugging Face {@code tokenizer.json} through the DJL binding, and
@@ -47,7 +53,12 @@ import java.util.Map;
  * library from publish.djl.ai instead of using the CPU one in its jar), unless they are already set
  * (environment variables {@code OPT_OUT_TRACKING} / {@code DJL_OFFLINE} take precedence in DJL).
  *
- * <p>Not thread-safe to close while in use; one instance per operator subtask.
+ * <p>{@link #shared} and {@link #loadShared} give handles on one tokenizer per {@code
+ * tokenizer.json} in this JVM (per class loader: under a TaskManager, per job), loaded once: the
+ * tokenize subtasks of a TaskManager, and in the embedded job the client's start-up check too, use
+ * one loaded tokenizer (its load is ~1 s of CPU and its vocabulary tens of MB) instead of one each.
+ * Encoding is thread-safe (the Hugging Face Rust {@code Tokenizer::encode} takes {@code &self};
+ * each call gets its own native encoding). A handle must not be used after its {@link #close}.
  */
 public final class ChatTokenizer implements AutoCloseable {
     static {
@@ -87,10 +98,144 @@ public final class ChatTokenizer implements AutoCloseable {
                     "<|video_pad|>",
                     VIDEO_PAD);
 
+    /** The shared tokenizers of this class loader, by {@code tokenizer.json} file. */
+    private static final Map<FileKey, Shared> SHARED = new HashMap<>();
+
     private final HuggingFaceTokenizer tokenizer;
 
-    private ChatTokenizer(HuggingFaceTokenizer tokenizer) {
+    /** The shared tokenizer this is a handle on; null for one of {@link #open}, which owns it. */
+    private final Shared shared;
+
+    private final AtomicBoolean closed = new AtomicBoolean();
+
+    private ChatTokenizer(HuggingFaceTokenizer tokenizer, Shared shared) {
         this.tokenizer = tokenizer;
+        this.shared = shared;
+    }
+
+    /**
+     * A handle on this JVM's shared tokenizer of {@code directory} (see the class comment), waiting
+     * for it to load if it is not loaded yet: {@link #loadShared}, joined.
+     *
+     * @throws IOException as {@link #open} (also {@code NoSuchFileException} for a missing {@code
+     *     tokenizer.json})
+     * @throws IllegalStateException as {@link #open}
+     */
+    public static ChatTokenizer shared(Path directory) throws IOException {
+        try {
+            return loadShared(directory).join();
+        } catch (CompletionException e) {
+            Throwable cause = e.getCause();
+            if (cause instanceof IOException io) {
+                throw io;
+            }
+            if (cause instanceof RuntimeException runtime) {
+                throw runtime;
+            }
+            if (cause instanceof Error error) {
+                throw error;
+            }
+            throw e;
+        }
+    }
+
+    /**
+     * A handle on this JVM's shared tokenizer of {@code directory}: while any handle on the same
+     * {@code tokenizer.json} (its real path, size and modification time) is held or loading, every
+     * caller gets one on the same loaded tokenizer; otherwise the call loads it ({@link #open}) on
+     * a new thread, which inherits the caller's context class loader. Closing a handle releases it;
+     * the last release closes the tokenizer. A failed load releases the caller's claim, and the
+     * next call tries anew.
+     *
+     * @return completes with the handle, which the caller must close; or exceptionally (a {@link
+     *     CompletionException} from {@code join}) with what {@link #open} throws, or the {@code
+     *     IOException} of reading the file's attributes
+     */
+    public static CompletableFuture<ChatTokenizer> loadShared(Path directory) {
+        FileKey key;
+        try {
+            key = FileKey.of(directory.resolve("tokenizer.json"));
+        } catch (IOException e) {
+            return CompletableFuture.failedFuture(e);
+        }
+        Shared entry;
+        boolean first;
+        synchronized (SHARED) {
+            entry = SHARED.get(key);
+            first = entry == null;
+            if (first) {
+                entry = new Shared(key);
+                SHARED.put(key, entry);
+            }
+            entry.holders++;
+        }
+        if (first) {
+            Shared loading = entry;
+            Thread loader =
+                    new Thread(
+                            () -> {
+                                try {
+                                    loading.owner.complete(open(directory));
+                                } catch (IOException | RuntimeException | Error e) {
+                                    loading.owner.completeExceptionally(e);
+                                }
+                            },
+                            "stoker-tokenizer-load");
+            loader.setDaemon(true);
+            loader.start();
+        }
+        Shared claimed = entry;
+        return entry.owner.handle(
+                (owner, failure) -> {
+                    if (failure != null) {
+                        release(claimed);
+                        throw failure instanceof CompletionException c
+                                ? c
+                                : new CompletionException(failure);
+                    }
+                    return new ChatTokenizer(owner.tokenizer, claimed);
+                });
+    }
+
+    /** How many shared tokenizers are held or loading in this class loader. */
+    static int sharedCount() {
+        synchronized (SHARED) {
+            return SHARED.size();
+        }
+    }
+
+    /** Drops one claim on {@code entry}; the last one closes its tokenizer, if it loaded. */
+    private static void release(Shared entry) {
+        synchronized (SHARED) {
+            if (--entry.holders > 0) {
+                return;
+            }
+            SHARED.remove(entry.key, entry);
+        }
+        ChatTokenizer owner = entry.owner.getNow(null);
+        if (owner != null) {
+            owner.close();
+        }
+    }
+
+    /** One shared tokenizer: its load (the instance of {@link #open} that owns it) and claims. */
+    private static final class Shared {
+        final FileKey key;
+        final CompletableFuture<ChatTokenizer> owner = new CompletableFuture<>();
+        int holders; // guarded by SHARED
+
+        Shared(FileKey key) {
+            this.key = key;
+        }
+    }
+
+    /** A {@code tokenizer.json} as loaded: its real path, size and modification time. */
+    private record FileKey(Path file, long size, FileTime modified) {
+        static FileKey of(Path file) throws IOException {
+            Path real = file.toRealPath();
+            BasicFileAttributes attributes = Files.readAttributes(real, BasicFileAttributes.class);
+            return new FileKey(real, attributes.size(), attributes.lastModifiedTime());
+        }
     }
 
     /**
@@ -143,7 +288,7 @@ public final class ChatTokenizer implements AutoCloseable {
                                 "truncation", "false",
                                 "padding", "false",
                                 "modelMaxLength", String.valueOf(Integer.MAX_VALUE)));
-        ChatTokenizer chat = new ChatTokenizer(text);
+        ChatTokenizer chat = new ChatTokenizer(text, null);
         try {
             chat.checkAddedTokens(directory, special, nonSpecial);
         } catch (IllegalStateException e) {
@@ -355,9 +500,20 @@ public final class ChatTokenizer implements AutoCloseable {
         return new Encoded(ids.toArray(), labels.toArray(), List.copyOf(blocks));
     }
 
+    /**
+     * Closes the tokenizer of {@link #open}, or releases this handle on a shared one (see {@link
+     * #loadShared}); a second call does nothing.
+     */
     @Override
     public void close() {
-        tokenizer.close();
+        if (!closed.compareAndSet(false, true)) {
+            return;
+        }
+        if (shared == null) {
+            tokenizer.close();
+        } else {
+            release(shared);
+        }
     }
 
     /**

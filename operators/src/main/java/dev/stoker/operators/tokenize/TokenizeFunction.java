@@ -21,8 +21,9 @@ import org.apache.flink.util.Collector;
  * Flink operator that renders the model's Qwen-VL chat template (each mixture source may have its
  * own default system prompt and maximum sequence length), tokenizes it with label masking and
  * attaches the images' resized RGB pixels and {@code image_grid_thw} (see {@link SampleTokenizer}).
- * The tokenizer is loaded in {@link #open(OpenContext)} from a directory holding {@code
- * tokenizer.json} and closed in {@link #close()}. Records that cannot be tokenized go to the {@link
+ * The tokenizer of a directory holding {@code tokenizer.json} is taken in {@link
+ * #open(OpenContext)} and released in {@link #close()}: one loaded tokenizer serves every subtask
+ * in the JVM ({@link ChatTokenizer#shared}). Records that cannot be tokenized go to the {@link
  * DeadLetters#TAG} side output with {@code TOKENIZATION_FAILED}, samples over the maximum sequence
  * length (policy {@code DROP}, or nothing trainable left after {@code TRUNCATE}) with {@code
  * SEQUENCE_TOO_LONG}.
@@ -65,7 +66,7 @@ public class TokenizeFunction extends ProcessFunction<PreprocessedRecord, Tokeni
     }
 
     /**
-     * Loads the tokenizer.
+     * Takes a handle on the JVM's shared tokenizer, loading it if no subtask holds it.
      *
      * @throws SuppressRestartsException when {@code tokenizer.json} is missing or unreadable on
      *     this TaskManager, or not a Qwen2-VL tokenizer: restarting cannot heal that, so the job
@@ -75,7 +76,7 @@ public class TokenizeFunction extends ProcessFunction<PreprocessedRecord, Tokeni
     @Override
     public void open(OpenContext openContext) throws Exception {
         try {
-            tokenizer = ChatTokenizer.open(Path.of(tokenizerDir));
+            tokenizer = ChatTokenizer.shared(Path.of(tokenizerDir));
         } catch (NoSuchFileException | AccessDeniedException | IllegalStateException e) {
             throw new SuppressRestartsException(
                     new IOException(

@@ -130,7 +130,7 @@ class ChatTokenizerTest {
     }
 
     /** The seven special tokens Stoker needs, at their Qwen2-VL ids, as tokenizer.json entries. */
-    private static String qwenSpecialTokens() {
+    static String qwenSpecialTokens() {
         String[][] tokens = {
             {"151643", "<|endoftext|>"},
             {"151644", "<|im_start|>"},
