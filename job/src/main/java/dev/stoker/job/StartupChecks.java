@@ -69,6 +69,24 @@ final class StartupChecks {
     }
 
     /**
+     * The tokenizer's directory as {@link #absolutizePaths} will make it, or null when {@link
+     * StokerOptions#TOKENIZER_PATH} is not set or not a usable local path (the checks then say
+     * why).
+     */
+    static Path tokenizerDirectory(Configuration conf) {
+        return conf.getOptional(StokerOptions.TOKENIZER_PATH)
+                .map(
+                        value -> {
+                            try {
+                                return Path.of(localPath(StokerOptions.TOKENIZER_PATH, value));
+                            } catch (IllegalConfigurationException | InvalidPathException e) {
+                                return null;
+                            }
+                        })
+                .orElse(null);
+    }
+
+    /**
      * Starts loading the tokenizer on a thread of its own ({@link ChatTokenizer#loadShared}), so
      * that its ~1 s (Qwen's 11 MB tokenizer.json streamed into a copy, which DJL then loads)
      * overlaps the listing of the mixture's sources; {@link #tokenizerPadId} waits for it. The new

@@ -48,10 +48,10 @@ public final class StokerJob {
         // taken before planning (whose check then uses the same load) and kept to the job's end
         // spares each tokenize subtask its own load (~1 s of CPU at the start;
         // ChatTokenizer#loadShared).
-        String tokenizerDir = conf.get(StokerOptions.TOKENIZER_PATH);
+        Path tokenizerDir = StartupChecks.tokenizerDirectory(conf);
         CompletableFuture<ChatTokenizer> kept =
                 env instanceof LocalStreamEnvironment && tokenizerDir != null
-                        ? ChatTokenizer.loadShared(Path.of(tokenizerDir))
+                        ? ChatTokenizer.loadShared(tokenizerDir)
                         : null;
         Planned planned;
         JobExecutionResult result;

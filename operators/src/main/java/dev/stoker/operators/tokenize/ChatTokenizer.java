@@ -22,7 +22,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.CompletionException;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
@@ -115,16 +115,23 @@ public final class ChatTokenizer implements AutoCloseable {
 
     /**
      * A handle on this JVM's shared tokenizer of {@code directory} (see the class comment), waiting
-     * for it to load if it is not loaded yet: {@link #loadShared}, joined.
+     * for it to load if it is not loaded yet: {@link #loadShared}, waited for. An interrupt while
+     * it waits gives up the claim.
      *
      * @throws IOException as {@link #open} (also {@code NoSuchFileException} for a missing {@code
      *     tokenizer.json})
      * @throws IllegalStateException as {@link #open}
+     * @throws InterruptedException when interrupted while the tokenizer loads
+     * @throws Error as the load threw it (e.g. DJL's native library not loadable)
      */
-    public static ChatTokenizer shared(Path directory) throws IOException {
+    public static ChatTokenizer shared(Path directory) throws IOException, InterruptedException {
+        CompletableFuture<ChatTokenizer> handle = loadShared(directory);
         try {
-            return loadShared(directory).join();
-        } catch (CompletionException e) {
+            return handle.get();
+        } catch (InterruptedException e) {
+            handle.cancel(false); // the handle, when it comes, is released at once
+            throw e;
+        } catch (ExecutionException e) {
             Throwable cause = e.getCause();
             if (cause instanceof IOException io) {
                 throw io;
@@ -135,21 +142,22 @@ public final class ChatTokenizer implements AutoCloseable {
             if (cause instanceof Error error) {
                 throw error;
             }
-            throw e;
+            throw new IllegalStateException(cause);
         }
     }
 
     /**
      * A handle on this JVM's shared tokenizer of {@code directory}: while any handle on the same
-     * {@code tokenizer.json} (its real path, size and modification time) is held or loading, every
-     * caller gets one on the same loaded tokenizer; otherwise the call loads it ({@link #open}) on
-     * a new thread, which inherits the caller's context class loader. Closing a handle releases it;
-     * the last release closes the tokenizer. A failed load releases the caller's claim, and the
-     * next call tries anew.
+     * {@code tokenizer.json} (its real path, size and modification time) is held or loading in this
+     * class loader, every caller gets one on the same loaded tokenizer; otherwise the call loads it
+     * ({@link #open}, from the real path) on a new thread, which inherits this caller's context
+     * class loader. Closing a handle releases it; the last release closes the tokenizer. A failed
+     * load releases every claim on it, and a call after that tries anew. A file replaced by one of
+     * the same size and modification time is not noticed.
      *
-     * @return completes with the handle, which the caller must close; or exceptionally (a {@link
-     *     CompletionException} from {@code join}) with what {@link #open} throws, or the {@code
-     *     IOException} of reading the file's attributes
+     * @return completes with the handle, which the caller must close (cancelling the future, or
+     *     completing it otherwise, releases the handle instead); or exceptionally with what {@link
+     *     #open} throws, or the {@code IOException} of reading the file's attributes
      */
     public static CompletableFuture<ChatTokenizer> loadShared(Path directory) {
         FileKey key;
@@ -170,31 +178,43 @@ public final class ChatTokenizer implements AutoCloseable {
             entry.holders++;
         }
         if (first) {
-            Shared loading = entry;
+            startLoading(entry, directory);
+        }
+        Shared claimed = entry;
+        CompletableFuture<ChatTokenizer> handle = new CompletableFuture<>();
+        entry.owner.whenComplete(
+                (owner, failure) -> {
+                    if (failure != null) {
+                        release(claimed);
+                        handle.completeExceptionally(failure);
+                        return;
+                    }
+                    ChatTokenizer mine = new ChatTokenizer(owner.tokenizer, claimed);
+                    if (!handle.complete(mine)) {
+                        mine.close(); // cancelled, or completed by the caller
+                    }
+                });
+        return handle;
+    }
+
+    /** Loads {@code entry}'s file on a new thread; whatever fails completes its load. */
+    private static void startLoading(Shared entry, Path directory) {
+        try {
             Thread loader =
                     new Thread(
                             () -> {
                                 try {
-                                    loading.owner.complete(open(directory));
-                                } catch (IOException | RuntimeException | Error e) {
-                                    loading.owner.completeExceptionally(e);
+                                    entry.owner.complete(load(entry.key.file(), directory));
+                                } catch (Throwable e) {
+                                    entry.owner.completeExceptionally(e);
                                 }
                             },
                             "stoker-tokenizer-load");
             loader.setDaemon(true);
             loader.start();
+        } catch (Throwable e) { // e.g. no native thread left
+            entry.owner.completeExceptionally(e);
         }
-        Shared claimed = entry;
-        return entry.owner.handle(
-                (owner, failure) -> {
-                    if (failure != null) {
-                        release(claimed);
-                        throw failure instanceof CompletionException c
-                                ? c
-                                : new CompletionException(failure);
-                    }
-                    return new ChatTokenizer(owner.tokenizer, claimed);
-                });
     }
 
     /** How many shared tokenizers are held or loading in this class loader. */
@@ -212,9 +232,8 @@ public final class ChatTokenizer implements AutoCloseable {
             }
             SHARED.remove(entry.key, entry);
         }
-        ChatTokenizer owner = entry.owner.getNow(null);
-        if (owner != null) {
-            owner.close();
+        if (entry.owner.isDone() && !entry.owner.isCompletedExceptionally()) {
+            entry.owner.join().close();
         }
     }
 
@@ -249,7 +268,11 @@ public final class ChatTokenizer implements AutoCloseable {
      *     encodes to a special id)
      */
     public static ChatTokenizer open(Path directory) throws IOException {
-        Path file = directory.resolve("tokenizer.json");
+        return load(directory.resolve("tokenizer.json"), directory);
+    }
+
+    /** {@link #open} of {@code file}, named by {@code directory} in messages. */
+    private static ChatTokenizer load(Path file, Path directory) throws IOException {
         byte[] json = Files.readAllBytes(file);
         ObjectMapper mapper = Json.mapper();
         Map<String, Long> special = new LinkedHashMap<>();

@@ -21,12 +21,13 @@ import org.apache.flink.util.Collector;
  * Flink operator that renders the model's Qwen-VL chat template (each mixture source may have its
  * own default system prompt and maximum sequence length), tokenizes it with label masking and
  * attaches the images' resized RGB pixels and {@code image_grid_thw} (see {@link SampleTokenizer}).
- * The tokenizer of a directory holding {@code tokenizer.json} is taken in {@link
- * #open(OpenContext)} and released in {@link #close()}: one loaded tokenizer serves every subtask
- * in the JVM ({@link ChatTokenizer#shared}). Records that cannot be tokenized go to the {@link
- * DeadLetters#TAG} side output with {@code TOKENIZATION_FAILED}, samples over the maximum sequence
- * length (policy {@code DROP}, or nothing trainable left after {@code TRUNCATE}) with {@code
- * SEQUENCE_TOO_LONG}.
+ * A handle on the tokenizer of a directory holding {@code tokenizer.json} is taken in {@link
+ * #open(OpenContext)} and released in {@link #close()}: the job's subtasks in one TaskManager share
+ * one loaded tokenizer while any of them (or anything else in the job's class loader) holds it
+ * ({@link ChatTokenizer#shared}); after a restart of them all it is loaded again. Records that
+ * cannot be tokenized go to the {@link DeadLetters#TAG} side output with {@code
+ * TOKENIZATION_FAILED}, samples over the maximum sequence length (policy {@code DROP}, or nothing
+ * trainable left after {@code TRUNCATE}) with {@code SEQUENCE_TOO_LONG}.
  */
 public class TokenizeFunction extends ProcessFunction<PreprocessedRecord, TokenizedSample> {
     private static final long serialVersionUID = 1L;
@@ -66,7 +67,7 @@ public class TokenizeFunction extends ProcessFunction<PreprocessedRecord, Tokeni
     }
 
     /**
-     * Takes a handle on the JVM's shared tokenizer, loading it if no subtask holds it.
+     * Takes a handle on the shared tokenizer, loading it if nothing holds it.
      *
      * @throws SuppressRestartsException when {@code tokenizer.json} is missing or unreadable on
      *     this TaskManager, or not a Qwen2-VL tokenizer: restarting cannot heal that, so the job

@@ -67,6 +67,55 @@ class SharedTokenizerTest {
         }
     }
 
+    /**
+     * A second handle on an unchanged file (same real path, size and modification time) gets the
+     * tokenizer loaded for the first, not a load of its own: the file's words are swapped in place
+     * (same length) and its time set back, and the second handle still encodes with the first
+     * load's vocabulary.
+     */
+    @Test
+    void aSecondHandleGetsTheFirstLoadNotANewOne(@TempDir Path dir) throws Exception {
+        smallTokenizer(dir, "hello", "world");
+        Path file = dir.resolve("tokenizer.json");
+        FileTime loaded = Files.getLastModifiedTime(file);
+        try (ChatTokenizer first = ChatTokenizer.shared(dir)) {
+            smallTokenizer(dir, "world", "hello"); // the same bytes but for the order
+            Files.setLastModifiedTime(file, loaded);
+            try (ChatTokenizer second = ChatTokenizer.shared(dir)) {
+                assertThat(second.encodeText("hello")).containsExactly(7);
+            }
+        }
+        try (ChatTokenizer fresh = ChatTokenizer.shared(dir)) { // nothing held: the file as it is
+            assertThat(fresh.encodeText("hello")).containsExactly(8);
+        }
+    }
+
+    /** The last release closes the native tokenizer: a handle used after it fails. */
+    @Test
+    void theLastReleaseClosesTheTokenizer(@TempDir Path dir) throws Exception {
+        smallTokenizer(dir, "hello");
+        ChatTokenizer a = ChatTokenizer.shared(dir);
+        ChatTokenizer b = ChatTokenizer.shared(dir);
+        b.close();
+        assertThat(a.encodeText("hello")).containsExactly(7); // a still holds it
+        a.close();
+        assertThatThrownBy(() -> a.encodeText("hello")).isInstanceOf(IllegalStateException.class);
+    }
+
+    /** A caller that gives up its future before the handle comes (cancels it) holds nothing. */
+    @Test
+    void aCancelledClaimIsReleased(@TempDir Path dir) throws Exception {
+        smallTokenizer(dir, "hello");
+        ChatTokenizer.loadShared(dir).cancel(false);
+        CompletableFuture<ChatTokenizer> kept = ChatTokenizer.loadShared(dir);
+        kept.join().close();
+        long deadline = System.nanoTime() + 10_000_000_000L;
+        while (ChatTokenizer.sharedCount() > 0 && System.nanoTime() < deadline) {
+            Thread.sleep(10);
+        }
+        assertThat(ChatTokenizer.sharedCount()).isZero();
+    }
+
     @Test
     void aChangedFileIsLoadedAnew(@TempDir Path dir) throws Exception {
         smallTokenizer(dir, "hello", "world");
@@ -84,7 +133,7 @@ class SharedTokenizerTest {
     }
 
     @Test
-    void callersWhileItLoadsGetTheSameLoad(@TempDir Path dir) throws Exception {
+    void callersWhileItIsHeldOrLoadingClaimTheSameOne(@TempDir Path dir) throws Exception {
         smallTokenizer(dir, "hello");
         List<CompletableFuture<ChatTokenizer>> loads = new ArrayList<>();
         for (int i = 0; i < 8; i++) {
