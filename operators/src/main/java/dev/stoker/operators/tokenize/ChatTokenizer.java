@@ -54,11 +54,11 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * (environment variables {@code OPT_OUT_TRACKING} / {@code DJL_OFFLINE} take precedence in DJL).
  *
  * <p>{@link #shared} and {@link #loadShared} give handles on one tokenizer per {@code
- * tokenizer.json} in this JVM (per class loader: under a TaskManager, per job), loaded once: the
- * tokenize subtasks of a TaskManager, and in the embedded job the client's start-up check too, use
- * one loaded tokenizer (its load is ~1 s of CPU and its vocabulary tens of MB) instead of one each.
- * Encoding is thread-safe (the Hugging Face Rust {@code Tokenizer::encode} takes {@code &self};
- * each call gets its own native encoding). A handle must not be used after its {@link #close}.
+ * tokenizer.json} in this JVM (per class loader), loaded once (Qwen's takes ~1 s of CPU and tens of
+ * MB): the embedded job's client check and its tokenize subtasks use one load ({@code
+ * TokenizeFunction} takes a handle when one is held, {@link #sharedIfHeld}). Encoding is
+ * thread-safe (the Hugging Face Rust {@code Tokenizer::encode} takes {@code &self}; each call gets
+ * its own native encoding). A handle must not be used after its {@link #close}.
  */
 public final class ChatTokenizer implements AutoCloseable {
     static {
@@ -125,7 +125,7 @@ public final class ChatTokenizer implements AutoCloseable {
      * @throws Error as the load threw it (e.g. DJL's native library not loadable)
      */
     public static ChatTokenizer shared(Path directory) throws IOException, InterruptedException {
-        CompletableFuture<ChatTokenizer> handle = loadShared(directory);
+        CompletableFuture<ChatTokenizer> handle = claim(directory, false);
         try {
             return handle.get();
         } catch (InterruptedException e) {
@@ -147,6 +147,25 @@ public final class ChatTokenizer implements AutoCloseable {
     }
 
     /**
+     * A handle on the shared tokenizer of {@code directory} when one is held or loading in this
+     * class loader ({@link #shared}); otherwise null, and nothing is loaded.
+     *
+     * @throws IOException as {@link #open}
+     * @throws IllegalStateException as {@link #open}
+     * @throws InterruptedException when interrupted while the held tokenizer still loads
+     */
+    public static ChatTokenizer sharedIfHeld(Path directory)
+            throws IOException, InterruptedException {
+        FileKey key = FileKey.of(directory.resolve("tokenizer.json"));
+        synchronized (SHARED) {
+            if (!SHARED.containsKey(key)) {
+                return null;
+            }
+        }
+        return shared(directory); // loaded anew if released since: rare, and correct
+    }
+
+    /**
      * A handle on this JVM's shared tokenizer of {@code directory}: while any handle on the same
      * {@code tokenizer.json} (its real path, size and modification time) is held or loading in this
      * class loader, every caller gets one on the same loaded tokenizer; otherwise the call loads it
@@ -160,6 +179,14 @@ public final class ChatTokenizer implements AutoCloseable {
      *     #open} throws, or the {@code IOException} of reading the file's attributes
      */
     public static CompletableFuture<ChatTokenizer> loadShared(Path directory) {
+        return claim(directory, true);
+    }
+
+    /**
+     * A claim on the shared tokenizer of {@code directory}: {@link #loadShared}, whose first caller
+     * loads it on a new thread ({@code onNewThread}) or on its own thread, as {@link #shared} does.
+     */
+    private static CompletableFuture<ChatTokenizer> claim(Path directory, boolean onNewThread) {
         FileKey key;
         try {
             key = FileKey.of(directory.resolve("tokenizer.json"));
@@ -177,9 +204,6 @@ public final class ChatTokenizer implements AutoCloseable {
             }
             entry.holders++;
         }
-        if (first) {
-            startLoading(entry, directory);
-        }
         Shared claimed = entry;
         CompletableFuture<ChatTokenizer> handle = new CompletableFuture<>();
         entry.owner.whenComplete(
@@ -194,22 +218,27 @@ public final class ChatTokenizer implements AutoCloseable {
                         mine.close(); // cancelled, or completed by the caller
                     }
                 });
+        if (first && onNewThread) {
+            startLoading(entry, directory);
+        } else if (first) {
+            loadInto(entry, directory);
+        }
         return handle;
     }
 
-    /** Loads {@code entry}'s file on a new thread; whatever fails completes its load. */
+    /** Loads {@code entry}'s file on this thread; whatever fails completes its load. */
+    private static void loadInto(Shared entry, Path directory) {
+        try {
+            entry.owner.complete(load(entry.key.file(), directory));
+        } catch (Throwable e) {
+            entry.owner.completeExceptionally(e);
+        }
+    }
+
+    /** {@link #loadInto} on a new thread; a thread that cannot start completes the load. */
     private static void startLoading(Shared entry, Path directory) {
         try {
-            Thread loader =
-                    new Thread(
-                            () -> {
-                                try {
-                                    entry.owner.complete(load(entry.key.file(), directory));
-                                } catch (Throwable e) {
-                                    entry.owner.completeExceptionally(e);
-                                }
-                            },
-                            "stoker-tokenizer-load");
+            Thread loader = new Thread(() -> loadInto(entry, directory), "stoker-tokenizer-load");
             loader.setDaemon(true);
             loader.start();
         } catch (Throwable e) { // e.g. no native thread left

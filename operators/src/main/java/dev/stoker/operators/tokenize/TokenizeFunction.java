@@ -21,13 +21,15 @@ import org.apache.flink.util.Collector;
  * Flink operator that renders the model's Qwen-VL chat template (each mixture source may have its
  * own default system prompt and maximum sequence length), tokenizes it with label masking and
  * attaches the images' resized RGB pixels and {@code image_grid_thw} (see {@link SampleTokenizer}).
- * A handle on the tokenizer of a directory holding {@code tokenizer.json} is taken in {@link
- * #open(OpenContext)} and released in {@link #close()}: the job's subtasks in one TaskManager share
- * one loaded tokenizer while any of them (or anything else in the job's class loader) holds it
- * ({@link ChatTokenizer#shared}); after a restart of them all it is loaded again. Records that
- * cannot be tokenized go to the {@link DeadLetters#TAG} side output with {@code
- * TOKENIZATION_FAILED}, samples over the maximum sequence length (policy {@code DROP}, or nothing
- * trainable left after {@code TRUNCATE}) with {@code SEQUENCE_TOO_LONG}.
+ * The tokenizer of a directory holding {@code tokenizer.json} is taken in {@link
+ * #open(OpenContext)} and closed or released in {@link #close()}: a handle on the shared one when
+ * something in the job's class loader holds it (the embedded job's client, {@link
+ * ChatTokenizer#sharedIfHeld}), otherwise a tokenizer of the subtask's own. (Subtasks of a
+ * TaskManager sharing one kept the job's class loader alive after the job, seen in {@code
+ * test_cluster_job_reuse.py}; so under a cluster each subtask loads its own.) Records that cannot
+ * be tokenized go to the {@link DeadLetters#TAG} side output with {@code TOKENIZATION_FAILED},
+ * samples over the maximum sequence length (policy {@code DROP}, or nothing trainable left after
+ * {@code TRUNCATE}) with {@code SEQUENCE_TOO_LONG}.
  */
 public class TokenizeFunction extends ProcessFunction<PreprocessedRecord, TokenizedSample> {
     private static final long serialVersionUID = 1L;
@@ -67,7 +69,7 @@ public class TokenizeFunction extends ProcessFunction<PreprocessedRecord, Tokeni
     }
 
     /**
-     * Takes a handle on the shared tokenizer, loading it if nothing holds it.
+     * Takes a handle on the held shared tokenizer, or loads one of its own.
      *
      * @throws SuppressRestartsException when {@code tokenizer.json} is missing or unreadable on
      *     this TaskManager, or not a Qwen2-VL tokenizer: restarting cannot heal that, so the job
@@ -77,7 +79,9 @@ public class TokenizeFunction extends ProcessFunction<PreprocessedRecord, Tokeni
     @Override
     public void open(OpenContext openContext) throws Exception {
         try {
-            tokenizer = ChatTokenizer.shared(Path.of(tokenizerDir));
+            Path dir = Path.of(tokenizerDir);
+            ChatTokenizer held = ChatTokenizer.sharedIfHeld(dir);
+            tokenizer = held != null ? held : ChatTokenizer.open(dir);
         } catch (NoSuchFileException | AccessDeniedException | IllegalStateException e) {
             throw new SuppressRestartsException(
                     new IOException(

@@ -116,6 +116,20 @@ class SharedTokenizerTest {
         assertThat(ChatTokenizer.sharedCount()).isZero();
     }
 
+    /** {@link ChatTokenizer#sharedIfHeld}: nothing when nothing holds it, the held one else. */
+    @Test
+    void sharedIfHeldLoadsNothingByItself(@TempDir Path dir) throws Exception {
+        smallTokenizer(dir, "hello");
+        assertThat(ChatTokenizer.sharedIfHeld(dir)).isNull();
+        assertThat(ChatTokenizer.sharedCount()).isZero();
+        try (ChatTokenizer held = ChatTokenizer.shared(dir);
+                ChatTokenizer second = ChatTokenizer.sharedIfHeld(dir)) {
+            assertThat(second).isNotNull();
+            assertThat(second.encodeText("hello")).containsExactly(7);
+            assertThat(ChatTokenizer.sharedCount()).isEqualTo(1);
+        }
+    }
+
     @Test
     void aChangedFileIsLoadedAnew(@TempDir Path dir) throws Exception {
         smallTokenizer(dir, "hello", "world");
