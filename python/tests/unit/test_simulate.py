@@ -87,7 +87,7 @@ def test_simulate_reports_the_start_up_apart_from_the_steady_state(shm_root, tmp
                 "--root",
                 str(shm_root),
                 "--step-time-ms",
-                "20",
+                "200",
                 "--timeout-s",
                 "10",
                 "--summary-json",
@@ -106,8 +106,10 @@ def test_simulate_reports_the_start_up_apart_from_the_steady_state(shm_root, tmp
         whole = float(re.search(r" wait_time_ratio=([0-9.]+)", line).group(1))
         steady = float(re.search(r"steady_wait_time_ratio=([0-9.]+)", line).group(1))
         assert 0.95 <= first < 5, line
-        assert whole > 0.8, line  # ~1 s waited of ~1.1 s
-        assert steady < 0.3, line  # 4 steps of 20 ms, each batch already written
+        assert whole > 0.4, line  # ~1 s waited of ~2 s (5 steps of 200 ms)
+        # 4 steps of 200 ms, each batch already written: the steady wait is the reads alone
+        # (steps of 20 ms read 0.44 in a clean-clone CI run, its tiers in parallel on 2 cores)
+        assert steady < 0.3, line
     total = next(x for x in out.splitlines() if x.startswith("  total:"))
     assert float(re.search(r"steady_wait_time_ratio=([0-9.]+)", total).group(1)) < 0.3, total
     summary = json.loads((tmp_path / "summary.json").read_text())
