@@ -482,6 +482,7 @@ final class JobPlan {
                 .maxConnections(conf.get(StokerOptions.S3_MAX_CONNECTIONS))
                 .maxAttempts(conf.get(StokerOptions.S3_MAX_ATTEMPTS))
                 .requestTimeout(request)
+                .readTimeout(conf.get(StokerOptions.S3_READ_TIMEOUT))
                 .attemptTimeout(attempt.compareTo(request) < 0 ? attempt : request)
                 .retryBaseDelay(conf.get(StokerOptions.S3_RETRY_BASE_DELAY))
                 .retryMaxDelay(conf.get(StokerOptions.S3_RETRY_MAX_DELAY))

@@ -683,6 +683,21 @@ public final class StokerOptions {
                                     + " than that costs no record; with 5 attempts a 15 s outage dead-lettered"
                                     + " records after 10.5 s (bench/faults.sh).");
 
+    public static final ConfigOption<Duration> S3_READ_TIMEOUT =
+            ConfigOptions.key("stoker.s3.read-timeout")
+                    .durationType()
+                    .defaultValue(Duration.ofSeconds(2))
+                    .withDescription(
+                            "Longest wait for the next byte of a GET's response, its first byte included"
+                                    + " (the HTTP client's read timeout): an attempt that receives nothing for"
+                                    + " this long is abandoned and retried like one past its attempt timeout, so"
+                                    + " a request the store leaves unanswered costs this long instead of"
+                                    + " stoker.s3.attempt-timeout (bench/README.md, a store that leaves GETs"
+                                    + " unanswered). A body that keeps arriving, however slowly, is not cut by"
+                                    + " it. Default 2 s: AWS's guideline for retrying small GETs (Optimizing"
+                                    + " Amazon S3 performance: timeouts and retries for latency-sensitive"
+                                    + " applications); raise it for a store whose first byte can take longer.");
+
     public static final ConfigOption<Duration> S3_ATTEMPT_TIMEOUT =
             ConfigOptions.key("stoker.s3.attempt-timeout")
                     .durationType()

@@ -50,6 +50,24 @@ class S3OptionsTest {
     }
 
     @Test
+    void theReadTimeoutComesFromItsOption() {
+        assertThat(JobPlan.s3Settings(new Configuration()).readTimeout())
+                .isEqualTo(StokerOptions.S3_READ_TIMEOUT.defaultValue())
+                .isEqualTo(java.time.Duration.ofSeconds(2));
+        Configuration conf =
+                StokerConfig.fromArgs(new String[] {"--stoker.s3.read-timeout", "750ms"});
+        assertThat(JobPlan.s3Settings(conf).readTimeout())
+                .isEqualTo(java.time.Duration.ofMillis(750));
+        assertThatThrownBy(
+                        () ->
+                                JobPlan.s3Settings(conf).toBuilder()
+                                        .readTimeout(java.time.Duration.ZERO)
+                                        .build())
+                .isInstanceOf(IllegalArgumentException.class)
+                .hasMessageContaining("readTimeout");
+    }
+
+    @Test
     void theClientSettingsHaveNoDefaultsOfTheirOwn() {
         assertThatThrownBy(() -> S3ClientSettings.builder().region("us-east-1").build())
                 .isInstanceOf(IllegalArgumentException.class)

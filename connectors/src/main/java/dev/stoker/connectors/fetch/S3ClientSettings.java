@@ -37,7 +37,7 @@ import software.amazon.awssdk.services.s3.S3AsyncClient;
  * options, where the defaults are declared (once).
  */
 public final class S3ClientSettings implements Serializable {
-    private static final long serialVersionUID = 2L;
+    private static final long serialVersionUID = 3L;
 
     private final String endpoint;
     private final String region;
@@ -45,6 +45,7 @@ public final class S3ClientSettings implements Serializable {
     private final String accessKey;
     private final String secretKey;
     private final int maxConnections;
+    private final Duration readTimeout;
     private final Duration attemptTimeout;
     private final Duration requestTimeout;
     private final int maxAttempts;
@@ -60,6 +61,11 @@ public final class S3ClientSettings implements Serializable {
         accessKey = b.accessKey;
         secretKey = b.secretKey;
         maxConnections = positive(b.maxConnections, "maxConnections");
+        readTimeout = required(b.readTimeout, "readTimeout");
+        if (readTimeout.isNegative() || readTimeout.isZero()) {
+            throw new IllegalArgumentException(
+                    "S3ClientSettings.readTimeout must be positive, got " + readTimeout);
+        }
         attemptTimeout = required(b.attemptTimeout, "attemptTimeout");
         requestTimeout = required(b.requestTimeout, "requestTimeout");
         maxAttempts = positive(b.maxAttempts, "maxAttempts");
@@ -91,6 +97,7 @@ public final class S3ClientSettings implements Serializable {
         b.accessKey = accessKey;
         b.secretKey = secretKey;
         b.maxConnections = maxConnections;
+        b.readTimeout = readTimeout;
         b.attemptTimeout = attemptTimeout;
         b.requestTimeout = requestTimeout;
         b.maxAttempts = maxAttempts;
@@ -133,6 +140,17 @@ public final class S3ClientSettings implements Serializable {
      */
     public int maxConnections() {
         return maxConnections;
+    }
+
+    /**
+     * Longest silence of a connection while a request waits for its response or reads its body (the
+     * Netty client's read timeout): an attempt that receives no byte for this long fails with an
+     * {@code IOException} caused by Netty's {@code ReadTimeoutException} and is retried, so a
+     * server that leaves a request unanswered costs this long instead of the attempt timeout. A
+     * body that keeps arriving, however slowly, is not cut by it.
+     */
+    public Duration readTimeout() {
+        return readTimeout;
     }
 
     /** Time limit of one HTTP attempt (first byte to last byte); exceeded attempts are retried. */
@@ -211,6 +229,7 @@ public final class S3ClientSettings implements Serializable {
                         .httpClientBuilder(
                                 NettyNioAsyncHttpClient.builder()
                                         .maxConcurrency(maxConnections)
+                                        .readTimeout(readTimeout)
                                         // the store hands the client at most maxConnections GETs,
                                         // so this bounds only a leaked connection
                                         .connectionAcquisitionTimeout(requestTimeout))
@@ -239,6 +258,8 @@ public final class S3ClientSettings implements Serializable {
                 + (accessKey != null && secretKey != null ? "static(****)" : "default chain")
                 + ", maxConnections="
                 + maxConnections
+                + ", readTimeout="
+                + readTimeout
                 + ", attemptTimeout="
                 + attemptTimeout
                 + ", requestTimeout="
@@ -275,6 +296,7 @@ public final class S3ClientSettings implements Serializable {
         private String accessKey;
         private String secretKey;
         private Integer maxConnections;
+        private Duration readTimeout;
         private Duration attemptTimeout;
         private Duration requestTimeout;
         private Integer maxAttempts;
@@ -313,6 +335,12 @@ public final class S3ClientSettings implements Serializable {
         /** See {@link S3ClientSettings#maxConnections()}. */
         public Builder maxConnections(int value) {
             maxConnections = value;
+            return this;
+        }
+
+        /** See {@link S3ClientSettings#readTimeout()}. */
+        public Builder readTimeout(Duration value) {
+            readTimeout = value;
             return this;
         }
 

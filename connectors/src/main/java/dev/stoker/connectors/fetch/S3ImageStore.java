@@ -46,7 +46,8 @@ import software.amazon.awssdk.services.s3.model.ListObjectsV2Request;
  * (naming the NFC or NFD spelling of the path when an object of that name exists, found with a HEAD
  * request); 403 and any error left after the client's retries are {@link RejectReason#FETCH_FAILED}
  * (with the HTTP status, S3 error code and number of attempts); running out of the client's total
- * request time, or every attempt timing out, is {@link RejectReason#FETCH_TIMEOUT}; every such
+ * request time, or the last attempt timing out (its attempt timeout, or its read timeout: no byte
+ * for {@link S3ClientSettings#readTimeout}), is {@link RejectReason#FETCH_TIMEOUT}; every such
  * message names the attempts made and how long they took. Retries themselves happen inside the
  * client (see {@link S3ClientSettings}).
  *
@@ -56,6 +57,10 @@ import software.amazon.awssdk.services.s3.model.ListObjectsV2Request;
  * Get#progress()} names a wait for a connection as such.
  */
 public final class S3ImageStore implements AutoCloseable {
+    /** The class of the exception the Netty client's read timeout raises. */
+    private static final String NETTY_READ_TIMEOUT =
+            "io.netty.handler.timeout.ReadTimeoutException";
+
     private final long maxObjectBytes;
     private final long maxVideoBytes;
     private final S3AsyncClient client;
@@ -63,6 +68,7 @@ public final class S3ImageStore implements AutoCloseable {
     private final PrefixRateLimiter rateLimiter;
     private final ConnectionPermits connections;
     private final Duration hedgeAfter;
+    private final Duration readTimeout;
     private final Duration attemptTimeout;
     private final Duration requestTimeout;
 
@@ -84,6 +90,7 @@ public final class S3ImageStore implements AutoCloseable {
         this.rateLimiter = new PrefixRateLimiter(settings.getsPerSecondPerPrefix());
         this.connections = new ConnectionPermits(settings.maxConnections());
         this.hedgeAfter = settings.hedgeAfter();
+        this.readTimeout = settings.readTimeout();
         this.attemptTimeout = settings.attemptTimeout();
         this.requestTimeout = settings.requestTimeout();
         this.client = settings.createClient(List.of(metrics.attemptCounter()));
@@ -467,11 +474,14 @@ public final class S3ImageStore implements AutoCloseable {
                             + where
                             + " did not complete in time"
                             + attempts
-                            + " (attempt timeout "
+                            + " (read timeout "
+                            + seconds(readTimeout.toNanos())
+                            + ", attempt timeout "
                             + seconds(attemptTimeout.toNanos())
                             + ", request timeout "
                             + seconds(requestTimeout.toNanos())
-                            + ": stoker.s3.attempt-timeout, stoker.s3.request-timeout)",
+                            + ": stoker.s3.read-timeout, stoker.s3.attempt-timeout,"
+                            + " stoker.s3.request-timeout)",
                     true);
         }
         throw reject(
@@ -488,16 +498,19 @@ public final class S3ImageStore implements AutoCloseable {
     }
 
     /**
-     * Whether {@code t} or one of its causes is the SDK's call or attempt timeout, or the Netty
-     * client's {@code IOException("Request cancelled")}: its {@code FutureCancelHandler} raises
-     * that, without a cause, when the SDK cancels an attempt on its timeout, and now and then it
-     * reaches the caller instead of the {@link ApiCallAttemptTimeoutException} (this store cancels
-     * a request only after the GET has settled: a hedged request that lost).
+     * Whether {@code t} or one of its causes is the SDK's call or attempt timeout, the Netty
+     * client's read timeout (an {@code IOException} caused by Netty's {@code ReadTimeoutException},
+     * told by its class name: Netty is the SDK's HTTP client's dependency, not this module's), or
+     * the Netty client's {@code IOException("Request cancelled")}: its {@code FutureCancelHandler}
+     * raises that, without a cause, when the SDK cancels an attempt on its timeout, and now and
+     * then it reaches the caller instead of the {@link ApiCallAttemptTimeoutException} (this store
+     * cancels a request only after the GET has settled: a hedged request that lost).
      */
     private static boolean isTimeout(Throwable t) {
         for (Throwable c = t; c != null; c = c.getCause()) {
             if (c instanceof ApiCallTimeoutException
                     || c instanceof ApiCallAttemptTimeoutException
+                    || NETTY_READ_TIMEOUT.equals(c.getClass().getName())
                     || (c instanceof IOException && "Request cancelled".equals(c.getMessage()))) {
                 return true;
             }

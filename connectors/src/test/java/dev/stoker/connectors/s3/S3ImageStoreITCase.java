@@ -69,6 +69,7 @@ class S3ImageStoreITCase {
                 .credentials(LocalS3Server.ACCESS_KEY, LocalS3Server.SECRET_KEY)
                 .maxConnections(64)
                 .maxAttempts(5)
+                .readTimeout(Duration.ofSeconds(2))
                 .attemptTimeout(Duration.ofSeconds(10))
                 .requestTimeout(Duration.ofSeconds(30))
                 .retryBaseDelay(Duration.ofMillis(100))
@@ -124,6 +125,67 @@ class S3ImageStoreITCase {
                 .as("the hedge answers; the stalled GET would take 60 s")
                 .isLessThan(Duration.ofSeconds(30));
         assertThat(metrics.hedgedGets()).isEqualTo(1);
+    }
+
+    /**
+     * A server that leaves a request unanswered (no first byte for 60 s) costs its GET the read
+     * timeout, 0.5 s here, not the attempt timeout (10 s): the attempt is abandoned and retried,
+     * and the retry is answered.
+     */
+    @Test
+    void anUnansweredAttemptIsRetriedAfterTheReadTimeout() {
+        S3.faults()
+                .bodyNext(
+                        BUCKET,
+                        "data/images/a.jpg",
+                        FaultInjectingBlobStore.Body.firstByteAfter(60_000));
+        S3ClientSettings settings = clientSettings().readTimeout(Duration.ofMillis(500)).build();
+        S3FetchMetrics metrics = metrics();
+        long start = System.nanoTime();
+        try (S3ImageStore store = store(settings, metrics)) {
+            assertThat(store.read(ROOT, "images/a.jpg").join().bytes()).containsExactly(1, 2, 3);
+        } finally {
+            S3.faults().clearAnswers(); // ends the unanswered first GET on the server
+        }
+        assertThat(Duration.ofNanos(System.nanoTime() - start))
+                .as("the read timeout (0.5 s), not the attempt timeout (10 s)")
+                .isLessThan(Duration.ofSeconds(5));
+        assertThat(metrics.retries()).isEqualTo(1);
+    }
+
+    /**
+     * When every attempt goes unanswered, the GET is a FETCH_TIMEOUT (not a FETCH_FAILED) once its
+     * attempts are spent, and the message names the read timeout and its option.
+     */
+    @Test
+    void aGetWhoseEveryAttemptGoesUnansweredIsAFetchTimeout() {
+        S3.faults()
+                .bodyAlways(
+                        BUCKET,
+                        "data/images/a.jpg",
+                        FaultInjectingBlobStore.Body.firstByteAfter(120_000));
+        S3ClientSettings settings =
+                clientSettings()
+                        .maxAttempts(2)
+                        .readTimeout(Duration.ofMillis(300))
+                        .retryBaseDelay(Duration.ofMillis(10))
+                        .build();
+        S3FetchMetrics metrics = metrics();
+        long start = System.nanoTime();
+        try (S3ImageStore store = store(settings, metrics)) {
+            RejectedRecordException e = rejection(store, "images/a.jpg");
+            assertThat(e.reason()).as(e.getMessage()).isEqualTo(RejectReason.FETCH_TIMEOUT);
+            assertThat(e.getMessage())
+                    .contains("s3://images/data/images/a.jpg")
+                    .contains("after 2 attempt(s)")
+                    .contains("read timeout 0.3 s")
+                    .contains("stoker.s3.read-timeout");
+        } finally {
+            S3.faults().clearAnswers();
+        }
+        assertThat(Duration.ofNanos(System.nanoTime() - start)).isLessThan(Duration.ofSeconds(5));
+        assertThat(metrics.retries()).isEqualTo(1);
+        assertThat(metrics.failures(RejectReason.FETCH_TIMEOUT)).isEqualTo(1);
     }
 
     @Test

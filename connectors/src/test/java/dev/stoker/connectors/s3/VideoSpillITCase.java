@@ -78,6 +78,7 @@ class VideoSpillITCase {
                         .credentials(LocalS3Server.ACCESS_KEY, LocalS3Server.SECRET_KEY)
                         .maxConnections(8)
                         .maxAttempts(maxAttempts)
+                        .readTimeout(Duration.ofSeconds(2))
                         .attemptTimeout(Duration.ofSeconds(10))
                         .requestTimeout(Duration.ofSeconds(20))
                         .retryBaseDelay(Duration.ofMillis(10))
