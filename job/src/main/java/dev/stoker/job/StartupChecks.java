@@ -107,19 +107,16 @@ final class StartupChecks {
                                     return tokenizer.padTokenId();
                                 }
                             }
-                            Throwable cause =
-                                    failure instanceof CompletionException
-                                                    && failure.getCause() != null
-                                            ? failure.getCause()
-                                            : failure;
-                            if (cause instanceof IOException || cause instanceof RuntimeException) {
+                            // the load's own exception: loadShared's future is not a derived one
+                            if (failure instanceof IOException
+                                    || failure instanceof RuntimeException) {
                                 throw bad(
                                         StokerOptions.TOKENIZER_PATH,
                                         dir,
-                                        "does not load as a tokenizer: " + cause);
+                                        "does not load as a tokenizer: " + failure);
                             }
                             // e.g. DJL's native library not loadable: thrown by tokenizerPadId
-                            throw new CompletionException(cause);
+                            throw new CompletionException(failure);
                         });
     }
 
