@@ -3,6 +3,7 @@
 # Ray Data and Stoker (embedded Flink and the standalone cluster) on the same dataset, the same
 # local S3 server with 50 +- 20 ms per GET and the same cores; writes bench/results/loaders.*
 #   bench/loaders.sh [--samples N] [--quick] [--batch-size B] [--cores C] [--contenders a,b,...] [--rounds R] [--steady-from F]
+#       [--stall-s S] [--s3-pause AT:SECONDS] [--s3-unanswered RATE:SECONDS] [--job-option KEY=VALUE ...]  (--help)
 # Sets up what is missing first: the job jar and classpaths (offline Maven build), the Flink home
 # of the standalone cluster, and the bench venv .stoker/bench-venv (bench/requirements.txt, pinned;
 # torch pulls ~5 GB of CUDA runtime wheels, no GPU is used).

@@ -2,7 +2,8 @@
 
     python -m bench.loaders.run [--samples N] [--quick] [--batch-size B] [--cores C]
         [--contenders naive,dataloader,...] [--latency-ms 50] [--jitter-ms 20] [--rounds 1]
-        [--steady-from 0.5]
+        [--steady-from 0.5] [--stall-s 20] [--s3-pause AT:SECONDS] [--s3-unanswered RATE:SECONDS]
+        [--job-option KEY=VALUE ...]
 
 Builds the dataset (N records, one image each, every image its own S3 object), starts the local
 S3 server (S3Proxy, LocalS3Server) with latency on every GET, and the standalone Flink cluster if
@@ -108,8 +109,12 @@ def log(msg: str) -> None:
     print(f"[loaders] {msg}", file=sys.stderr, flush=True)
 
 
-def start_s3(dataset: Path, latency_ms: int, jitter_ms: int) -> tuple[subprocess.Popen, str]:
-    """LocalS3Server on a free port with the dataset uploaded to s3://bench/data."""
+def start_s3(
+    dataset: Path, latency_ms: int, jitter_ms: int, unanswered: tuple[float, float] | None = None
+) -> tuple[subprocess.Popen, str]:
+    """LocalS3Server on a free port with the dataset uploaded to s3://bench/data; ``unanswered``
+    ``(rate, seconds)``: that share of GETs, drawn per GET, gets its first byte that many seconds
+    late (a server that leaves some requests unanswered)."""
     classpath = ":".join(
         [
             str(REPO / "testkit" / "target" / "stoker-testkit.jar"),
@@ -138,6 +143,9 @@ def start_s3(dataset: Path, latency_ms: int, jitter_ms: int) -> tuple[subprocess
         "--get-jitter-ms",
         str(jitter_ms),
     ]
+    if unanswered:
+        rate, seconds = unanswered
+        cmd += ["--get-straggler-rate", str(rate), "--get-straggler-ms", str(round(seconds * 1000))]
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     deadline = time.time() + 600
     while time.time() < deadline:
@@ -390,6 +398,7 @@ def mean_of_rounds(results: list[dict[str, Any]]) -> dict[str, Any]:
     for k in PEAKS:
         row[k] = max(r[k] for r in results)
     row["samples_per_s_rounds"] = [r["samples_per_s"] for r in results]
+    row["samples_rounds"] = [r["samples"] for r in results]
     row["stalls"] = [
         dict(st, run=f"pass1 round {k + 1}") for k, r in enumerate(results) for st in r["stalls"]
     ]
@@ -558,6 +567,36 @@ def stall_lines(rows: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
     return lines
 
 
+def delivery_lines(rows: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
+    """The results' paragraph on the injected unanswered GETs (``--s3-unanswered``) and the job
+    options given (``--job-option``), if any, and on every pass-1 round that delivered fewer
+    samples than the dataset has records (a back-filled row: its record was dead-lettered)."""
+    lines = []
+    if meta.get("s3_unanswered"):
+        rate, seconds = meta["s3_unanswered"]
+        lines += [
+            "",
+            f"S3 server leaving {rate:.0%} of the GETs (drawn per GET) without a first byte for "
+            f"{seconds:.0f} s.",
+        ]
+    if meta.get("job_options"):
+        given = ", ".join(f"`{k}={v}`" for k, v in meta["job_options"].items())
+        lines += ["", f"Stoker's job options given: {given}."]
+    short = [
+        (r["contender"], k, n)
+        for r in rows
+        for k, n in enumerate(r.get("samples_rounds", []))
+        if n < meta["samples"]
+    ]
+    if short:
+        lines += [
+            "",
+            "Samples not delivered (their records dead-lettered, their rows back-filled):",
+        ]
+        lines += [f"* **{name}**, round {k + 1}: {n} of {meta['samples']}" for name, k, n in short]
+    return lines
+
+
 def pause_lines(rows: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
     """The results' paragraph on the injected S3 pause (``--s3-pause``), if there was one: per
     contender and round, the rate before the pause and after the resume, and the longest gap
@@ -652,6 +691,7 @@ def write_results(out: Path, rows: list[dict[str, Any]], checks: list[dict[str, 
     lines += ratio_lines(rows)
     lines += stall_lines(rows, meta)
     lines += pause_lines(rows, meta)
+    lines += delivery_lines(rows, meta)
     lines += [
         "",
         "Peak RSS: the highest sum of the RSS of the contender's processes (shared pages counted "
@@ -747,6 +787,21 @@ def main() -> int:
         f"{PAUSE_WINDOW_S:.0f} s before the pause and after the resume (a server stalled "
         "mid-run: does the loader come back to its rate?)",
     )
+    p.add_argument(
+        "--s3-unanswered",
+        metavar="RATE:SECONDS",
+        help="the S3 server leaves a share RATE (0..1) of the GETs, drawn per GET, without a "
+        "first byte for SECONDS (a server that leaves some requests unanswered; the collapse of "
+        "issue 37)",
+    )
+    p.add_argument(
+        "--job-option",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="a Flink or stoker.* option for the Stoker contenders' job (repeatable), e.g. "
+        "stoker.s3.read-timeout=30s",
+    )
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     args = p.parse_args()
     # SIGTERM unwinds like Ctrl-C: the contender and the S3 server are stopped on the way out
@@ -766,6 +821,21 @@ def main() -> int:
         if at < 0 or length <= 0:
             p.error("--s3-pause wants AT >= 0 and SECONDS > 0")
         s3_pause = (at, length)
+    unanswered = None
+    if args.s3_unanswered:
+        try:
+            rate, seconds = (float(x) for x in args.s3_unanswered.split(":"))
+        except ValueError:
+            p.error(f"--s3-unanswered wants RATE:SECONDS, got {args.s3_unanswered!r}")
+        if not 0 < rate <= 1 or seconds <= 0:
+            p.error("--s3-unanswered wants 0 < RATE <= 1 and SECONDS > 0")
+        unanswered = (rate, seconds)
+    job_options = {}
+    for option in args.job_option:
+        key, sep, value = option.partition("=")
+        if not sep or not key:
+            p.error(f"--job-option wants KEY=VALUE, got {option!r}")
+        job_options[key] = value
     names = args.contenders.split(",")
     if any(name.startswith("stoker") for name in names):
         require_native_jpeg()
@@ -779,8 +849,10 @@ def main() -> int:
     (STATE / "logs").mkdir(parents=True, exist_ok=True)
     log(f"dataset: {args.samples} records, one image object each")
     dataset = make_dataset(STATE / "bench-dataset", args.samples)
-    s3, endpoint = start_s3(dataset, args.latency_ms, args.jitter_ms)
+    s3, endpoint = start_s3(dataset, args.latency_ms, args.jitter_ms, unanswered)
     log(f"local S3 server {endpoint}, GET latency {args.latency_ms} +- {args.jitter_ms} ms")
+    if unanswered:
+        log(f"  {unanswered[0]:.0%} of GETs unanswered for {unanswered[1]:.0f} s")
     try:
         if "stoker-cluster" in names:
             cluster(
@@ -804,7 +876,11 @@ def main() -> int:
                 step_time_s=step_time_s,
                 parity_lines=list(range(1, min(len(POOL), samples) + 1)),
                 result=str(workdir / f"{tag}-{name}.result.json"),
-                extra=CONTENDERS[name][1],
+                extra=(
+                    {**CONTENDERS[name][1], "job_options": job_options}
+                    if name.startswith("stoker") and job_options
+                    else CONTENDERS[name][1]
+                ),
             )
 
         rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
@@ -887,6 +963,8 @@ def main() -> int:
         "jitter_ms": args.jitter_ms,
         "stall_s": args.stall_s,
         "s3_pause": s3_pause,
+        "s3_unanswered": unanswered,
+        "job_options": job_options,
         "max_pixels": MAX_PIXELS,
         "step_time_s": step_time,
         "compute_ceiling_images_per_s": ceiling,

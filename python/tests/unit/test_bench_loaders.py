@@ -106,3 +106,27 @@ def test_the_pause_recovery_compares_the_rates_around_it_and_owns_only_its_gaps(
     # a gap before the pause is not the pause's
     early = {"from_unix": 10.0, "gap_s": 30.0, "cpu_utilization": 0.0}
     assert common.pause_recovery(arrivals, sizes, 100.0, 115.0, [early], 10)["stalls"] == [early]
+
+
+def test_the_results_name_the_unanswered_gets_the_options_and_the_samples_not_delivered() -> None:
+    sys.path.insert(0, str(REPO_ROOT))
+    try:
+        from bench.loaders.run import delivery_lines
+    finally:
+        sys.path.remove(str(REPO_ROOT))
+    rows = [
+        {"contender": "stoker-embedded", "samples_rounds": [3996, 4000]},
+        {"contender": "dataloader", "samples_rounds": [4000, 4000]},
+    ]
+    meta = {
+        "samples": 4000,
+        "s3_unanswered": [0.1, 60.0],
+        "job_options": {"stoker.s3.read-timeout": "30s"},
+    }
+    text = "\n".join(delivery_lines(rows, meta))
+    assert "10% of the GETs (drawn per GET) without a first byte for 60 s" in text
+    assert "`stoker.s3.read-timeout=30s`" in text
+    assert "* **stoker-embedded**, round 1: 3996 of 4000" in text
+    assert "round 2" not in text and "dataloader" not in text
+    # a healthy run without injected faults or options says nothing
+    assert delivery_lines([{"contender": "x", "samples_rounds": [4000]}], {"samples": 4000}) == []

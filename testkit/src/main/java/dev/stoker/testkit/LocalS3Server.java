@@ -42,15 +42,18 @@ import software.amazon.awssdk.services.s3.S3AsyncClient;
  *
  * <pre>
  * java -cp ... dev.stoker.testkit.LocalS3Server [--host ADDRESS] --port 9000 [--basedir DIR] [--upload DIR s3://bucket/prefix]
- *     [--get-latency-ms 50 [--get-jitter-ms 20] [--get-latency-keys REGEX]] [--exit-on-stdin-eof]
+ *     [--get-latency-ms 50 [--get-jitter-ms 20] [--get-latency-keys REGEX]]
+ *     [--get-straggler-rate 0.1 --get-straggler-ms 60000] [--exit-on-stdin-eof]
  * </pre>
  *
  * (host: the address it listens on and names in its endpoint, default 127.0.0.1, e.g. a simulated
  * node's address for the multi-node tests; port 0: a free one; the latency options add time to
  * first byte to every GET of a key matching REGEX, default all keys, uniform in {@code latency +-
- * jitter} ms, as {@link FaultInjectingBlobStore} does for tests) and prints {@code
- * endpoint=http://HOST:PORT} on standard output once it serves (after any upload), the last line it
- * prints. Objects are always put through the S3 API, never copied into the backing directory.
+ * jitter} ms, as {@link FaultInjectingBlobStore} does for tests; the straggler options add {@code
+ * straggler-ms} more to that share of those GETs, drawn per GET, a seeded draw: a server that
+ * leaves some requests unanswered for that long) and prints {@code endpoint=http://HOST:PORT} on
+ * standard output once it serves (after any upload), the last line it prints. Objects are always
+ * put through the S3 API, never copied into the backing directory.
  */
 public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback, AutoCloseable {
     /** Access key id the server accepts. Test credentials, not a secret. */
@@ -262,6 +265,8 @@ public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback,
         long latencyMs = 0;
         long jitterMs = 0;
         String latencyKeys = ".*";
+        double stragglerRate = 0;
+        long stragglerMs = 0;
         boolean exitOnStdinEof = false;
         for (int i = 0; i < args.length; i++) {
             switch (args[i]) {
@@ -275,6 +280,8 @@ public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback,
                 case "--get-latency-ms" -> latencyMs = Long.parseLong(args[++i]);
                 case "--get-jitter-ms" -> jitterMs = Long.parseLong(args[++i]);
                 case "--get-latency-keys" -> latencyKeys = args[++i];
+                case "--get-straggler-rate" -> stragglerRate = Double.parseDouble(args[++i]);
+                case "--get-straggler-ms" -> stragglerMs = Long.parseLong(args[++i]);
                 case "--exit-on-stdin-eof" -> exitOnStdinEof = true;
                 default -> throw new IllegalArgumentException("unknown argument " + args[i]);
             }
@@ -301,7 +308,9 @@ public final class LocalS3Server implements BeforeAllCallback, AfterAllCallback,
         }
         // after the upload, so only the readers' GETs wait
         server.faults()
-                .setFaults(new FaultInjectingBlobStore.Faults(latencyMs, jitterMs, 0, latencyKeys));
+                .setFaults(
+                        new FaultInjectingBlobStore.Faults(
+                                latencyMs, jitterMs, 0, latencyKeys, stragglerRate, stragglerMs));
         System.out.println("endpoint=" + server.endpoint());
         System.out.flush();
         if (exitOnStdinEof) {
