@@ -25,6 +25,7 @@ from bench.loaders.common import (
     TOKENIZER,
     Config,
     contender_main,
+    read_records,
 )
 from bench.loaders.profiling import ProfiledRun
 from stoker import BatchReader
@@ -80,15 +81,19 @@ def batches(cfg: Config) -> Iterator[dict[str, Any]]:
     spec = cfg.extra.get("profile")
     if spec and cfg.extra["mode"] != "embedded":
         raise ValueError("profiling needs the embedded job (its process is the JVM)")
+    records = len(read_records(Path(cfg.dataset)))
+    embedded = cfg.extra["mode"] == "embedded"
     proc = start_job(cfg, job)
     profiled = None
-    consumed = 0
+    consumed = 0  # samples delivered, back-filled rows not counted
+    read = 0  # rows read: the dataset's records, each once, dead-lettered ones back-filled
     try:
         if spec:
             profiled = ProfiledRun(proc.pid, spec, cfg.samples)  # proc is the JVM
         for batch in BatchReader(OUTPUT_ROOT / job, 0, timeout_s=600):
+            consumed += len(batch.location) - len(batch.backfilled_slots)
+            read += len(batch.location)
             if profiled is not None:
-                consumed += len(batch.location) - len(batch.backfilled_slots)
                 profiled.update(consumed)
             yield {
                 # location is "<jsonl uri>:<line>"; a back-filled row repeats another row's record
@@ -100,6 +105,10 @@ def batches(cfg: Config) -> Iterator[dict[str, Any]]:
                 "pixel_values": batch.pixel_values,
                 "image_grid_thw": batch.image_grid_thw,
             }
+            if embedded and read >= cfg.samples < records:
+                # a pass of fewer samples than the dataset has (pass 2) ends there and the job's
+                # JVM is stopped; a cluster job would run on after its client, so it reads all
+                return
         if proc.wait(timeout=300) != 0:
             raise RuntimeError(f"the Stoker job failed (exit {proc.returncode}); see its log")
     finally:
