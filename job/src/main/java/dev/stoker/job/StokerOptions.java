@@ -688,15 +688,18 @@ public final class StokerOptions {
                     .durationType()
                     .defaultValue(Duration.ofSeconds(2))
                     .withDescription(
-                            "Longest wait for the next byte of a GET's response, its first byte included"
-                                    + " (the HTTP client's read timeout): an attempt that receives nothing for"
-                                    + " this long is abandoned and retried like one past its attempt timeout, so"
-                                    + " a request the store leaves unanswered costs this long instead of"
-                                    + " stoker.s3.attempt-timeout (bench/README.md, a store that leaves GETs"
-                                    + " unanswered). A body that keeps arriving, however slowly, is not cut by"
-                                    + " it. Default 2 s: AWS's guideline for retrying small GETs (Optimizing"
-                                    + " Amazon S3 performance: timeouts and retries for latency-sensitive"
-                                    + " applications); raise it for a store whose first byte can take longer.");
+                            "Longest wait for the next byte of an image GET's response, its first byte"
+                                    + " included (the HTTP client's read timeout, at least 1 ms): an attempt that"
+                                    + " receives nothing for this long is abandoned and retried like one past its"
+                                    + " attempt timeout, so a request the store leaves unanswered costs this long"
+                                    + " instead of stoker.s3.attempt-timeout (bench/README.md, the collapse"
+                                    + " reproduced: a store that leaves GETs unanswered). A body that keeps"
+                                    + " arriving is not cut by it. Video GETs, which may stream into spill files"
+                                    + " (the client reads only as fast as those writes go), and the start-up"
+                                    + " check's listings are limited by the attempt timeout alone. Default 2 s,"
+                                    + " after AWS's guideline to retry a small GET after 2 s (Optimizing Amazon"
+                                    + " S3 performance: timeouts and retries for latency-sensitive applications);"
+                                    + " raise it for a store whose first byte can take longer.");
 
     public static final ConfigOption<Duration> S3_ATTEMPT_TIMEOUT =
             ConfigOptions.key("stoker.s3.attempt-timeout")

@@ -62,9 +62,9 @@ public final class S3ClientSettings implements Serializable {
         secretKey = b.secretKey;
         maxConnections = positive(b.maxConnections, "maxConnections");
         readTimeout = required(b.readTimeout, "readTimeout");
-        if (readTimeout.isNegative() || readTimeout.isZero()) {
+        if (readTimeout.toMillis() < 1) { // the Netty client counts whole ms; 0 turns it off
             throw new IllegalArgumentException(
-                    "S3ClientSettings.readTimeout must be positive, got " + readTimeout);
+                    "S3ClientSettings.readTimeout must be at least 1 ms, got " + readTimeout);
         }
         attemptTimeout = required(b.attemptTimeout, "attemptTimeout");
         requestTimeout = required(b.requestTimeout, "requestTimeout");
@@ -144,13 +144,27 @@ public final class S3ClientSettings implements Serializable {
 
     /**
      * Longest silence of a connection while a request waits for its response or reads its body (the
-     * Netty client's read timeout): an attempt that receives no byte for this long fails with an
-     * {@code IOException} caused by Netty's {@code ReadTimeoutException} and is retried, so a
-     * server that leaves a request unanswered costs this long instead of the attempt timeout. A
-     * body that keeps arriving, however slowly, is not cut by it.
+     * Netty client's read timeout, at least 1 ms): an attempt that receives no byte for this long
+     * fails with an {@code IOException} caused by Netty's {@code ReadTimeoutException} and is
+     * retried, so a server that leaves a request unanswered costs this long instead of the attempt
+     * timeout. The client reads only as fast as the body's consumer asks for more, so a consumer
+     * that pauses this long (a spill file's writes stalled on a busy disk) ends the attempt too:
+     * such requests go through a client of {@link #withReadTimeoutOfTheAttempt()}.
      */
     public Duration readTimeout() {
         return readTimeout;
+    }
+
+    /**
+     * These settings with the read timeout raised to the attempt timeout (when it is shorter), so
+     * that only the attempt timeout limits an attempt: for requests whose consumer may pause (video
+     * bodies streamed into spill files) or whose first byte may legitimately take longer (the
+     * start-up check's listings).
+     */
+    public S3ClientSettings withReadTimeoutOfTheAttempt() {
+        return readTimeout.compareTo(attemptTimeout) >= 0
+                ? this
+                : toBuilder().readTimeout(attemptTimeout).build();
     }
 
     /** Time limit of one HTTP attempt (first byte to last byte); exceeded attempts are retried. */

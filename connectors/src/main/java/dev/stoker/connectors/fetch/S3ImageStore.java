@@ -54,7 +54,10 @@ import software.amazon.awssdk.services.s3.model.ListObjectsV2Request;
  * <p>Connections: at most {@link S3ClientSettings#maxConnections} requests (GETs, hedged GETs,
  * HEADs) are on the wire at once; the store queues the others itself (first come, first served,
  * without blocking), so a GET's timeouts start only once it has a connection, and a read's {@link
- * Get#progress()} names a wait for a connection as such.
+ * Get#progress()} names a wait for a connection as such. GETs that may stream into a spill file go
+ * through a second client of the same settings whose read timeout is the attempt timeout ({@link
+ * S3ClientSettings#withReadTimeoutOfTheAttempt}): the client reads only as fast as the file's
+ * writes ask for more, so a stalled disk would otherwise end a healthy GET.
  */
 public final class S3ImageStore implements AutoCloseable {
     /** The class of the exception the Netty client's read timeout raises. */
@@ -64,6 +67,17 @@ public final class S3ImageStore implements AutoCloseable {
     private final long maxObjectBytes;
     private final long maxVideoBytes;
     private final S3AsyncClient client;
+    private final S3ClientSettings settings;
+
+    /**
+     * The client of the GETs that may stream into a spill file ({@link #read(String, String, Media,
+     * SpillDirectory)} with a spill directory): made on the first such GET, with the read timeout
+     * raised to the attempt timeout, since the Netty client reads only as fast as the spill file's
+     * writes ask for more and a stalled disk must not end a healthy GET.
+     */
+    private S3AsyncClient spillClient;
+
+    private boolean closed;
     private final S3FetchMetrics metrics;
     private final PrefixRateLimiter rateLimiter;
     private final ConnectionPermits connections;
@@ -93,6 +107,7 @@ public final class S3ImageStore implements AutoCloseable {
         this.readTimeout = settings.readTimeout();
         this.attemptTimeout = settings.attemptTimeout();
         this.requestTimeout = settings.requestTimeout();
+        this.settings = settings;
         this.client = settings.createClient(List.of(metrics.attemptCounter()));
     }
 
@@ -245,11 +260,12 @@ public final class S3ImageStore implements AutoCloseable {
                 };
         CompletableFuture<FetchedObject> result;
         try {
+            S3AsyncClient via = spill == null ? client : spillClient();
             result =
                     rateLimiter
                             .permit(key)
                             .thenCompose(ready -> connection(get))
-                            .thenCompose(ready -> hedgedGet(request, newBody))
+                            .thenCompose(ready -> hedgedGet(via, request, newBody))
                             .handle(
                                     (body, error) -> {
                                         metrics.finished(start);
@@ -275,7 +291,7 @@ public final class S3ImageStore implements AutoCloseable {
                                         metrics.fetched(body.object().size());
                                         return body.object();
                                     });
-        } catch (RuntimeException e) { // e.g. the client is already closed
+        } catch (RuntimeException e) { // e.g. the client or the store is already closed
             metrics.finished(start);
             result = CompletableFuture.failedFuture(e);
         }
@@ -390,8 +406,8 @@ public final class S3ImageStore implements AutoCloseable {
      * {@code bodies}.
      */
     private CompletableFuture<BodyTransformer.Body> hedgedGet(
-            GetObjectRequest request, Supplier<BodyTransformer> bodies) {
-        CompletableFuture<BodyTransformer.Body> first = send(request, bodies.get());
+            S3AsyncClient via, GetObjectRequest request, Supplier<BodyTransformer> bodies) {
+        CompletableFuture<BodyTransformer.Body> first = send(via, request, bodies.get());
         if (hedgeAfter.isZero()) {
             return first;
         }
@@ -421,7 +437,7 @@ public final class S3ImageStore implements AutoCloseable {
                             }
                             metrics.hedged();
                             CompletableFuture<BodyTransformer.Body> second =
-                                    send(request, bodies.get());
+                                    send(via, request, bodies.get());
                             sent.add(second);
                             second.whenComplete(settle);
                         });
@@ -429,12 +445,12 @@ public final class S3ImageStore implements AutoCloseable {
         return winner;
     }
 
-    /** One request on a permit already held; the permit goes back when it settles. */
+    /** One request through {@code via} on a permit already held; it goes back when it settles. */
     private CompletableFuture<BodyTransformer.Body> send(
-            GetObjectRequest request, BodyTransformer body) {
+            S3AsyncClient via, GetObjectRequest request, BodyTransformer body) {
         CompletableFuture<BodyTransformer.Body> sent;
         try {
-            sent = client.getObject(request, body);
+            sent = via.getObject(request, body);
         } catch (RuntimeException e) { // e.g. the client is already closed
             connections.release();
             throw e;
@@ -574,7 +590,8 @@ public final class S3ImageStore implements AutoCloseable {
     public static Map<String, String> unreachableRoots(
             Collection<String> roots, S3ClientSettings settings) {
         Map<String, String> failed = new LinkedHashMap<>();
-        S3AsyncClient client = settings.createClient(List.of());
+        // a listing's first byte may take longer than a GET's: only the attempt timeout limits it
+        S3AsyncClient client = settings.withReadTimeoutOfTheAttempt().createClient(List.of());
         try {
             Map<String, CompletableFuture<?>> lists = new LinkedHashMap<>();
             for (String root : roots) {
@@ -631,10 +648,29 @@ public final class S3ImageStore implements AutoCloseable {
         closer.start();
     }
 
-    /** Closes the client; GETs still in flight fail (callers that are closing ignore them). */
+    /** See {@link #spillClient}. */
+    private synchronized S3AsyncClient spillClient() {
+        if (closed) {
+            throw new IllegalStateException("the S3 image store is closed");
+        }
+        if (spillClient == null) {
+            spillClient =
+                    settings.withReadTimeoutOfTheAttempt()
+                            .createClient(List.of(metrics.attemptCounter()));
+        }
+        return spillClient;
+    }
+
+    /** Closes the clients; GETs still in flight fail (callers that are closing ignore them). */
     @Override
     public void close() {
         client.close();
+        synchronized (this) {
+            closed = true;
+            if (spillClient != null) {
+                spillClient.close();
+            }
+        }
     }
 
     @Override

@@ -70,6 +70,11 @@ class VideoSpillITCase {
     }
 
     private S3ImageFetchFunction function(long maxVideoBytes, int maxAttempts) {
+        return function(maxVideoBytes, maxAttempts, Duration.ofSeconds(2));
+    }
+
+    private S3ImageFetchFunction function(
+            long maxVideoBytes, int maxAttempts, Duration readTimeout) {
         S3ClientSettings settings =
                 S3ClientSettings.builder()
                         .endpoint(S3.endpoint())
@@ -78,7 +83,7 @@ class VideoSpillITCase {
                         .credentials(LocalS3Server.ACCESS_KEY, LocalS3Server.SECRET_KEY)
                         .maxConnections(8)
                         .maxAttempts(maxAttempts)
-                        .readTimeout(Duration.ofSeconds(2))
+                        .readTimeout(readTimeout)
                         .attemptTimeout(Duration.ofSeconds(10))
                         .requestTimeout(Duration.ofSeconds(20))
                         .retryBaseDelay(Duration.ofMillis(10))
@@ -105,6 +110,45 @@ class VideoSpillITCase {
         record.videos =
                 Stream.of(videos).map(v -> new VideoRef(v, 0, 0, 0)).toArray(VideoRef[]::new);
         return record;
+    }
+
+    /**
+     * A video GET that may stream into a spill file is limited by the attempt timeout alone, not by
+     * the read timeout (the Netty client reads only as fast as the spill file's writes ask, so a
+     * stalled disk would look like a silent server): its first byte 1.5 s late, with a read timeout
+     * of 0.3 s and one attempt, it still arrives; an image GET of the same record is cut by the
+     * read timeout.
+     */
+    @Test
+    void aVideoGetThatMaySpillIsNotCutByTheReadTimeout() throws Exception {
+        FetchFunctionContext context = new FetchFunctionContext(0, 0);
+        S3ImageFetchFunction fetch = function(1 << 20, 1, Duration.ofMillis(300));
+        context.open(fetch);
+        try {
+            S3.faults()
+                    .bodyNext(
+                            BUCKET,
+                            "data/clips/big.mp4",
+                            FaultInjectingBlobStore.Body.firstByteAfter(1500));
+            Either<DeadLetter, FetchedRecord> out =
+                    FetchFunctionContext.fetch(fetch, record("clips/big.mp4"));
+            assertThat(out.isRight()).as("%s", out).isTrue();
+            assertThat(Path.of(out.right().videoFiles[0])).hasBinaryContent(big);
+            Files.delete(Path.of(out.right().videoFiles[0])); // the media stage's part
+
+            S3.faults()
+                    .bodyNext(
+                            BUCKET,
+                            "data/a.jpg",
+                            FaultInjectingBlobStore.Body.firstByteAfter(1500));
+            out = FetchFunctionContext.fetch(fetch, record());
+            assertThat(out.isLeft()).as("%s", out).isTrue();
+            assertThat(out.left().reason).isEqualTo(RejectReason.FETCH_TIMEOUT);
+            assertThat(out.left().message).contains("read timeout 0.3 s");
+        } finally {
+            S3.faults().clearAnswers();
+            fetch.close();
+        }
     }
 
     /** Every file under the spill directory (the subtask's directory itself is not a file). */
