@@ -302,6 +302,7 @@ class Trainer:
         parity: dict[str, np.ndarray] = {}
         wanted = set(cfg.parity_lines)
         it = iter(batches)
+        end = time.time()
         while True:
             t = time.monotonic()
             try:
@@ -321,7 +322,9 @@ class Trainer:
             del batch
             if cfg.step_time_s > 0:
                 time.sleep(cfg.step_time_s)
-        end = time.time()
+            # the run ends with its last batch consumed, before the loader's teardown (a Stoker
+            # contender stopping its job in the next() that ends the iteration)
+            end = time.time()
         np.savez(cfg.result + ".parity.npz", **parity)
         return {
             "name": cfg.name,

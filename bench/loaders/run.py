@@ -576,8 +576,8 @@ def delivery_lines(rows: list[dict[str, Any]], meta: dict[str, Any]) -> list[str
         rate, seconds = meta["s3_unanswered"]
         lines += [
             "",
-            f"S3 server leaving {rate:.0%} of the GETs (drawn per GET) without a first byte for "
-            f"{seconds:.0f} s.",
+            f"S3 server leaving {rate:.0%} of the GETs (drawn per GET; the JSONL's included, which "
+            f"only Stoker reads from it) without a first byte for {seconds:g} s.",
         ]
     if meta.get("job_options"):
         given = ", ".join(f"`{k}={v}`" for k, v in meta["job_options"].items())
@@ -852,7 +852,7 @@ def main() -> int:
     s3, endpoint = start_s3(dataset, args.latency_ms, args.jitter_ms, unanswered)
     log(f"local S3 server {endpoint}, GET latency {args.latency_ms} +- {args.jitter_ms} ms")
     if unanswered:
-        log(f"  {unanswered[0]:.0%} of GETs unanswered for {unanswered[1]:.0f} s")
+        log(f"  {unanswered[0]:.0%} of GETs unanswered for {unanswered[1]:g} s")
     try:
         if "stoker-cluster" in names:
             cluster(

@@ -124,7 +124,8 @@ def test_the_results_name_the_unanswered_gets_the_options_and_the_samples_not_de
         "job_options": {"stoker.s3.read-timeout": "30s"},
     }
     text = "\n".join(delivery_lines(rows, meta))
-    assert "10% of the GETs (drawn per GET) without a first byte for 60 s" in text
+    assert "10% of the GETs (drawn per GET; the JSONL's included" in text
+    assert "without a first byte for 60 s" in text
     assert "`stoker.s3.read-timeout=30s`" in text
     assert "* **stoker-embedded**, round 1: 3996 of 4000" in text
     assert "round 2" not in text and "dataloader" not in text
